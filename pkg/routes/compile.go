@@ -1,0 +1,499 @@
+package routes
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"go.yaml.in/yaml/v3"
+)
+
+// ConfigError lists every problem found in a configuration document. Each
+// problem names the gateway, model or route and the field it is about.
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid config: " + e.Problems[0]
+	}
+	return fmt.Sprintf("invalid config (%d problems):\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+// Options change how a document is compiled.
+type Options struct {
+	// Lenient is for stored config written by someone else (R-P2): a
+	// malformed status-code list is replaced by the default and recorded
+	// in Runtime.Fallbacks instead of failing the load.
+	Lenient bool
+}
+
+// Parse decodes and compiles a YAML (or JSON) document.
+func Parse(data []byte, opt Options) (*Runtime, error) {
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		var te *yaml.TypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, &ConfigError{Problems: []string{"the document is empty"}}
+		case errors.As(err, &te):
+			return nil, &ConfigError{Problems: append(slices.Clone(te.Errors), compileProblems(&f, opt)...)}
+		default:
+			return nil, &ConfigError{Problems: []string{err.Error()}}
+		}
+	}
+	rt, err := Compile(&f, opt)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	rt.Hash = hex.EncodeToString(sum[:])
+	return rt, nil
+}
+
+// compileProblems runs the compiler over a partially decoded file only to
+// collect its problems alongside the decoder's.
+func compileProblems(f *File, opt Options) []string {
+	_, err := Compile(f, opt)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return ce.Problems
+	}
+	return nil
+}
+
+type compiler struct {
+	opt       Options
+	problems  []string
+	warnings  []string
+	fallbacks []Fallback
+	templates map[string]*PolicySpec
+}
+
+func (c *compiler) errf(format string, args ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+// Compile validates a decoded File (R-P1..R-P8) and builds its Runtime.
+func Compile(f *File, opt Options) (*Runtime, error) {
+	f.applyDefaults()
+	c := &compiler{opt: opt, templates: f.Policies}
+	rt := &Runtime{
+		Listen:   f.Listen,
+		Admin:    f.Admin,
+		Store:    f.Store,
+		Headers:  f.Headers,
+		Gateways: map[string]*Gateway{},
+		Fleets:   map[string]*Fleet{},
+	}
+	c.checkListen(f)
+	c.checkStore(f)
+	c.checkHeaders(f)
+
+	names := make([]string, 0, len(f.Policies))
+	for n := range f.Policies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		spec := f.Policies[n]
+		where := fmt.Sprintf("policies.%s", n)
+		if spec == nil {
+			continue
+		}
+		c.specProblems(where, spec)
+		if spec.Policy != "" {
+			c.errf("%s: circuit_breaker.policy: a template cannot name another template (%q)", where, spec.Policy)
+		}
+	}
+
+	for i, fs := range f.Fleets {
+		where := fmt.Sprintf("fleets[%d]", i)
+		if fs.Name == "" {
+			c.errf("%s: name: must not be empty", where)
+			continue
+		}
+		where = fmt.Sprintf("fleet %q", fs.Name)
+		if !validName(fs.Name) {
+			c.errf("%s: name: use letters, digits, '-', '_' and '.' only", where)
+		}
+		if _, dup := rt.Fleets[fs.Name]; dup {
+			c.errf("%s: name: defined twice", where)
+			continue
+		}
+		p := c.resolve(where, breaker.DefaultPolicy(), fs.CircuitBreaker)
+		rt.Fleets[fs.Name] = &Fleet{Name: fs.Name, Policy: p}
+		rt.FleetNames = append(rt.FleetNames, fs.Name)
+	}
+
+	if len(f.Gateways) == 0 {
+		c.errf("gateways: at least one gateway is required")
+	}
+	for i := range f.Gateways {
+		gs := &f.Gateways[i]
+		if gs.ID == "" {
+			c.errf("gateways[%d]: id: must not be empty", i)
+			continue
+		}
+		if _, dup := rt.Gateways[gs.ID]; dup {
+			c.errf("gateway %q: id: defined twice", gs.ID)
+			continue
+		}
+		if g := c.gateway(gs, rt); g != nil {
+			rt.Gateways[g.ID] = g
+			rt.GatewayIDs = append(rt.GatewayIDs, g.ID)
+		}
+	}
+	if len(c.problems) > 0 {
+		return nil, &ConfigError{Problems: c.problems}
+	}
+	rt.Warnings = c.warnings
+	rt.Fallbacks = c.fallbacks
+	return rt, nil
+}
+
+func (c *compiler) checkListen(f *File) {
+	for _, a := range []struct{ field, v string }{{"listen.grpc", f.Listen.GRPC}, {"listen.admin", f.Listen.Admin}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			c.errf("%s: %q is not host:port (%v)", a.field, a.v, err)
+		}
+	}
+}
+
+func (c *compiler) checkStore(f *File) {
+	switch f.Store.Backend {
+	case StoreMemory, StoreRedis:
+	default:
+		c.errf("store.backend: must be memory or redis, got %q", f.Store.Backend)
+	}
+	u, err := url.Parse(f.Store.Redis.URL)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		c.errf("store.redis.url: must be a redis:// or rediss:// URL, got %q", f.Store.Redis.URL)
+	}
+	if t := f.Store.Redis.OpTimeoutMs; t != nil && *t < 1 {
+		c.errf("store.redis.op_timeout_ms: must be a whole number ≥1, got %d", *t)
+	}
+}
+
+func (c *compiler) checkHeaders(f *File) {
+	h := f.Headers
+	seen := map[string]string{}
+	for _, p := range []struct{ field, v string }{
+		{"gateway", h.Gateway}, {"model", h.Model}, {"residency", h.Residency},
+		{"cluster", h.Cluster}, {"route", h.Route}, {"fallbacks", h.Fallbacks},
+	} {
+		if !validHeaderName(p.v) {
+			c.errf("headers.%s: %q is not a lower-case HTTP header name", p.field, p.v)
+		}
+		if other, dup := seen[p.v]; dup {
+			c.errf("headers.%s: %q is already used by headers.%s", p.field, p.v, other)
+		}
+		seen[p.v] = p.field
+	}
+}
+
+// specProblems reports the decode errors of one circuit_breaker level. In
+// lenient mode malformed status lists are not problems (R-P2).
+func (c *compiler) specProblems(where string, s *PolicySpec) {
+	if s.silent {
+		return
+	}
+	for _, e := range s.errs {
+		c.errf("%s: %s", where, e.String())
+	}
+	if !c.opt.Lenient {
+		for _, e := range s.codeErrs {
+			c.errf("%s: %s", where, e.String())
+		}
+	}
+}
+
+// resolve overlays template and level onto base and finishes the policy.
+// Decode problems are reported once, by whoever owns the spec.
+func (c *compiler) resolve(where string, base breaker.Policy, s *PolicySpec) *breaker.Policy {
+	p := base
+	var fell []fieldError
+	if s != nil {
+		c.specProblems(where, s)
+		if s.Policy != "" {
+			t, ok := c.templates[s.Policy]
+			switch {
+			case !ok:
+				c.errf("%s: circuit_breaker.policy: unknown policy template %q", where, s.Policy)
+			case t != nil:
+				t.applyTo(&p)
+				fell = append(fell, t.codeErrs...)
+			}
+		}
+		s.applyTo(&p)
+		fell = append(fell, s.codeErrs...)
+	}
+	if c.opt.Lenient {
+		for _, e := range fell {
+			switch e.field {
+			case "failure_status_codes":
+				p.FailureStatusCodes = slices.Clone(breaker.DefaultFailureStatusCodes)
+			case "open_on_status_codes":
+				p.OpenOnStatusCodes = []int{}
+			}
+		}
+	}
+	if p.BackoffMultiplier > 1 && p.MaxCooldownMs < p.CooldownMs {
+		c.errf("%s: circuit_breaker.max_cooldown_ms: %d is below cooldown_ms %d while backoff_multiplier is %g",
+			where, p.MaxCooldownMs, p.CooldownMs, p.BackoffMultiplier)
+	}
+	pp := &p
+	pp.Finish()
+	if c.opt.Lenient {
+		for _, e := range fell {
+			c.fallbacks = append(c.fallbacks, Fallback{Where: where, Field: e.field, Problem: e.msg, PolicyVersion: pp.Version})
+		}
+	}
+	return pp
+}
+
+// quiet returns a copy of s whose problems are not reported again: a route's
+// level is resolved once per model that uses it, but its problems are listed
+// once.
+func quiet(s *PolicySpec) *PolicySpec {
+	if s == nil {
+		return nil
+	}
+	q := *s
+	q.silent = true
+	return &q
+}
+
+func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
+	gw := fmt.Sprintf("gateway %q", gs.ID)
+	g := &Gateway{ID: gs.ID, Models: map[string]*Model{}, Routes: map[string]*Route{}}
+	g.Policy = c.resolve(gw, breaker.DefaultPolicy(), gs.CircuitBreaker)
+
+	for i := range gs.Routes {
+		rs := &gs.Routes[i]
+		r := c.route(gw, i, rs, rt)
+		if r == nil {
+			continue
+		}
+		if _, dup := g.Routes[r.Key]; dup {
+			c.errf("%s: route %q: key: defined twice", gw, r.Key)
+			continue
+		}
+		g.Routes[r.Key] = r
+		g.RouteList = append(g.RouteList, r)
+	}
+	specOf := map[string]*RouteSpec{}
+	for i := range gs.Routes {
+		specOf[gs.Routes[i].Key] = &gs.Routes[i]
+	}
+	for _, rs := range gs.Routes {
+		if rs.CircuitBreaker != nil {
+			// Report a route's own decode problems once, here.
+			c.specProblems(fmt.Sprintf("%s: route %q", gw, rs.Key), rs.CircuitBreaker)
+		}
+	}
+
+	usedBy := map[string]string{}
+	if len(gs.Models) == 0 {
+		c.errf("%s: models: at least one model is required", gw)
+	}
+	for i := range gs.Models {
+		ms := &gs.Models[i]
+		if ms.Name == "" {
+			c.errf("%s: models[%d]: name: must not be empty", gw, i)
+			continue
+		}
+		mw := fmt.Sprintf("%s: model %q", gw, ms.Name)
+		if _, dup := g.Models[ms.Name]; dup {
+			c.errf("%s: name: defined twice", mw)
+			continue
+		}
+		m := &Model{Name: ms.Name, Order: ms.Order}
+		if m.Order == "" {
+			m.Order = OrderListed
+		}
+		if m.Order != OrderListed && m.Order != OrderCheapest {
+			c.errf("%s: order: must be listed or cheapest, got %q", mw, ms.Order)
+		}
+		m.Policy = c.resolve(mw, *g.Policy, ms.CircuitBreaker)
+		if len(ms.Routes) == 0 {
+			c.errf("%s: routes: at least one route is required", mw)
+		}
+		seen := map[string]bool{}
+		for _, key := range ms.Routes {
+			r, ok := g.Routes[key]
+			if !ok {
+				if _, defined := specOf[key]; !defined {
+					c.errf("%s: routes: %q is not a route of this gateway", mw, key)
+				}
+				continue
+			}
+			if seen[key] {
+				c.errf("%s: routes: %q is listed twice", mw, key)
+				continue
+			}
+			seen[key] = true
+			rp := c.resolve(fmt.Sprintf("%s: route %q", mw, key), *m.Policy, quiet(specOf[key].CircuitBreaker))
+			if prev, shared := usedBy[key]; shared && r.Policy.Version != rp.Version {
+				c.errf("%s: route %q resolves to a different circuit_breaker policy than in model %q; a route has one breaker, so its models must agree (policy_version %s vs %s)",
+					mw, key, prev, rp.Version, r.Policy.Version)
+			}
+			if _, shared := usedBy[key]; !shared {
+				usedBy[key] = ms.Name
+				r.Policy = rp
+			}
+			m.candidates = append(m.candidates, r)
+		}
+		for _, r := range m.candidates {
+			if m.API == "" {
+				m.API = r.API
+			} else if r.API != m.API {
+				c.errf("%s: routes: all routes of a model must speak the same api; %q speaks %q but %q speaks %q",
+					mw, m.candidates[0].Key, m.API, r.Key, r.API)
+				break
+			}
+		}
+		if len(ms.Routes) == 1 {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s is served by a single route (%s): the breaker has nowhere to route around it", mw, ms.Routes[0]))
+		}
+		orderCandidates(m)
+		g.Models[m.Name] = m
+		g.ModelNames = append(g.ModelNames, m.Name)
+	}
+	for _, r := range g.RouteList {
+		if r.Policy == nil {
+			r.Policy = c.resolve(fmt.Sprintf("%s: route %q", gw, r.Key), *g.Policy, quiet(specOf[r.Key].CircuitBreaker))
+			c.warnings = append(c.warnings, fmt.Sprintf("%s: route %q is not used by any model", gw, r.Key))
+		}
+	}
+	return g
+}
+
+func (c *compiler) route(gw string, i int, rs *RouteSpec, rt *Runtime) *Route {
+	if rs.Key == "" {
+		c.errf("%s: routes[%d]: key: must not be empty", gw, i)
+		return nil
+	}
+	rw := fmt.Sprintf("%s: route %q", gw, rs.Key)
+	if err := checkRouteKey(rs.Key); err != nil {
+		c.errf("%s: key: %v", rw, err)
+	}
+	r := &Route{
+		Key: rs.Key, Provider: ProviderOf(rs.Key), Cluster: rs.Cluster, Bias: 1,
+		Residency: rs.Residency, UpstreamModel: rs.UpstreamModel, Path: rs.Path,
+		API: rs.API, SelfHosted: rs.SelfHosted, Index: i,
+	}
+	if r.Cluster == "" {
+		c.errf("%s: cluster: must not be empty", rw)
+	} else if !validClusterName(r.Cluster) {
+		c.errf("%s: cluster: %q may hold only letters, digits and . _ - : / characters", rw, r.Cluster)
+	}
+	if rs.CostPerMtok != nil {
+		if *rs.CostPerMtok < 0 {
+			c.errf("%s: cost_per_mtok: must be ≥0, got %g", rw, *rs.CostPerMtok)
+		}
+		r.CostPerMtok = *rs.CostPerMtok
+	}
+	if rs.Bias != nil {
+		if *rs.Bias <= 0 {
+			c.errf("%s: bias: must be >0, got %g", rw, *rs.Bias)
+		}
+		r.Bias = *rs.Bias
+	}
+	for j, t := range rs.Residency {
+		if strings.TrimSpace(t) != t || t == "" || strings.Contains(t, ",") {
+			c.errf("%s: residency[%d]: %q must be a non-empty tag without commas or surrounding spaces", rw, j, t)
+		}
+	}
+	if r.API == "" {
+		r.API = APIOpenAI
+	}
+	if r.API != APIOpenAI && r.API != APIAnthropic {
+		c.errf("%s: api: must be openai or anthropic, got %q", rw, rs.API)
+	}
+	if r.Path != "" && !strings.HasPrefix(r.Path, "/") {
+		c.errf("%s: path: must start with '/', got %q", rw, r.Path)
+	}
+	if strings.ContainsAny(r.UpstreamModel, "\"\\\n\r") {
+		c.errf("%s: upstream_model: must not contain quotes, backslashes or newlines", rw)
+	}
+	if rs.Fleet != "" {
+		fl, ok := rt.Fleets[rs.Fleet]
+		if !ok {
+			c.errf("%s: fleet: unknown fleet %q", rw, rs.Fleet)
+		}
+		r.Fleet = fl
+	}
+	return r
+}
+
+// checkRouteKey applies the route key rules: provider:rest, where the
+// provider is the text before the first ':' and the rest is opaque (it may
+// hold ':' or '/'). Commas are refused because keys travel in comma-separated
+// lists (fallbacks, the stage's routes).
+func checkRouteKey(k string) error {
+	i := strings.IndexByte(k, ':')
+	if i <= 0 || i == len(k)-1 {
+		return fmt.Errorf("%q must be provider:region:model (a provider before the first ':' and something after it)", k)
+	}
+	for _, r := range k {
+		if r <= ' ' || r == ',' || r == 0x7f {
+			return fmt.Errorf("%q must not contain spaces, commas or control characters", k)
+		}
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func validClusterName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:/", r)) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func validHeaderName(s string) bool {
+	if s == "" || s[0] == ':' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// orderCandidates sorts a model's candidates into routing order (R-D1):
+// listed keeps the list; cheapest sorts by cost_per_mtok × bias ascending,
+// ties in listed order.
+func orderCandidates(m *Model) {
+	if m.Order != OrderCheapest {
+		return
+	}
+	sort.SliceStable(m.candidates, func(i, j int) bool {
+		return m.candidates[i].CostPerMtok*m.candidates[i].Bias < m.candidates[j].CostPerMtok*m.candidates[j].Bias
+	})
+}

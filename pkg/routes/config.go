@@ -1,0 +1,155 @@
+package routes
+
+// File is the YAML configuration document of SPEC §2, as written. It is
+// decoded strictly (unknown fields are errors) and then compiled into an
+// immutable Runtime; nothing on the request path reads a File.
+type File struct {
+	Listen   Listen                 `yaml:"listen"`
+	Admin    AdminConfig            `yaml:"admin"`
+	Store    StoreConfig            `yaml:"store"`
+	Headers  Headers                `yaml:"headers"`
+	Policies map[string]*PolicySpec `yaml:"policies"`
+	Fleets   []FleetSpec            `yaml:"fleets"`
+	Gateways []GatewaySpec          `yaml:"gateways"`
+}
+
+// Listen holds the two listener addresses.
+type Listen struct {
+	GRPC  string `yaml:"grpc"`
+	Admin string `yaml:"admin"`
+}
+
+// AdminConfig configures the admin API.
+type AdminConfig struct {
+	// TokenEnv names the environment variable that holds the bearer token.
+	TokenEnv string `yaml:"token_env"`
+}
+
+// StoreConfig selects and configures the breaker store (SPEC §7).
+type StoreConfig struct {
+	Backend string      `yaml:"backend"`
+	Memory  MemoryStore `yaml:"memory"`
+	Redis   RedisStore  `yaml:"redis"`
+}
+
+// MemoryStore configures the in-process store.
+type MemoryStore struct {
+	PersistPath string `yaml:"persist_path"`
+}
+
+// RedisStore configures the shared store.
+type RedisStore struct {
+	URL         string `yaml:"url"`
+	KeyPrefix   string `yaml:"key_prefix"`
+	OpTimeoutMs *int64 `yaml:"op_timeout_ms"`
+}
+
+// Headers are the header names fusebox reads and writes.
+type Headers struct {
+	Gateway   string `yaml:"gateway"`
+	Model     string `yaml:"model"`
+	Residency string `yaml:"residency"`
+	Cluster   string `yaml:"cluster"`
+	Route     string `yaml:"route"`
+	Fallbacks string `yaml:"fallbacks"`
+}
+
+// FleetSpec is a failure domain shared by routes of every gateway.
+type FleetSpec struct {
+	Name           string      `yaml:"name"`
+	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
+}
+
+// GatewaySpec is one tenant configuration.
+type GatewaySpec struct {
+	ID             string      `yaml:"id"`
+	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
+	Models         []ModelSpec `yaml:"models"`
+	Routes         []RouteSpec `yaml:"routes"`
+}
+
+// ModelSpec maps a client-facing model name to its routes.
+type ModelSpec struct {
+	Name           string      `yaml:"name"`
+	Order          string      `yaml:"order"`
+	Routes         []string    `yaml:"routes"`
+	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
+}
+
+// RouteSpec is one independently failing upstream.
+type RouteSpec struct {
+	Key            string      `yaml:"key"`
+	Cluster        string      `yaml:"cluster"`
+	CostPerMtok    *float64    `yaml:"cost_per_mtok"`
+	Bias           *float64    `yaml:"bias"`
+	Residency      []string    `yaml:"residency"`
+	UpstreamModel  string      `yaml:"upstream_model"`
+	Path           string      `yaml:"path"`
+	API            string      `yaml:"api"`
+	SelfHosted     bool        `yaml:"self_hosted"`
+	Fleet          string      `yaml:"fleet"`
+	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
+}
+
+// Defaults of the non-policy sections (SPEC §2).
+const (
+	DefaultGRPCAddr     = "127.0.0.1:50051"
+	DefaultAdminAddr    = "127.0.0.1:8090"
+	DefaultTokenEnv     = "FUSEBOX_ADMIN_TOKEN"
+	DefaultRedisURL     = "redis://127.0.0.1:6379/0"
+	DefaultKeyPrefix    = "fusebox:"
+	DefaultOpTimeoutMs  = 50
+	DefaultGateway      = "default"
+	OrderListed         = "listed"
+	OrderCheapest       = "cheapest"
+	APIOpenAI           = "openai"
+	APIAnthropic        = "anthropic"
+	StoreMemory         = "memory"
+	StoreRedis          = "redis"
+	DefaultHeaderPrefix = "x-fusebox-"
+)
+
+// DefaultHeaders are the header names of SPEC §2.
+func DefaultHeaders() Headers {
+	return Headers{
+		Gateway:   "x-fusebox-gateway",
+		Model:     "x-fusebox-model",
+		Residency: "x-fusebox-residency",
+		Cluster:   "x-fusebox-cluster",
+		Route:     "x-fusebox-route",
+		Fallbacks: "x-fusebox-fallbacks",
+	}
+}
+
+func (f *File) applyDefaults() {
+	if f.Listen.GRPC == "" {
+		f.Listen.GRPC = DefaultGRPCAddr
+	}
+	if f.Listen.Admin == "" {
+		f.Listen.Admin = DefaultAdminAddr
+	}
+	if f.Admin.TokenEnv == "" {
+		f.Admin.TokenEnv = DefaultTokenEnv
+	}
+	if f.Store.Backend == "" {
+		f.Store.Backend = StoreMemory
+	}
+	if f.Store.Redis.URL == "" {
+		f.Store.Redis.URL = DefaultRedisURL
+	}
+	if f.Store.Redis.KeyPrefix == "" {
+		f.Store.Redis.KeyPrefix = DefaultKeyPrefix
+	}
+	d := DefaultHeaders()
+	for _, p := range []struct {
+		dst *string
+		def string
+	}{
+		{&f.Headers.Gateway, d.Gateway}, {&f.Headers.Model, d.Model}, {&f.Headers.Residency, d.Residency},
+		{&f.Headers.Cluster, d.Cluster}, {&f.Headers.Route, d.Route}, {&f.Headers.Fallbacks, d.Fallbacks},
+	} {
+		if *p.dst == "" {
+			*p.dst = p.def
+		}
+	}
+}

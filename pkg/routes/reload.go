@@ -1,0 +1,155 @@
+package routes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// Reload results, the values of aig_config_reloads_total{result}.
+const (
+	ReloadSuccess = "success"
+	ReloadError   = "error"
+)
+
+// Reloader keeps the Holder in step with a config file. A new file that does
+// not compile is refused and the last good Runtime stays in force; both
+// outcomes are reported to OnResult. It polls the file's metadata (size,
+// mtime) and content hash rather than relying on inotify, which misses the
+// symlink swaps Kubernetes uses for mounted ConfigMaps.
+type Reloader struct {
+	Path   string
+	Holder *Holder
+	Log    *slog.Logger
+	// OnResult is called with ReloadSuccess or ReloadError after each
+	// attempt (metrics).
+	OnResult func(result string)
+	// OnFallback is called once per R-P2 fallback per policy version.
+	OnFallback func(Fallback)
+
+	mu       sync.Mutex
+	lastSize int64
+	lastMod  time.Time
+	warned   map[string]bool
+}
+
+// Report logs the warnings and R-P2 fallbacks of a Runtime just put in force;
+// a fallback is logged once per policy version.
+func (r *Reloader) Report(rt *Runtime) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report(rt)
+}
+
+func (r *Reloader) report(rt *Runtime) {
+	for _, w := range rt.Warnings {
+		r.log().Warn("[config] " + w)
+	}
+	if r.warned == nil {
+		r.warned = map[string]bool{}
+	}
+	for _, fb := range rt.Fallbacks {
+		k := fb.Where + "|" + fb.Field + "|" + fb.PolicyVersion
+		if r.warned[k] {
+			continue
+		}
+		r.warned[k] = true
+		r.log().Warn("[config] malformed status list in stored config; using the default",
+			"where", fb.Where, "field", fb.Field, "problem", fb.Problem, "policy_version", fb.PolicyVersion)
+		if r.OnFallback != nil {
+			r.OnFallback(fb)
+		}
+	}
+}
+
+func (r *Reloader) log() *slog.Logger {
+	if r.Log != nil {
+		return r.Log
+	}
+	return slog.Default()
+}
+
+// Reload reads and compiles the file now (SIGHUP). On error the Runtime in
+// force is kept.
+func (r *Reloader) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st, err := os.Stat(r.Path); err == nil {
+		r.lastSize, r.lastMod = st.Size(), st.ModTime()
+	}
+	return r.reload()
+}
+
+func (r *Reloader) reload() error {
+	data, err := os.ReadFile(r.Path)
+	if err == nil {
+		sum := sha256.Sum256(data)
+		if cur := r.Holder.Load(); cur != nil && cur.Hash == hex.EncodeToString(sum[:]) {
+			return nil // same document: nothing to do
+		}
+		var rt *Runtime
+		if rt, err = Parse(data, Options{}); err == nil {
+			r.Holder.Store(rt)
+			r.report(rt)
+			r.log().Info("[config] reloaded", "path", r.Path, "gateways", len(rt.Gateways), "hash", rt.Hash[:12])
+			r.result(ReloadSuccess)
+			return nil
+		}
+	}
+	r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
+	r.result(ReloadError)
+	return err
+}
+
+func (r *Reloader) result(s string) {
+	if r.OnResult != nil {
+		r.OnResult(s)
+	}
+}
+
+// Check reloads when the file's size or modification time changed since the
+// last look. It reports whether a reload was attempted.
+func (r *Reloader) Check() (attempted bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, err := os.Stat(r.Path)
+	if err != nil {
+		return false, nil // a file being replaced may be briefly absent
+	}
+	if st.Size() == r.lastSize && st.ModTime().Equal(r.lastMod) {
+		return false, nil
+	}
+	r.lastSize, r.lastMod = st.Size(), st.ModTime()
+	return true, r.reload()
+}
+
+// Prime records the file's current metadata so that the first Check does not
+// reload the file just loaded.
+func (r *Reloader) Prime() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st, err := os.Stat(r.Path); err == nil {
+		r.lastSize, r.lastMod = st.Size(), st.ModTime()
+	}
+}
+
+// Run polls the file every interval until ctx ends, and reloads at once on
+// each value received from hup (SIGHUP).
+func (r *Reloader) Run(ctx context.Context, interval time.Duration, hup <-chan os.Signal) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = r.Check()
+		case <-hup:
+			_ = r.Reload()
+		}
+	}
+}
