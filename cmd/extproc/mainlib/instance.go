@@ -1,0 +1,180 @@
+package mainlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/admin"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/processor"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Instance is a running fusebox.
+type Instance struct {
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Config  *routes.Holder
+	Health  *admin.Health
+
+	grpcLn, adminLn net.Listener
+	grpcSrv         *grpc.Server
+	httpSrv         *http.Server
+	grace           time.Duration
+	ctx             context.Context
+	cancelBg        context.CancelFunc
+	bg              sync.WaitGroup
+	serveErr        chan error
+}
+
+// GRPCAddr is the ext_proc listener's address.
+func (in *Instance) GRPCAddr() string { return in.grpcLn.Addr().String() }
+
+// AdminAddr is the admin listener's address.
+func (in *Instance) AdminAddr() string { return in.adminLn.Addr().String() }
+
+// Start loads the config, opens both listeners and starts serving. It
+// returns once fusebox is serving; Wait blocks until ctx ends and the drain
+// is over.
+func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, error) {
+	f, err := parseFlags(args, stderr)
+	if err != nil {
+		return nil, err
+	}
+	log := newLogger(f, stderr)
+	rt, err := routes.LoadFile(f.Config)
+	if err != nil {
+		return nil, err
+	}
+	if f.GRPCAddr != "" {
+		rt.Listen.GRPC = f.GRPCAddr
+	}
+	if f.AdminAddr != "" {
+		rt.Listen.Admin = f.AdminAddr
+	}
+	if f.RedisURL != "" {
+		rt.Store.Redis.URL = f.RedisURL
+	}
+	in := &Instance{
+		Log:      log,
+		Metrics:  metrics.New(),
+		Config:   routes.NewHolder(rt),
+		Health:   admin.NewHealth("config", "listeners", "store"),
+		grace:    f.GracePeriod,
+		ctx:      ctx,
+		serveErr: make(chan error, 2),
+	}
+	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
+
+	reloader := &routes.Reloader{
+		Path: f.Config, Holder: in.Config, Log: log,
+		OnResult:   func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
+		OnFallback: func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
+	}
+	reloader.Report(rt)
+
+	if in.grpcLn, err = net.Listen("tcp", rt.Listen.GRPC); err != nil {
+		return nil, fmt.Errorf("listen.grpc: %w", err)
+	}
+	if in.adminLn, err = net.Listen("tcp", rt.Listen.Admin); err != nil {
+		in.grpcLn.Close()
+		return nil, fmt.Errorf("listen.admin: %w", err)
+	}
+
+	// gRPC: ext_proc plus grpc.health.v1, which follows the readiness.
+	in.grpcSrv = grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(in.grpcSrv, hs)
+	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, processor.NewServer())
+	in.Health.OnChange(func(serving bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if serving {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus("", st)
+		hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, st)
+	})
+
+	// Admin HTTP.
+	token := os.Getenv(rt.Admin.TokenEnv)
+	auth := admin.Auth{Token: token, Loopback: admin.IsLoopbackAddr(in.adminLn.Addr())}
+	if token == "" && !auth.Loopback {
+		log.Warn("[admin] no token is set ("+rt.Admin.TokenEnv+") and the admin listener is not loopback: /admin/v1 answers 403",
+			"addr", in.AdminAddr())
+	}
+	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
+	in.httpSrv = &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
+
+	bgCtx, cancel := context.WithCancel(context.Background())
+	in.cancelBg = cancel
+	go func() { in.serveErr <- in.grpcSrv.Serve(in.grpcLn) }()
+	go func() {
+		if err := in.httpSrv.Serve(in.adminLn); !errors.Is(err, http.ErrServerClosed) {
+			in.serveErr <- err
+		}
+	}()
+	if f.Config != "" {
+		reloader.Prime()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		in.bg.Add(1)
+		go func() {
+			defer in.bg.Done()
+			defer signal.Stop(hup)
+			reloader.Run(bgCtx, f.ReloadInterval, hup)
+		}()
+	}
+	in.Health.Set("listeners", admin.Component{Ready: true, Detail: "grpc " + in.GRPCAddr() + ", admin " + in.AdminAddr()})
+	in.Health.Set("store", admin.Component{Ready: true, Detail: rt.Store.Backend})
+	log.Info("fusebox serving", "grpc", in.GRPCAddr(), "admin", in.AdminAddr(), "config", nameOr(f.Config),
+		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString())
+	return in, nil
+}
+
+// Wait blocks until the context ends (SIGTERM), then drains: health reports
+// not serving while streams keep being served for the grace period, then the
+// servers stop and Wait returns nil.
+func (in *Instance) Wait() error {
+	var err error
+	select {
+	case <-in.ctx.Done():
+	case err = <-in.serveErr:
+		in.Log.Error("a listener failed", "error", err)
+	}
+	in.Health.Drain()
+	if err == nil {
+		in.Log.Info("draining: reporting not serving, still serving", "grace_period", in.grace.String())
+		select {
+		case <-time.After(in.grace):
+		case err = <-in.serveErr:
+		}
+	}
+	in.cancelBg()
+	in.bg.Wait()
+	stopped := make(chan struct{})
+	go func() { in.grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		in.grpcSrv.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = in.httpSrv.Shutdown(sctx)
+	in.Log.Info("fusebox stopped")
+	return err
+}

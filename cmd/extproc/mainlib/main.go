@@ -1,0 +1,68 @@
+// Package mainlib wires fusebox together: flags, config, listeners, the
+// ext_proc and health gRPC services, the admin HTTP server, reload and
+// graceful shutdown. It holds no product logic.
+package mainlib
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+)
+
+// Main runs extproc with args (without the program name) until ctx ends,
+// then drains and returns nil. Subcommands: validate, version.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "validate":
+			return validate(args[1:], stdout, stderr)
+		case "version":
+			fmt.Fprintln(stdout, versionString())
+			return nil
+		}
+	}
+	inst, err := Start(ctx, args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	return inst.Wait()
+}
+
+func validate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("extproc validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file to check (default: the embedded default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rt, err := routes.LoadFile(*path)
+	if err != nil {
+		var ce *routes.ConfigError
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				fmt.Fprintln(stdout, p)
+			}
+			return fmt.Errorf("%s: %d problem(s)", nameOr(*path), len(ce.Problems))
+		}
+		return err
+	}
+	for _, w := range rt.Warnings {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d gateway(s))\n", nameOr(*path), len(rt.Gateways))
+	return nil
+}
+
+func nameOr(p string) string {
+	if p == "" {
+		return "embedded default config"
+	}
+	return p
+}

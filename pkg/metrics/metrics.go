@@ -1,0 +1,87 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every collector fusebox exports.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Transitions     *prometheus.CounterVec   // gateway, route, provider, scope, transition, reason
+	State           *prometheus.GaugeVec     // gateway, route, provider, scope
+	Outcomes        *prometheus.CounterVec   // gateway, route, class, reason
+	Decisions       *prometheus.CounterVec   // gateway, model, action
+	ClusterNotFound *prometheus.CounterVec   // gateway, cluster
+	MessageDuration *prometheus.HistogramVec // phase
+	StreamsActive   prometheus.Gauge
+	StoreErrors     *prometheus.CounterVec // op
+	ConfigReloads   *prometheus.CounterVec // result
+	ConfigFallbacks prometheus.Counter
+	// InternalErrors counts panics and store errors absorbed on the request
+	// path (R-D7); not in the SPEC's fixed list, so it has its own name.
+	InternalErrors *prometheus.CounterVec // kind
+}
+
+// New creates the collectors on a fresh registry that also carries the Go
+// and process collectors.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aig_circuit_breaker_transitions_total",
+			Help: "Circuit breaker state transitions.",
+		}, []string{"gateway", "route", "provider", "scope", "transition", "reason"}),
+		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "aig_circuit_breaker_state",
+			Help: "Circuit breaker state: 0 closed, 1 open, 2 half_open.",
+		}, []string{"gateway", "route", "provider", "scope"}),
+		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aig_circuit_breaker_outcomes_total",
+			Help: "Attempt outcomes recorded per breaker.",
+		}, []string{"gateway", "route", "class", "reason"}),
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aig_circuit_breaker_decisions_total",
+			Help: "Routing decisions by action.",
+		}, []string{"gateway", "model", "action"}),
+		ClusterNotFound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aig_extproc_cluster_not_found_total",
+			Help: "Responses where Envoy did not know the cluster fusebox chose (a configuration error).",
+		}, []string{"gateway", "cluster"}),
+		MessageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "aig_extproc_message_duration_seconds",
+			Help:    "Time to answer one ext_proc message, by phase.",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}, []string{"phase"}),
+		StreamsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aig_extproc_streams_active",
+			Help: "ext_proc streams currently open.",
+		}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aig_store_errors_total",
+			Help: "Store operations that failed.",
+		}, []string{"op"}),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aig_config_reloads_total",
+			Help: "Config reload attempts by result.",
+		}, []string{"result"}),
+		ConfigFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aig_config_fallbacks_total",
+			Help: "Malformed stored status lists replaced by the default (fail closed).",
+		}),
+		InternalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_internal_errors_total",
+			Help: "Panics and store errors absorbed on the request path without failing the request.",
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
+		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
+		m.InternalErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Pre-create the reload series so a scrape shows zeros before any reload.
+	m.ConfigReloads.WithLabelValues("success")
+	m.ConfigReloads.WithLabelValues("error")
+	return m
+}
