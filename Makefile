@@ -4,7 +4,7 @@ PKGS      := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 30s
 
-.PHONY: build run test test-short bench fuzz lint fmt e2e clean
+.PHONY: build run test test-short bench bench-peers fuzz lint fmt e2e clean
 
 build:
 	$(GO) build -o bin/extproc ./cmd/extproc
@@ -40,3 +40,7 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# Peer comparison (sony/gobreaker) in its own module so the product's go.mod stays clean.
+bench-peers:
+	cd test/bench && $(GO) test -run '^$$' -bench . -benchmem -count 3 .

@@ -1,0 +1,77 @@
+package admin
+
+import (
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+)
+
+// RouteRow is one element of R-API3: a route with its breaker's status,
+// closed routes included.
+type RouteRow struct {
+	Route    string `json:"route"`
+	Cluster  string `json:"cluster"`
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	breaker.Status
+}
+
+// statusOf returns a breaker's status, or the closed status when the breaker
+// was never created.
+func statusOf(st breaker.Store, id breaker.ID, p *breaker.Policy, now int64) breaker.Status {
+	if b, ok := st.Lookup(id); ok {
+		return b.Status(now, p)
+	}
+	return breaker.ClosedStatus(id.Scope, p)
+}
+
+// GatewayCircuitBreaker is the R-API1 object: route key (and "fleet:<name>"
+// for fleets the gateway's routes use) → status, only for breakers that are
+// open or half-open and routes that are Retry-After-blocked.
+func GatewayCircuitBreaker(g *routes.Gateway, st breaker.Store, now int64) map[string]breaker.Status {
+	out := map[string]breaker.Status{}
+	for _, r := range g.RouteList {
+		if s := statusOf(st, breaker.RouteID(g.ID, r.Key), r.Policy, now); s.Notable {
+			out[r.Key] = s
+		}
+		if r.Fleet != nil {
+			if _, done := out[r.Fleet.BreakerKey()]; !done {
+				if s := statusOf(st, breaker.FleetID(r.Fleet.Name), r.Fleet.Policy, now); s.Notable {
+					out[r.Fleet.BreakerKey()] = s
+				}
+			}
+		}
+	}
+	return out
+}
+
+// GatewayRoutes is the R-API3 array: every route of the gateway, models in
+// file order and each model's candidates in routing order, then routes no
+// model uses.
+func GatewayRoutes(g *routes.Gateway, st breaker.Store, now int64) []RouteRow {
+	rows := make([]RouteRow, 0, len(g.RouteList))
+	seen := map[string]bool{}
+	add := func(r *routes.Route, model string) {
+		if seen[r.Key] {
+			return
+		}
+		seen[r.Key] = true
+		rows = append(rows, RouteRow{
+			Route: r.Key, Cluster: r.Cluster, Provider: r.Provider, Model: model,
+			Status: statusOf(st, breaker.RouteID(g.ID, r.Key), r.Policy, now),
+		})
+	}
+	for _, name := range g.ModelNames {
+		for _, r := range g.Models[name].Candidates(nil) {
+			add(r, name)
+		}
+	}
+	for _, r := range g.RouteList {
+		add(r, "")
+	}
+	return rows
+}
+
+// FleetStatus returns the status of one fleet breaker.
+func FleetStatus(f *routes.Fleet, st breaker.Store, now int64) breaker.Status {
+	return statusOf(st, breaker.FleetID(f.Name), f.Policy, now)
+}

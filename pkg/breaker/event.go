@@ -1,0 +1,86 @@
+package breaker
+
+import "time"
+
+// Event is one state transition, carrying everything the `[circuit_breaker]`
+// log line and the transition metrics need (SPEC §9).
+type Event struct {
+	ID             ID
+	Provider       string
+	From, To       State
+	Reason         string
+	At             int64 // unix ns
+	Failures       int   // failures counted in the window when it happened
+	Threshold      int
+	PolicyVersion  string
+	OpenUntil      int64 // unix ns; 0 unless To is open
+	OpenedAt       int64
+	Reopens        int
+	WindowCalls    int64
+	WindowFailures int64
+	Generation     uint64
+}
+
+// Transition is the transition label, e.g. "closed->open".
+func (e Event) Transition() string { return e.From.String() + "->" + e.To.String() }
+
+// OpenUntilTime returns OpenUntil as a time (zero when none).
+func (e Event) OpenUntilTime() time.Time {
+	if e.OpenUntil == 0 || e.OpenUntil == Never {
+		return time.Time{}
+	}
+	return time.Unix(0, e.OpenUntil)
+}
+
+// events collects the transitions made under a breaker's lock so that the
+// listener runs after the lock is released (listeners outside the lock, as
+// failsafe-go does). A fixed array: no allocation.
+type events struct {
+	n int
+	a [3]Event
+}
+
+func (e *events) add(ev Event) {
+	if e.n < len(e.a) {
+		e.a[e.n] = ev
+		e.n++
+	}
+}
+
+func (e *events) emit(fn func(Event)) {
+	if fn == nil {
+		return
+	}
+	for i := 0; i < e.n; i++ {
+		fn(e.a[i])
+	}
+}
+
+// event builds the Event of a transition just made (b.state is the new
+// state). Called with the lock held.
+func (b *Breaker) event(now int64, p *Policy, from State, reason string) Event {
+	calls, fails, _ := b.rateWin.totals(now)
+	ev := Event{
+		ID: b.id, Provider: b.provider, From: from, To: b.state, Reason: reason, At: now,
+		Failures: b.failuresLocked(now, p), Threshold: p.FailureThreshold, PolicyVersion: p.Version,
+		OpenedAt: b.openedAt, Reopens: b.reopens, WindowCalls: calls, WindowFailures: fails,
+		Generation: b.gen.Load(),
+	}
+	if b.state == Open {
+		ev.OpenUntil = b.openUntil
+		if b.forced && b.forcedUntil == 0 {
+			ev.OpenUntil = Never
+		}
+	}
+	return ev
+}
+
+// failuresLocked is the failure count shown for the breaker: the tumbling
+// counter (0 once expired) or the sliding window's failures.
+func (b *Breaker) failuresLocked(now int64, p *Policy) int {
+	if p.Window == WindowSliding {
+		_, f, _ := b.failWin.totals(now)
+		return int(f)
+	}
+	return b.tumble.current(now)
+}

@@ -1,0 +1,142 @@
+package breaker
+
+// Class is an outcome class (SPEC §4).
+type Class uint8
+
+const (
+	Neither Class = iota
+	Success
+	Failure
+)
+
+func (c Class) String() string {
+	switch c {
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	}
+	return "neither"
+}
+
+// Kind is what an attempt did, before any policy judged it.
+type Kind uint8
+
+const (
+	// KindStatus: the upstream answered with Status and nothing else is
+	// known (non-2xx); the policy's lists decide (R-O1, R-O5, R-O7).
+	KindStatus Kind = iota
+	// KindAnswered: a 2xx that delivered an answer (R-O6).
+	KindAnswered
+	// KindConnError: Envoy's local reply for a failed or reset upstream
+	// connection (R-O2). Always a failure.
+	KindConnError
+	// KindTimeout: Envoy's upstream timeout (R-O3). Always a failure.
+	KindTimeout
+	// KindDeadTurn: a clean, empty turn on a self-hosted route (R-O4).
+	KindDeadTurn
+	// KindNeither: anything that is nobody's fault or cannot be known
+	// (R-O7..R-O12, R-O15); Reason says which.
+	KindNeither
+)
+
+// Failure and neither reasons (the `reason` label values).
+const (
+	ReasonProvider5xx     = "provider_5xx"
+	ReasonProvider429     = "provider_429"
+	ReasonProviderStatus  = "provider_status"
+	ReasonConnection      = "connection_error"
+	ReasonTimeout         = "timeout"
+	ReasonDeadTurn        = "dead_turn"
+	ReasonOpenStatus      = "open_status"
+	ReasonFailureRate     = "failure_rate"
+	ReasonSlowCallRate    = "slow_call_rate"
+	ReasonSuccess         = "success"
+	ReasonClientError     = "client_error"
+	ReasonStatusNotListed = "status_not_listed"
+	ReasonClientCancel    = "client_cancel"
+	ReasonStreamError     = "stream_error"
+	ReasonLengthCap       = "length_cap"
+	ReasonNoOutput        = "no_output"
+	ReasonUnparseable     = "unparseable"
+	ReasonClusterNotFound = "cluster_not_found"
+	ReasonEnvoyOverflow   = "envoy_overflow"
+	ReasonForced          = "forced"
+	ReasonForceExpired    = "force_expired"
+	ReasonForceClose      = "force_close"
+	ReasonReset           = "reset"
+	ReasonCooldown        = "cooldown_elapsed"
+	ReasonProbeSuccess    = "probe_success"
+)
+
+// Result is what one attempt did, as observed by the processor. It is
+// judged separately by every breaker that sees the attempt (route and
+// fleet), each with its own policy (SPEC §4).
+type Result struct {
+	Kind   Kind
+	Status int
+	// Reason names a KindNeither (and overrides the default reason of other
+	// kinds when set).
+	Reason string
+	// ElapsedMs is the time to the first visible token for a stream, the
+	// total time otherwise; -1 when unknown (slow-call trigger, R-O13).
+	ElapsedMs int64
+	// RetryAfterUnixNano is the deadline of a Retry-After (or retry-after-ms
+	// / x-ms-retry-after-ms) on a 429 or 503; 0 when none (R-A1).
+	RetryAfterUnixNano int64
+}
+
+// Outcome is a Result judged by one policy.
+type Outcome struct {
+	Class  Class
+	Reason string
+	Slow   bool
+	// OpenNow: the status is in open_on_status_codes (R-T3).
+	OpenNow bool
+}
+
+// Judge classifies r under p.
+func (p *Policy) Judge(r Result) Outcome {
+	o := Outcome{Slow: p.SlowCallMs > 0 && r.ElapsedMs > p.SlowCallMs}
+	switch r.Kind {
+	case KindAnswered:
+		o.Class, o.Reason = Success, ReasonSuccess
+	case KindConnError:
+		o.Class, o.Reason = Failure, ReasonConnection
+	case KindTimeout:
+		o.Class, o.Reason = Failure, ReasonTimeout
+	case KindDeadTurn:
+		o.Class, o.Reason = Failure, ReasonDeadTurn
+	case KindNeither:
+		o.Class, o.Reason = Neither, r.Reason
+	case KindStatus:
+		switch {
+		case p.IsOpenStatus(r.Status):
+			o.Class, o.Reason, o.OpenNow = Failure, ReasonOpenStatus, true
+		case p.IsFailureStatus(r.Status):
+			o.Class = Failure
+			switch {
+			case r.Status == 429:
+				o.Reason = ReasonProvider429
+			case r.Status >= 500:
+				o.Reason = ReasonProvider5xx
+			default:
+				o.Reason = ReasonProviderStatus
+			}
+		case r.Status >= 200 && r.Status < 300:
+			// A 2xx judged on status alone (no LLM shape to read).
+			o.Class, o.Reason = Success, ReasonSuccess
+		case r.Status >= 400 && r.Status < 500:
+			o.Class, o.Reason = Neither, ReasonClientError
+		default:
+			o.Class, o.Reason = Neither, ReasonStatusNotListed
+		}
+	}
+	if r.Reason != "" && r.Kind != KindNeither && o.Reason != ReasonOpenStatus {
+		o.Reason = r.Reason
+	}
+	if o.Class == Neither {
+		o.Slow = false
+	}
+	return o
+}
