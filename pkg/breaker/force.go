@@ -32,31 +32,23 @@ func (b *Breaker) ForceOpen(now int64, p *Policy, d time.Duration) {
 
 // ForceClose closes the breaker once, clearing its counts; it does not pin
 // it closed, and it keeps a Retry-After block.
-func (b *Breaker) ForceClose(now int64, p *Policy) {
-	var evs events
-	b.mu.Lock()
-	b.syncPolicy(now, p)
-	b.forced, b.forcedUntil = false, 0
-	from := b.state
-	b.close(now, p, ReasonForceClose, &evs)
-	if from == Closed {
-		b.bump() // in-flight outcomes from before the override change nothing
-	}
-	b.mu.Unlock()
-	evs.emit(b.onEvent)
-}
+func (b *Breaker) ForceClose(now int64, p *Policy) { b.overrideClose(now, p, ReasonForceClose, false) }
 
 // Reset clears state, force flags and Retry-After blocks.
-func (b *Breaker) Reset(now int64, p *Policy) {
+func (b *Breaker) Reset(now int64, p *Policy) { b.overrideClose(now, p, ReasonReset, true) }
+
+func (b *Breaker) overrideClose(now int64, p *Policy, reason string, clearBlock bool) {
 	var evs events
 	b.mu.Lock()
 	b.syncPolicy(now, p)
 	b.forced, b.forcedUntil = false, 0
-	b.blockedUntil = 0
+	if clearBlock {
+		b.blockedUntil = 0
+	}
 	from := b.state
-	b.close(now, p, ReasonReset, &evs)
+	b.close(now, p, reason, &evs)
 	if from == Closed {
-		b.bump()
+		b.bump() // in-flight outcomes from before the override change nothing
 	}
 	b.mu.Unlock()
 	evs.emit(b.onEvent)
