@@ -1,0 +1,332 @@
+package processor
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// modelField is what scanModel found: the value of the top-level "model"
+// key and where its JSON string sits in the body, for an in-place rewrite.
+type modelField struct {
+	Name       string
+	Found      bool
+	Start, End int // byte range of the JSON string literal, quotes included
+}
+
+var (
+	errNotObject   = errors.New("the body is not a JSON object")
+	errBadJSON     = errors.New("the body is not valid JSON")
+	errModelNotStr = errors.New(`"model" must be a string`)
+	errTooDeep     = errors.New("the body nests too deeply")
+)
+
+const maxDepth = 512
+
+// scanModel validates a JSON document in one pass, without decoding it into
+// Go values, and returns its top-level "model" string (the last one, as most
+// JSON decoders do with duplicate keys). Allocation: the model name only.
+func scanModel(b []byte) (modelField, error) {
+	m, err := scanModelInner(b)
+	if err != nil {
+		return modelField{}, err
+	}
+	return m, nil
+}
+
+func scanModelInner(b []byte) (modelField, error) {
+	var m modelField
+	notString := false // the last "model" seen is not a string
+	s := scanner{b: b}
+	s.ws()
+	if s.i >= len(b) || b[s.i] != '{' {
+		if s.i >= len(b) {
+			return m, errBadJSON
+		}
+		if err := s.value(0); err != nil {
+			return m, err
+		}
+		if s.ws(); s.i == len(b) {
+			return m, errNotObject
+		}
+		return m, errBadJSON
+	}
+	s.i++
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+	} else {
+		for {
+			s.ws()
+			ks, ke, err := s.str()
+			if err != nil {
+				return m, err
+			}
+			s.ws()
+			if s.peek() != ':' {
+				return m, errBadJSON
+			}
+			s.i++
+			s.ws()
+			isModel := string(b[ks+1:ke-1]) == "model" // no allocation: compared in place
+			if !isModel && ke-ks > 7 && hasEscape(b[ks+1:ke-1]) {
+				var k string
+				isModel = json.Unmarshal(b[ks:ke], &k) == nil && k == "model"
+			}
+			if isModel {
+				if s.peek() != '"' {
+					if err := s.value(1); err != nil {
+						return m, err
+					}
+					m.Found, notString = false, true
+				} else {
+					vs, ve, err := s.str()
+					if err != nil {
+						return m, err
+					}
+					m.Found, m.Start, m.End, notString = true, vs, ve, false
+				}
+			} else if err := s.value(1); err != nil {
+				return m, err
+			}
+			s.ws()
+			c := s.peek()
+			s.i++
+			if c == '}' {
+				break
+			}
+			if c != ',' {
+				return m, errBadJSON
+			}
+		}
+	}
+	s.ws()
+	if s.i != len(b) {
+		return m, errBadJSON
+	}
+	if notString {
+		return m, errModelNotStr
+	}
+	if m.Found {
+		raw := b[m.Start+1 : m.End-1]
+		if hasEscape(raw) {
+			if err := json.Unmarshal(b[m.Start:m.End], &m.Name); err != nil {
+				return m, errBadJSON
+			}
+		} else {
+			m.Name = string(raw)
+		}
+	}
+	return m, nil
+}
+
+func hasEscape(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str scans a string literal and returns its byte range, quotes included.
+func (s *scanner) str() (int, int, error) {
+	if s.peek() != '"' {
+		return 0, 0, errBadJSON
+	}
+	start := s.i
+	s.i++
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return start, s.i, nil
+		case c == '\\':
+			s.i++
+			if s.i >= len(s.b) {
+				return 0, 0, errBadJSON
+			}
+			switch s.b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				if s.i+5 > len(s.b) {
+					return 0, 0, errBadJSON
+				}
+				for _, h := range s.b[s.i+1 : s.i+5] {
+					if !isHex(h) {
+						return 0, 0, errBadJSON
+					}
+				}
+				s.i += 5
+			default:
+				return 0, 0, errBadJSON
+			}
+		case c < 0x20:
+			return 0, 0, errBadJSON
+		default:
+			// Invalid UTF-8 is accepted, as encoding/json does: the
+			// provider, not fusebox, decides what text it takes.
+			s.i++
+		}
+	}
+	return 0, 0, errBadJSON
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// value skips one JSON value, validating it.
+func (s *scanner) value(depth int) error {
+	if depth > maxDepth {
+		return errTooDeep
+	}
+	switch c := s.peek(); {
+	case c == '"':
+		_, _, err := s.str()
+		return err
+	case c == '{':
+		s.i++
+		s.ws()
+		if s.peek() == '}' {
+			s.i++
+			return nil
+		}
+		for {
+			s.ws()
+			if _, _, err := s.str(); err != nil {
+				return err
+			}
+			s.ws()
+			if s.peek() != ':' {
+				return errBadJSON
+			}
+			s.i++
+			s.ws()
+			if err := s.value(depth + 1); err != nil {
+				return err
+			}
+			s.ws()
+			c := s.peek()
+			s.i++
+			if c == '}' {
+				return nil
+			}
+			if c != ',' {
+				return errBadJSON
+			}
+		}
+	case c == '[':
+		s.i++
+		s.ws()
+		if s.peek() == ']' {
+			s.i++
+			return nil
+		}
+		for {
+			s.ws()
+			if err := s.value(depth + 1); err != nil {
+				return err
+			}
+			s.ws()
+			c := s.peek()
+			s.i++
+			if c == ']' {
+				return nil
+			}
+			if c != ',' {
+				return errBadJSON
+			}
+		}
+	case c == 't':
+		return s.lit("true")
+	case c == 'f':
+		return s.lit("false")
+	case c == 'n':
+		return s.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.num()
+	}
+	return errBadJSON
+}
+
+func (s *scanner) lit(w string) error {
+	if len(s.b)-s.i < len(w) || string(s.b[s.i:s.i+len(w)]) != w {
+		return errBadJSON
+	}
+	s.i += len(w)
+	return nil
+}
+
+func (s *scanner) num() error {
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case c >= '1' && c <= '9':
+		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+			s.i++
+		}
+	default:
+		return errBadJSON
+	}
+	if s.peek() == '.' {
+		s.i++
+		if !s.digits() {
+			return errBadJSON
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !s.digits() {
+			return errBadJSON
+		}
+	}
+	return nil
+}
+
+func (s *scanner) digits() bool {
+	start := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > start
+}
+
+// rewriteModel returns body with the model string at f replaced by name.
+func rewriteModel(body []byte, f modelField, name string) []byte {
+	q, _ := json.Marshal(name) // a string always marshals
+	out := make([]byte, 0, len(body)-(f.End-f.Start)+len(q))
+	out = append(out, body[:f.Start]...)
+	out = append(out, q...)
+	return append(out, body[f.End:]...)
+}

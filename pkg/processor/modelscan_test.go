@@ -1,0 +1,149 @@
+package processor
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestScanModel(t *testing.T) {
+	cases := []struct {
+		body  string
+		model string
+		found bool
+		err   error
+	}{
+		{`{"model":"gpt-4o-mini","messages":[]}`, "gpt-4o-mini", true, nil},
+		{` { "messages" : [ {"role":"user","content":"hi \"model\": x"} ] , "model" : "m1" } `, "m1", true, nil},
+		{`{"model":"a","model":"b"}`, "b", true, nil},
+		{`{"messages":[{"model":"inner"}]}`, "", false, nil},
+		{`{"m\u006fdel":"esc"}`, "esc", true, nil},
+		{`{"model":"caf\u00e9"}`, "café", true, nil},
+		{`{}`, "", false, nil},
+		{`{"model":5}`, "", false, errModelNotStr},
+		{`{"model":null}`, "", false, errModelNotStr},
+		{`{"model":"x"`, "", false, errBadJSON},
+		{`{"model":"x",}`, "", false, errBadJSON},
+		{`{"model":"x"} extra`, "", false, errBadJSON},
+		{`[1,2]`, "", false, errNotObject},
+		{`"str"`, "", false, errNotObject},
+		{``, "", false, errBadJSON},
+		{`{"a":01}`, "", false, errBadJSON},
+		{`{"a":1.}`, "", false, errBadJSON},
+		{`{"a":-1.5e+3,"b":[true,false,null],"model":"ok"}`, "ok", true, nil},
+		{"{\"a\":\"\x01\"}", "", false, errBadJSON},
+		{"{\"a\":\"\xff\",\"model\":\"m\"}", "m", true, nil},
+		{`{"a":"\x"}`, "", false, errBadJSON},
+		{`{"a":tru}`, "", false, errBadJSON},
+		{strings.Repeat("[", 600) + strings.Repeat("]", 600), "", false, errTooDeep},
+		{strings.Repeat("[", 60) + strings.Repeat("]", 60), "", false, errNotObject},
+		{`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, "", false, errTooDeep},
+	}
+	for _, tc := range cases {
+		m, err := scanModel([]byte(tc.body))
+		if err != tc.err || m.Name != tc.model || m.Found != tc.found {
+			t.Errorf("%.60q: got %q found=%v err=%v; want %q %v %v", tc.body, m.Name, m.Found, err, tc.model, tc.found, tc.err)
+		}
+	}
+}
+
+func TestRewriteModel(t *testing.T) {
+	body := []byte(`{"stream":true, "model" : "gpt-4o-mini", "messages":[{"content":"model"}]}`)
+	m, err := scanModel(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := rewriteModel(body, m, "my-deployment")
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v["model"] != "my-deployment" || v["stream"] != true {
+		t.Fatalf("%s", out)
+	}
+	if !bytes.Contains(out, []byte(`"content":"model"`)) {
+		t.Fatal("rewrote the wrong place")
+	}
+}
+
+// scanModel agrees with encoding/json on validity and on the model.
+func FuzzScanModel(f *testing.F) {
+	for _, s := range []string{`{"model":"x"}`, `{"a":[1,{"b":null}],"model":"y"}`, `{"model":1}`, `[]`, `{"m\u006fdel":"z"}`, `{"model":"a","model":"b"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := scanModel(b)
+		valid := json.Valid(b)
+		if err == errTooDeep {
+			return
+		}
+		if (err == nil || err == errModelNotStr || err == errNotObject) != valid {
+			t.Fatalf("scanModel err=%v but json.Valid=%v for %q", err, valid, b)
+		}
+		if err != nil {
+			return
+		}
+		var v map[string]json.RawMessage
+		if json.Unmarshal(b, &v) != nil {
+			t.Fatalf("accepted non-object %q", b)
+		}
+		raw, ok := v["model"]
+		if ok != m.Found {
+			// encoding/json matches keys case-insensitively only for
+			// structs; a map keeps exact keys, so they must agree.
+			t.Fatalf("found=%v, json says %v for %q", m.Found, ok, b)
+		}
+		if ok {
+			var name string
+			if json.Unmarshal(raw, &name) != nil || name != m.Name {
+				t.Fatalf("model %q, json says %s", m.Name, raw)
+			}
+			out := rewriteModel(b, m, "rewritten")
+			var v2 map[string]any
+			if json.Unmarshal(out, &v2) != nil || v2["model"] != "rewritten" {
+				t.Fatalf("rewrite broke %q → %q", b, out)
+			}
+		}
+	})
+}
+
+func BenchmarkScanModel1MiB(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"messages":[`)
+	for sb.Len() < 1<<20 {
+		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor \"incididunt\" ut labore"},`)
+	}
+	sb.WriteString(`{"role":"user","content":"end"}],"model":"gpt-4o-mini","stream":true}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := scanModel(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(body)/1024), "ns/KiB")
+}
+
+// Baseline in the same run: decoding the whole document with encoding/json.
+func BenchmarkJSONUnmarshal1MiB(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"messages":[`)
+	for sb.Len() < 1<<20 {
+		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor \"incididunt\" ut labore"},`)
+	}
+	sb.WriteString(`{"role":"user","content":"end"}],"model":"gpt-4o-mini","stream":true}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var v struct {
+			Model string `json:"model"`
+		}
+		if err := json.Unmarshal(body, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(body)/1024), "ns/KiB")
+}
