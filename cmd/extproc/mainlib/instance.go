@@ -16,6 +16,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/admin"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
@@ -30,6 +31,8 @@ type Instance struct {
 	Metrics *metrics.Metrics
 	Config  *routes.Holder
 	Health  *admin.Health
+	Store   breaker.Store
+	Clock   *breaker.CoarseClock
 
 	grpcLn, adminLn net.Listener
 	grpcSrv         *grpc.Server
@@ -87,6 +90,16 @@ func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, err
 	}
 	reloader.Report(rt)
 
+	if rt.Store.Backend != routes.StoreMemory {
+		return nil, fmt.Errorf("store.backend: %q is not available in this build; use memory", rt.Store.Backend)
+	}
+	in.Clock = breaker.NewCoarseClock(time.Millisecond)
+	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
+	in.Store = breaker.NewMemory(reporter.Report)
+	if rt.Store.Memory.PersistPath == "" {
+		log.Warn("store.memory.persist_path is empty: admin changes are not kept across restarts")
+	}
+
 	if in.grpcLn, err = net.Listen("tcp", rt.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
 	}
@@ -99,7 +112,9 @@ func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, err
 	in.grpcSrv = grpc.NewServer()
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
-	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, processor.NewServer())
+	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, processor.NewServer(processor.Options{
+		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
+	}))
 	in.Health.OnChange(func(serving bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if serving {
@@ -117,6 +132,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, err
 			"addr", in.AdminAddr())
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
+	(&admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log}).Register(adm)
 	in.httpSrv = &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 
 	bgCtx, cancel := context.WithCancel(context.Background())
@@ -126,6 +142,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, err
 		if err := in.httpSrv.Serve(in.adminLn); !errors.Is(err, http.ErrServerClosed) {
 			in.serveErr <- err
 		}
+	}()
+	in.bg.Add(1)
+	go func() {
+		defer in.bg.Done()
+		breaker.RunSweeper(bgCtx, in.Store, in.Clock, 250*time.Millisecond)
 	}()
 	if f.Config != "" {
 		reloader.Prime()
@@ -165,6 +186,7 @@ func (in *Instance) Wait() error {
 	}
 	in.cancelBg()
 	in.bg.Wait()
+	defer in.Clock.Stop()
 	stopped := make(chan struct{})
 	go func() { in.grpcSrv.GracefulStop(); close(stopped) }()
 	select {

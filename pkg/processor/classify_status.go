@@ -1,0 +1,102 @@
+package processor
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+)
+
+// Envoy's legacy response-flag bits, as response.flags carries them
+// (ENVOY.md, Attributes).
+const (
+	flagUH  = 0x2
+	flagUT  = 0x4
+	flagLR  = 0x8
+	flagUR  = 0x10
+	flagUF  = 0x20
+	flagUC  = 0x40
+	flagUO  = 0x80
+	flagNR  = 0x100
+	flagURX = 0x8000
+	flagUPE = 0x800000
+	flagNC  = 0x1000000
+
+	connFlags = flagUF | flagUC | flagUR | flagLR | flagUPE | flagUH
+)
+
+// respHead is what the response headers say.
+type respHead struct {
+	status      int
+	flags       uint64
+	hasFlags    bool
+	details     string
+	hasDetails  bool
+	overloaded  bool
+	contentType string
+	endOfStream bool
+}
+
+// headVerdict is what can be concluded from the response headers.
+type headVerdict uint8
+
+const (
+	// verdictDecided: the headers alone decide the outcome.
+	verdictDecided headVerdict = iota
+	// verdictNeedBody: a 2xx; the body decides (R-O6, R-O9..R-O11).
+	verdictNeedBody
+	// verdictSniff: no attributes on a 503/504; Envoy's local-reply text
+	// in the body tells a connection failure or timeout from a provider's
+	// own status.
+	verdictSniff
+)
+
+// classifyHead applies R-O1..R-O3, R-O5, R-O7, R-O12 and R-O15 to the
+// response headers. The Kind of a decided result is final; RetryAfter is
+// filled in by the caller.
+func classifyHead(h respHead) (breaker.Result, headVerdict) {
+	r := breaker.Result{Kind: breaker.KindStatus, Status: h.status, ElapsedMs: -1}
+	switch {
+	case (h.hasFlags && h.flags&flagNC != 0) || h.details == "cluster_not_found":
+		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonClusterNotFound
+		return r, verdictDecided
+	case (h.hasFlags && h.flags&flagUO != 0) || h.overloaded:
+		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonEnvoyOverflow
+		return r, verdictDecided
+	case h.status >= 500 && ((h.hasFlags && h.flags&flagUT != 0) || strings.HasPrefix(h.details, "upstream_response_timeout")):
+		r.Kind = breaker.KindTimeout
+		return r, verdictDecided
+	case h.status >= 500 && ((h.hasFlags && h.flags&connFlags != 0) || strings.HasPrefix(h.details, "upstream_reset_before_response_started")):
+		r.Kind = breaker.KindConnError
+		return r, verdictDecided
+	case h.status >= 200 && h.status < 300:
+		if h.endOfStream {
+			r.Kind = breaker.KindAnswered // no body: not an LLM shape (R-O6)
+			return r, verdictDecided
+		}
+		return r, verdictNeedBody
+	case (h.status == 503 || h.status == 504) && !h.hasFlags && !h.hasDetails && !h.endOfStream && isTextOrNone(h.contentType):
+		return r, verdictSniff
+	}
+	return r, verdictDecided
+}
+
+func isTextOrNone(ct string) bool {
+	return ct == "" || strings.HasPrefix(strings.ToLower(ct), "text/plain")
+}
+
+// sniffLimit is how much of a local-reply body the heuristics read.
+const sniffLimit = 256
+
+// sniffLocalReply applies the text heuristics to the start of a 503/504 body
+// when Envoy sent no attributes: its local replies have fixed texts.
+func sniffLocalReply(r breaker.Result, body []byte) breaker.Result {
+	switch {
+	case bytes.Contains(body, []byte("upstream connect error or disconnect/reset before headers")),
+		bytes.Contains(body, []byte("no healthy upstream")):
+		r.Kind = breaker.KindConnError
+	case r.Status == 504 && bytes.Contains(body, []byte("upstream request timeout")):
+		r.Kind = breaker.KindTimeout
+	}
+	return r
+}

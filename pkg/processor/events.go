@@ -1,0 +1,46 @@
+package processor
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+)
+
+// EventReporter turns breaker transitions into the `[circuit_breaker]` log
+// line and the transition and state metrics (SPEC §9).
+type EventReporter struct {
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+}
+
+// Report handles one transition.
+func (r *EventReporter) Report(e breaker.Event) {
+	gw := e.ID.Gateway
+	r.Metrics.Transitions.WithLabelValues(gw, e.ID.Route, e.Provider, string(e.ID.Scope), e.Transition(), e.Reason).Inc()
+	r.Metrics.State.WithLabelValues(gw, e.ID.Route, e.Provider, string(e.ID.Scope)).Set(float64(e.To))
+	openUntil := ""
+	switch {
+	case e.OpenUntil == breaker.Never:
+		openUntil = "never"
+	case e.OpenUntil != 0:
+		openUntil = time.Unix(0, e.OpenUntil).UTC().Format(time.RFC3339Nano)
+	}
+	r.Log.Info("[circuit_breaker] "+e.Transition(),
+		"transition", e.Transition(),
+		"reason", e.Reason,
+		"failures", fmt.Sprintf("%d/%d", e.Failures, e.Threshold),
+		"gateway", gw,
+		"route", e.ID.Route,
+		"provider", e.Provider,
+		"scope", string(e.ID.Scope),
+		"policy_version", e.PolicyVersion,
+		"open_until", openUntil,
+		"window_calls", e.WindowCalls,
+		"window_failures", e.WindowFailures,
+		"reopens", e.Reopens,
+		"generation", e.Generation,
+	)
+}
