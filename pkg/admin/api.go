@@ -171,11 +171,10 @@ func ParseForceOpen(body []byte) (time.Duration, error) {
 		return 0, nil
 	}
 	var v struct {
-		DurationSec *json.Number `json:"duration_sec"`
+		DurationSec json.RawMessage `json:"duration_sec"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
 		return 0, fmt.Errorf("body: want {\"duration_sec\": N}: %v", err)
 	}
@@ -185,12 +184,16 @@ func ParseForceOpen(body []byte) (time.Duration, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return 0, errors.New("body: trailing data after the JSON object")
 	}
-	if v.DurationSec == nil {
+	if len(v.DurationSec) == 0 || string(v.DurationSec) == "null" {
 		return 0, nil
 	}
-	f, err := v.DurationSec.Float64()
-	if err != nil || f != math.Trunc(f) || f < 1 || f > maxForceSec {
-		return 0, fmt.Errorf("duration_sec: must be a whole number of seconds in 1..%d, got %s", maxForceSec, v.DurationSec.String())
+	var f float64
+	// A JSON number only: encoding/json would also take "5" into a
+	// json.Number.
+	c := v.DurationSec[0]
+	err := json.Unmarshal(v.DurationSec, &f)
+	if err != nil || !(c == '-' || c >= '0' && c <= '9') || f != math.Trunc(f) || f < 1 || f > maxForceSec {
+		return 0, fmt.Errorf("duration_sec: must be a whole number of seconds in 1..%d, got %s", maxForceSec, v.DurationSec)
 	}
 	return time.Duration(f) * time.Second, nil
 }

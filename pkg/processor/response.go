@@ -36,9 +36,6 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 	}
 	head.endOfStream = h.EndOfStream
 	head.flags, head.hasFlags, head.details, head.hasDetails = attributes(req.Attributes)
-	if len(h.Attributes) > 0 && !head.hasFlags && !head.hasDetails {
-		head.flags, head.hasFlags, head.details, head.hasDetails = attributes(h.Attributes)
-	}
 	st.respStatus = head.status
 	st.eventStream = strings.HasPrefix(strings.ToLower(head.contentType), "text/event-stream")
 

@@ -36,6 +36,8 @@ type Server struct {
 
 	// timed reports message durations; off in the null benchmark.
 	timed bool
+	// testHook runs before each message is handled (tests inject panics).
+	testHook func(*extprocv3.ProcessingRequest)
 }
 
 // Options configure a Server.
@@ -109,6 +111,9 @@ func (s *Server) handle(st *stream, req *extprocv3.ProcessingRequest) (resp *ext
 			s.metrics.MessageDuration.WithLabelValues(phaseOf(req)).Observe(time.Since(t0).Seconds())
 		}
 	}()
+	if s.testHook != nil {
+		s.testHook(req)
+	}
 	return st.handle(req)
 }
 

@@ -98,7 +98,8 @@ func (st *stream) spurious(req *extprocv3.ProcessingRequest) *extprocv3.Processi
 	return continueReply(req)
 }
 
-// fallback is the reply after a panic (R-D7).
+// fallback is the reply after a panic (R-D7): dispatch to the chosen or
+// first candidate when one can be known, otherwise pass through.
 func (st *stream) fallback(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders, *extprocv3.ProcessingRequest_RequestBody:
@@ -106,7 +107,10 @@ func (st *stream) fallback(req *extprocv3.ProcessingRequest) *extprocv3.Processi
 		if r == nil {
 			r = st.first
 		}
-		if r != nil && !st.respStarted {
+		if r == nil {
+			r = st.firstCandidate(req)
+		}
+		if r != nil && !st.respStarted && st.rt != nil {
 			cr := &extprocv3.CommonResponse{
 				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(st.rt.Headers.Cluster, r.Cluster), setHeader(st.rt.Headers.Route, r.Key)}},
 				ClearRouteCache: true,
@@ -118,6 +122,31 @@ func (st *stream) fallback(req *extprocv3.ProcessingRequest) *extprocv3.Processi
 		}
 	}
 	return continueReply(req)
+}
+
+// firstCandidate finds the first route for the request without consulting
+// any breaker. It runs after a panic, so it must not panic itself.
+func (st *stream) firstCandidate(req *extprocv3.ProcessingRequest) (r *routes.Route) {
+	defer func() {
+		if recover() != nil {
+			r = nil
+		}
+	}()
+	if st.gw == nil {
+		return nil
+	}
+	name := st.modelName
+	if b := req.GetRequestBody(); b != nil && name == "" {
+		if f, err := scanModel(b.Body); err == nil && f.Found {
+			name = f.Name
+		}
+	}
+	if m, ok := st.gw.Model(name); ok {
+		if c := m.Candidates(st.residency); len(c) > 0 {
+			return c[0]
+		}
+	}
+	return nil
 }
 
 func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
