@@ -58,6 +58,8 @@ const (
 	ReasonStreamError     = "stream_error"
 	ReasonLengthCap       = "length_cap"
 	ReasonNoOutput        = "no_output"
+	ReasonReasoningOnly   = "reasoning_only"
+	ReasonContentFilter   = "content_filter"
 	ReasonUnparseable     = "unparseable"
 	ReasonClusterNotFound = "cluster_not_found"
 	ReasonEnvoyOverflow   = "envoy_overflow"

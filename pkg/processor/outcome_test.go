@@ -178,7 +178,7 @@ func TestBodyChunksPipelinedAndTrailers(t *testing.T) {
 	c := e.open("")
 	c.chat("gpt")
 	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "text/event-stream")
-	chunks := []string{"data: {\"a\"", "", ":1}\n\n", "", "data: [DONE]\n\n"}
+	chunks := []string{"data: {\"choices\":[{\"delta\":{\"content\":\"H", "", "i\"},\"finish_reason\":\"stop\"}]}\n", "\n", "", "data: [DONE]\n\n"}
 	for _, ch := range chunks {
 		c.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(ch)}}})
 	}

@@ -2,13 +2,13 @@ package processor
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/processor/classify"
 )
 
 func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -37,7 +37,6 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 	head.endOfStream = h.EndOfStream
 	head.flags, head.hasFlags, head.details, head.hasDetails = attributes(req.Attributes)
 	st.respStatus = head.status
-	st.eventStream = strings.HasPrefix(strings.ToLower(head.contentType), "text/event-stream")
 
 	var cr *extprocv3.CommonResponse
 	if st.chosen != nil {
@@ -83,6 +82,7 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 			break
 		}
 		st.pending = res
+		st.classifier = classify.New(st.chosen.API, head.contentType)
 	default:
 		st.pending = res
 	}
@@ -93,9 +93,6 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRes
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 	if !st.tracked || st.recorded || !st.respStarted {
 		return resp
-	}
-	if len(b.Body) > 0 && st.firstByteNs == 0 {
-		st.firstByteNs = st.now()
 	}
 	switch st.verdict {
 	case verdictSniff:
@@ -109,6 +106,7 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRes
 			st.record(res, now)
 		}
 	case verdictNeedBody:
+		st.classifier.Write(b.Body, st.now())
 		if b.EndOfStream {
 			st.onResponseEnd()
 		}
@@ -116,25 +114,56 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRes
 	return resp
 }
 
-// onResponseEnd: the response finished cleanly (end_of_stream, or trailers).
-// Until the body classifiers land, a 2xx with a clean end is a success.
+// onResponseEnd: the response finished cleanly (end_of_stream, or
+// trailers). A 2xx is judged by what its body delivered.
 func (st *stream) onResponseEnd() {
 	if !st.tracked || st.recorded || !st.respStarted {
 		return
 	}
 	now := st.now()
 	res := st.pending
+	res.ElapsedMs = (now - st.startNs) / 1e6
 	switch st.verdict {
 	case verdictNeedBody:
-		res.Kind = breaker.KindAnswered
+		v := st.classifier.Finish(now)
+		res = bodyResult(res, v, st.chosen.SelfHosted)
+		if st.classifier.Streaming() && v.FirstVisibleNs > 0 {
+			// R-T4: a stream is slow by its time to the first visible token.
+			res.ElapsedMs = (v.FirstVisibleNs - st.startNs) / 1e6
+		}
 	case verdictSniff:
 		res = sniffLocalReply(res, st.sniff)
 	}
-	res.ElapsedMs = (now - st.startNs) / 1e6
-	if st.eventStream && st.firstByteNs != 0 {
-		res.ElapsedMs = (st.firstByteNs - st.startNs) / 1e6
-	}
 	st.record(res, now)
+}
+
+// bodyResult maps a classifier verdict to the attempt's result (R-O4, R-O6,
+// R-O9..R-O11).
+func bodyResult(res breaker.Result, v classify.Verdict, selfHosted bool) breaker.Result {
+	res.Kind = breaker.KindNeither
+	switch v.Kind {
+	case classify.Answered, classify.NotLLM:
+		res.Kind = breaker.KindAnswered
+	case classify.DeadTurn:
+		if selfHosted {
+			res.Kind = breaker.KindDeadTurn
+		} else {
+			res.Reason = breaker.ReasonDeadTurn
+		}
+	case classify.LengthCap:
+		res.Reason = breaker.ReasonLengthCap
+	case classify.ReasoningOnly:
+		res.Reason = breaker.ReasonReasoningOnly
+	case classify.ContentFilter:
+		res.Reason = breaker.ReasonContentFilter
+	case classify.StreamError, classify.Truncated:
+		res.Reason = breaker.ReasonStreamError
+	case classify.Unparseable:
+		res.Reason = breaker.ReasonUnparseable
+	default:
+		res.Reason = breaker.ReasonNoOutput
+	}
+	return res
 }
 
 // finish runs when the stream ends. An attempt whose response never reached

@@ -10,6 +10,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/processor/classify"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -52,8 +53,7 @@ type stream struct {
 	verdict     headVerdict
 	pending     breaker.Result
 	sniff       []byte
-	eventStream bool
-	firstByteNs int64
+	classifier  *classify.Classifier
 	closed      bool
 }
 
