@@ -32,7 +32,8 @@ type Instance struct {
 	Config  *routes.Holder
 	Health  *admin.Health
 	Store   breaker.Store
-	Clock   *breaker.CoarseClock
+	Clock   breaker.Clock
+	stopClk func()
 
 	grpcLn, adminLn net.Listener
 	grpcSrv         *grpc.Server
@@ -50,10 +51,24 @@ func (in *Instance) GRPCAddr() string { return in.grpcLn.Addr().String() }
 // AdminAddr is the admin listener's address.
 func (in *Instance) AdminAddr() string { return in.adminLn.Addr().String() }
 
+// Option changes how Start wires fusebox (tests and the demo).
+type Option func(*options)
+
+type options struct {
+	clock breaker.Clock
+}
+
+// WithClock makes fusebox read time from c (a fake clock in tests).
+func WithClock(c breaker.Clock) Option { return func(o *options) { o.clock = c } }
+
 // Start loads the config, opens both listeners and starts serving. It
 // returns once fusebox is serving; Wait blocks until ctx ends and the drain
 // is over.
-func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, error) {
+func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option) (*Instance, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	f, err := parseFlags(args, stderr)
 	if err != nil {
 		return nil, err
@@ -93,7 +108,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer) (*Instance, err
 	if rt.Store.Backend != routes.StoreMemory {
 		return nil, fmt.Errorf("store.backend: %q is not available in this build; use memory", rt.Store.Backend)
 	}
-	in.Clock = breaker.NewCoarseClock(time.Millisecond)
+	in.Clock, in.stopClk = o.clock, func() {}
+	if in.Clock == nil {
+		cc := breaker.NewCoarseClock(time.Millisecond)
+		in.Clock, in.stopClk = cc, cc.Stop
+	}
 	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
 	in.Store = breaker.NewMemory(reporter.Report)
 	if rt.Store.Memory.PersistPath == "" {
@@ -186,7 +205,7 @@ func (in *Instance) Wait() error {
 	}
 	in.cancelBg()
 	in.bg.Wait()
-	defer in.Clock.Stop()
+	defer in.stopClk()
 	stopped := make(chan struct{})
 	go func() { in.grpcSrv.GracefulStop(); close(stopped) }()
 	select {

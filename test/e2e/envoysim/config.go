@@ -1,0 +1,56 @@
+package envoysim
+
+import (
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+)
+
+// Config is the deployment the proxy plays. NewConfigFromEnvoy (in the
+// envoy package tests) fills it from envoy/envoy.yaml so the two cannot
+// drift.
+type Config struct {
+	// StripPrefix: client headers starting with it are removed before the
+	// route is computed (HCM early_header_mutation).
+	StripPrefix string
+	// GatewayHeader / Gateway: set by the header_mutation filter for the
+	// virtual host.
+	GatewayHeader string
+	Gateway       string
+	ExtProc       ExtProcConfig
+	// ClusterHeader is route (a)'s cluster_header; requests without it go
+	// to DefaultCluster (route (b)).
+	ClusterHeader  string
+	DefaultCluster string
+	Clusters       map[string]*Cluster
+	// RequestHeadersToRemove are removed before a request goes upstream.
+	RequestHeadersToRemove []string
+	RouteTimeout           time.Duration
+	RetryOn                []string // "connect-failure", "reset"
+	NumRetries             int
+	// BufferLimit is the listener's per-request buffer limit (413 above).
+	BufferLimit int
+}
+
+// Cluster is one upstream.
+type Cluster struct {
+	Addr string // host:port
+	// MaxRequests is the circuit_breakers max_requests threshold
+	// (0 = Envoy's default 1024).
+	MaxRequests int
+}
+
+// ExtProcConfig mirrors the ext_proc filter's settings.
+type ExtProcConfig struct {
+	Addr                string // fusebox gRPC address; "" = no ext_proc filter
+	RequestHeaderMode   filterv3.ProcessingMode_HeaderSendMode
+	ResponseHeaderMode  filterv3.ProcessingMode_HeaderSendMode
+	RequestBodyMode     filterv3.ProcessingMode_BodySendMode
+	ResponseBodyMode    filterv3.ProcessingMode_BodySendMode
+	AllowModeOverride   bool
+	FailureModeAllow    bool
+	MessageTimeout      time.Duration
+	ResponseAttributes  []string
+	ReceivingNamespaces []string
+	InitialMetadata     map[string]string
+}

@@ -1,0 +1,213 @@
+package envoysim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/metadata"
+)
+
+var errMessageTimeout = errors.New("ext_proc message timeout")
+
+// epStream is the ext_proc filter's stream for one request.
+type epStream struct {
+	p      *Proxy
+	modes  modes
+	ctx    context.Context
+	cancel context.CancelFunc
+	s      extprocv3.ExternalProcessor_ProcessClient
+	first  bool
+	// failed: processing stopped (an error or timeout with
+	// failure_mode_allow); the request continues unprocessed.
+	failed  atomic.Bool
+	replies chan recvd
+	closed  atomic.Bool
+	// sendMu serialises Send and CloseSend, which gRPC forbids running
+	// concurrently (the body reader sends while the forwarder may close).
+	sendMu sync.Mutex
+}
+
+type recvd struct {
+	resp *extprocv3.ProcessingResponse
+	err  error
+}
+
+func newEPStream(p *Proxy) *epStream {
+	c := p.cfg.ExtProc
+	return &epStream{p: p, first: true, modes: modes{
+		RequestHeaderMode:  c.RequestHeaderMode,
+		ResponseHeaderMode: c.ResponseHeaderMode,
+		RequestBodyMode:    c.RequestBodyMode,
+		ResponseBodyMode:   c.ResponseBodyMode,
+	}}
+}
+
+// modes are the processing modes in force for one stream.
+type modes struct {
+	RequestHeaderMode, ResponseHeaderMode filterv3.ProcessingMode_HeaderSendMode
+	RequestBodyMode, ResponseBodyMode     filterv3.ProcessingMode_BodySendMode
+}
+
+// active reports whether the filter still talks to the server.
+func (e *epStream) active() bool {
+	return e.p.cfg.ExtProc.Addr != "" && !e.failed.Load() && !e.closed.Load()
+}
+
+func headerMode(m filterv3.ProcessingMode_HeaderSendMode, def bool) bool {
+	switch m {
+	case filterv3.ProcessingMode_SEND:
+		return true
+	case filterv3.ProcessingMode_SKIP:
+		return false
+	}
+	return def
+}
+
+// open starts the gRPC stream lazily, on the first message (ENVOY.md).
+func (e *epStream) open() error {
+	if e.s != nil {
+		return nil
+	}
+	e.p.stats.add("streams_started")
+	md := metadata.New(nil)
+	for k, v := range e.p.cfg.ExtProc.InitialMetadata {
+		md.Set(k, v)
+	}
+	e.ctx, e.cancel = context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
+	s, err := e.p.epClient.Process(e.ctx)
+	if err != nil {
+		return err
+	}
+	e.s = s
+	e.replies = make(chan recvd, 64)
+	go func() {
+		for {
+			r, err := s.Recv()
+			e.replies <- recvd{r, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// send sends one message; the first carries protocol_config and an
+// (empty) metadata_context, as Envoy does.
+func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	if e.closed.Load() {
+		return errors.New("ext_proc stream closed")
+	}
+	if err := e.open(); err != nil {
+		return err
+	}
+	if e.first {
+		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{
+			RequestBodyMode:  e.p.cfg.ExtProc.RequestBodyMode,
+			ResponseBodyMode: e.p.cfg.ExtProc.ResponseBodyMode,
+		}
+		req.MetadataContext = &corev3.Metadata{}
+		e.first = false
+	}
+	e.p.stats.add("stream_msgs_sent")
+	return e.s.Send(req)
+}
+
+// next waits for the next reply, at most the message timeout from since.
+func (e *epStream) next(since time.Time) (*extprocv3.ProcessingResponse, error) {
+	wait := time.Until(since.Add(e.p.cfg.ExtProc.MessageTimeout))
+	if wait < 0 {
+		wait = 0
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case r := <-e.replies:
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) {
+				// The server closed the stream with OK: Envoy continues
+				// without further processing.
+				return nil, io.EOF
+			}
+			return nil, r.err
+		}
+		e.p.stats.add("stream_msgs_received")
+		return r.resp, nil
+	case <-t.C:
+		e.p.stats.add("message_timeouts")
+		return nil, errMessageTimeout
+	}
+}
+
+// exchange sends req and waits for its reply.
+func (e *epStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	t0 := time.Now()
+	if err := e.send(req); err != nil {
+		return nil, err
+	}
+	return e.next(t0)
+}
+
+// fail handles an error talking to the server: with failure_mode_allow the
+// request continues unprocessed (and the stream is closed); otherwise the
+// caller sends status_on_error (500) or, on a message timeout, 504.
+func (e *epStream) fail(err error) (allowed bool) {
+	e.p.stats.add("streams_failed")
+	e.failed.Store(true)
+	e.close()
+	if errors.Is(err, io.EOF) {
+		return true // closed with OK: continue without processing
+	}
+	if e.p.cfg.ExtProc.FailureModeAllow {
+		e.p.stats.add("failure_mode_allowed")
+		return true
+	}
+	return false
+}
+
+// close ends the stream the way Envoy does: a half-close, then a reset.
+func (e *epStream) close() {
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	if e.closed.Swap(true) || e.s == nil {
+		return
+	}
+	_ = e.s.CloseSend()
+	go func(cancel context.CancelFunc, replies chan recvd) {
+		t := time.NewTimer(e.p.cfg.ExtProc.MessageTimeout)
+		defer t.Stop()
+		for {
+			select {
+			case r := <-replies:
+				if r.err != nil {
+					cancel()
+					return
+				}
+			case <-t.C:
+				cancel()
+				return
+			}
+		}
+	}(e.cancel, e.replies)
+}
+
+// reset ends the stream abruptly (the client went away): half-close and
+// reset at once.
+func (e *epStream) reset() {
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	if e.s != nil && !e.closed.Swap(true) {
+		_ = e.s.CloseSend()
+		e.cancel()
+	}
+	e.closed.Store(true)
+}

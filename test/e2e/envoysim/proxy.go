@@ -1,0 +1,528 @@
+package envoysim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Proxy is a running Envoy stand-in.
+type Proxy struct {
+	cfg       Config
+	conn      *grpc.ClientConn
+	epClient  extprocv3.ExternalProcessorClient
+	transport *http.Transport
+	stats     Stats
+	srv       *http.Server
+	ln        net.Listener
+	reqSeq    atomic.Uint64
+
+	mu     sync.Mutex
+	log    []Entry
+	active map[string]*atomic.Int64
+}
+
+// New builds a proxy for cfg.
+func New(cfg Config) (*Proxy, error) {
+	p := &Proxy{cfg: cfg, active: map[string]*atomic.Int64{}}
+	for name := range cfg.Clusters {
+		p.active[name] = &atomic.Int64{}
+	}
+	if cfg.ExtProc.Addr != "" {
+		conn, err := grpc.NewClient(cfg.ExtProc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		p.conn, p.epClient = conn, extprocv3.NewExternalProcessorClient(conn)
+	}
+	p.transport = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64,
+		DisableCompression:  true,
+	}
+	return p, nil
+}
+
+// Start listens on addr ("127.0.0.1:0" for any port).
+func (p *Proxy) Start(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	p.ln = ln
+	p.srv = &http.Server{Handler: p}
+	go p.srv.Serve(ln)
+	return nil
+}
+
+// URL is the proxy's base URL.
+func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+// Close stops the proxy.
+func (p *Proxy) Close() {
+	if p.srv != nil {
+		p.srv.Close()
+	}
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	p.transport.CloseIdleConnections()
+}
+
+// Stats returns the counters.
+func (p *Proxy) Stats() *Stats { return &p.stats }
+
+// Log returns a copy of the access log.
+func (p *Proxy) Log() []Entry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Entry(nil), p.log...)
+}
+
+func (p *Proxy) record(e *Entry) {
+	p.mu.Lock()
+	p.log = append(p.log, *e)
+	p.mu.Unlock()
+}
+
+// route is the result of route matching.
+type route struct {
+	viaHeader bool
+	cluster   string
+}
+
+// computeRoute matches the two routes of the shipped config: (a) requests
+// that carry the cluster header → cluster_header (its first value); (b)
+// everything else → the default cluster.
+func (p *Proxy) computeRoute(h headers) route {
+	if v, ok := h.get(p.cfg.ClusterHeader); ok {
+		return route{viaHeader: true, cluster: v}
+	}
+	return route{cluster: p.cfg.DefaultCluster}
+}
+
+// response is what the router produced: an upstream's response or one of
+// Envoy's local replies.
+type response struct {
+	status  int
+	hdr     headers
+	body    io.ReadCloser
+	flags   uint64
+	details string
+	local   bool
+}
+
+func localReply(status int, flags uint64, details, body string, extra ...kv) *response {
+	h := headers{{"content-type", "text/plain"}, {"content-length", strconv.Itoa(len(body))}}
+	h = append(h, extra...)
+	return &response{status: status, hdr: h, body: io.NopCloser(strings.NewReader(body)), flags: flags, details: details, local: true}
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	entry := &Entry{Start: time.Now(), Method: r.Method, Path: r.URL.RequestURI(), Metadata: map[string]*structpb.Struct{}}
+	defer p.record(entry)
+
+	// The request as the connection manager hands it to the filters.
+	h := headers{{":authority", r.Host}, {":path", r.URL.RequestURI()}, {":method", r.Method}, {":scheme", "http"}}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			h.add(strings.ToLower(k), v)
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(p.cfg.BufferLimit)+1))
+	if err != nil {
+		entry.Reset = true
+		return
+	}
+	if len(body) > p.cfg.BufferLimit {
+		p.writeLocal(w, entry, localReply(413, 0, "request_payload_too_large", "Payload Too Large"))
+		return
+	}
+	if r.ContentLength >= 0 && len(body) > 0 {
+		h.set("content-length", strconv.Itoa(len(body)))
+	}
+	h.set("x-request-id", fmt.Sprintf("req-%d", p.reqSeq.Add(1)))
+	h.set("x-forwarded-proto", "http")
+
+	// HCM early_header_mutation: client fusebox headers go before routing.
+	if p.cfg.StripPrefix != "" {
+		h.delPrefix(p.cfg.StripPrefix)
+	}
+	// header_mutation looks up its per-route config: the route is computed
+	// (and cached) now; then it sets the gateway for the virtual host.
+	rt := p.computeRoute(h)
+	if p.cfg.GatewayHeader != "" {
+		h.set(p.cfg.GatewayHeader, p.cfg.Gateway)
+	}
+
+	ep := newEPStream(p)
+	defer ep.close()
+	routed := false // Envoy routes once the request phase is done
+
+	// ext_proc: request headers.
+	eos := len(body) == 0
+	if ep.active() && headerMode(ep.modes.RequestHeaderMode, true) {
+		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}})
+		if err != nil {
+			if !ep.fail(err) {
+				p.writeLocal(w, entry, p.errorReply(err))
+				return
+			}
+		} else {
+			switch x := resp.Response.(type) {
+			case *extprocv3.ProcessingResponse_ImmediateResponse:
+				p.writeImmediate(w, entry, ep, x.ImmediateResponse, resp)
+				return
+			case *extprocv3.ProcessingResponse_RequestHeaders:
+				cr := x.RequestHeaders.GetResponse()
+				if err := p.applyMutation(&h, cr.GetHeaderMutation(), false); err != nil {
+					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+					return
+				}
+				p.clearRouteCache(cr, &h, &rt, routed)
+				if cr.GetStatus() == extprocv3.CommonResponse_CONTINUE_AND_REPLACE {
+					body = replacedBody(cr, body)
+					ep.modes.RequestBodyMode = filterv3.ProcessingMode_NONE
+				}
+				p.keepMetadata(entry, resp)
+				if resp.ModeOverride != nil && p.cfg.ExtProc.AllowModeOverride {
+					ep.modes = overrideModes(resp.ModeOverride)
+				}
+			default:
+				p.stats.add("spurious_msgs_received")
+				if !ep.fail(errSpurious) {
+					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
+					return
+				}
+			}
+		}
+	}
+
+	// ext_proc: buffered request body (one message, end_of_stream set).
+	if ep.active() && !eos && ep.modes.RequestBodyMode == filterv3.ProcessingMode_BUFFERED {
+		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}})
+		if err != nil {
+			if !ep.fail(err) {
+				p.writeLocal(w, entry, p.errorReply(err))
+				return
+			}
+		} else {
+			switch x := resp.Response.(type) {
+			case *extprocv3.ProcessingResponse_ImmediateResponse:
+				p.writeImmediate(w, entry, ep, x.ImmediateResponse, resp)
+				return
+			case *extprocv3.ProcessingResponse_RequestBody:
+				cr := x.RequestBody.GetResponse()
+				if err := p.applyMutation(&h, cr.GetHeaderMutation(), false); err != nil {
+					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+					return
+				}
+				// In BUFFERED mode Envoy has not routed yet.
+				p.clearRouteCache(cr, &h, &rt, routed)
+				if nb, replaced := bodyMutation(cr, body); replaced {
+					body = nb
+					if cl, ok := h.get("content-length"); ok && cl != strconv.Itoa(len(body)) {
+						p.writeLocal(w, entry, localReply(500, 0, "ext_proc_content_length_mismatch", "content-length does not match the replaced body"))
+						return
+					}
+				}
+				p.keepMetadata(entry, resp)
+			default:
+				p.stats.add("spurious_msgs_received")
+				if !ep.fail(errSpurious) {
+					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
+					return
+				}
+			}
+		}
+	}
+	routed = true
+	_ = routed
+
+	// Router.
+	entry.Route, entry.Cluster = "default", rt.cluster
+	if rt.viaHeader {
+		entry.Route = "cluster_header"
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	if p.cfg.RouteTimeout > 0 {
+		ctx, cancel = context.WithTimeout(r.Context(), p.cfg.RouteTimeout)
+	}
+	defer cancel()
+	up := p.dispatch(ctx, rt.cluster, h, body)
+	defer up.body.Close()
+	entry.Flags, entry.Details = up.flags, up.details
+
+	p.respond(w, r, entry, ep, up)
+}
+
+var errSpurious = errors.New("spurious ext_proc message")
+
+// clearRouteCache re-selects the route when the reply asks for it, carries
+// a header_mutation (an empty one counts) and Envoy has not routed yet.
+func (p *Proxy) clearRouteCache(cr *extprocv3.CommonResponse, h *headers, rt *route, routed bool) {
+	if !cr.GetClearRouteCache() {
+		return
+	}
+	if cr.GetHeaderMutation() == nil || routed {
+		p.stats.add("clear_route_cache_ignored")
+		return
+	}
+	*rt = p.computeRoute(*h)
+}
+
+// keepMetadata keeps the dynamic metadata of the receiving namespaces.
+func (p *Proxy) keepMetadata(e *Entry, resp *extprocv3.ProcessingResponse) {
+	md := resp.GetDynamicMetadata()
+	if md == nil {
+		return
+	}
+	for _, ns := range p.cfg.ExtProc.ReceivingNamespaces {
+		if v, ok := md.Fields[ns]; ok && v.GetStructValue() != nil {
+			e.Metadata[ns] = v.GetStructValue()
+		}
+	}
+}
+
+// overrideModes applies a mode_override literally: an omitted body mode is
+// NONE; header modes left DEFAULT keep their defaults (SEND for headers,
+// SKIP for trailers).
+func overrideModes(o *filterv3.ProcessingMode) modes {
+	return modes{
+		RequestHeaderMode:  o.RequestHeaderMode,
+		ResponseHeaderMode: o.ResponseHeaderMode,
+		RequestBodyMode:    o.RequestBodyMode,
+		ResponseBodyMode:   o.ResponseBodyMode,
+	}
+}
+
+func replacedBody(cr *extprocv3.CommonResponse, body []byte) []byte {
+	if nb, ok := bodyMutation(cr, body); ok {
+		return nb
+	}
+	return body
+}
+
+func bodyMutation(cr *extprocv3.CommonResponse, body []byte) ([]byte, bool) {
+	bm := cr.GetBodyMutation()
+	if bm == nil {
+		return body, false
+	}
+	switch m := bm.Mutation.(type) {
+	case *extprocv3.BodyMutation_Body:
+		return m.Body, true
+	case *extprocv3.BodyMutation_ClearBody:
+		if m.ClearBody {
+			return nil, true
+		}
+	}
+	return body, false
+}
+
+// errorReply is status_on_error: 500, or 504 for a message timeout.
+func (p *Proxy) errorReply(err error) *response {
+	if errors.Is(err, errMessageTimeout) {
+		return localReply(504, 0, "ext_proc_error_message_timeout", "ext_proc message timeout")
+	}
+	return localReply(500, 0, "ext_proc_error_grpc", "ext_proc error")
+}
+
+// writeImmediate sends the processor's local reply (status < 200 becomes
+// 200); it does not go back through the processor.
+func (p *Proxy) writeImmediate(w http.ResponseWriter, e *Entry, ep *epStream, ir *extprocv3.ImmediateResponse, resp *extprocv3.ProcessingResponse) {
+	p.keepMetadata(e, resp)
+	status := int(ir.GetStatus().GetCode())
+	if status < 200 {
+		status = 200
+	}
+	var h headers
+	if err := p.applyMutation(&h, ir.GetHeaders(), true); err != nil {
+		p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "bad immediate response headers"))
+		return
+	}
+	for _, x := range h {
+		w.Header().Add(x.k, x.v)
+	}
+	w.Header().Set("content-length", strconv.Itoa(len(ir.Body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(ir.Body)
+	e.Status, e.Details = status, ir.Details
+	ep.close()
+}
+
+// writeLocal sends one of Envoy's own replies straight to the client
+// (errors of the ext_proc filter itself do not go back through it).
+func (p *Proxy) writeLocal(w http.ResponseWriter, e *Entry, lr *response) {
+	for _, x := range lr.hdr {
+		w.Header().Add(x.k, x.v)
+	}
+	w.WriteHeader(lr.status)
+	_, _ = io.Copy(w, lr.body)
+	e.Status, e.Flags, e.Details = lr.status, lr.flags, lr.details
+}
+
+// isConnectFailure tells a refused or failed connect from a reset.
+func isConnectFailure(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+func (p *Proxy) retries(kind string) bool {
+	for _, r := range p.cfg.RetryOn {
+		if r == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch sends the request to a cluster, with Envoy's retry policy and
+// local replies.
+func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []byte) *response {
+	c, ok := p.cfg.Clusters[cluster]
+	if !ok {
+		p.stats.add("no_cluster")
+		return localReply(503, flagNC, "cluster_not_found", "")
+	}
+	if c.Addr == "" {
+		return localReply(503, flagUH, "no_healthy_upstream", "no healthy upstream")
+	}
+	max := c.MaxRequests
+	if max == 0 {
+		max = 1024
+	}
+	active := p.active[cluster]
+	if active.Add(1) > int64(max) {
+		active.Add(-1)
+		p.stats.add("upstream_rq_pending_overflow")
+		return localReply(503, flagUO, "upstream_reset_before_response_started{overflow}",
+			"upstream connect error or disconnect/reset before headers. reset reason: overflow", kv{"x-envoy-overloaded", "true"})
+	}
+	release := sync.OnceFunc(func() { active.Add(-1) })
+
+	var lastErr error
+	var flags uint64
+	for attempt := 0; attempt <= p.cfg.NumRetries; attempt++ {
+		if attempt > 0 {
+			p.stats.add("upstream_rq_retry")
+			flags |= flagURX
+		}
+		req, err := p.upstreamRequest(ctx, c, h, body)
+		if err != nil {
+			release()
+			return localReply(500, 0, "bad_request", err.Error())
+		}
+		resp, err := p.transport.RoundTrip(req)
+		if err == nil {
+			flags &^= flagURX
+			hdr := headers{}
+			for k, vs := range resp.Header {
+				for _, v := range vs {
+					hdr.add(strings.ToLower(k), v)
+				}
+			}
+			if resp.ContentLength >= 0 {
+				hdr.set("content-length", strconv.FormatInt(resp.ContentLength, 10))
+			}
+			return &response{status: resp.StatusCode, hdr: hdr, body: &releaseBody{ReadCloser: resp.Body, release: release}, details: "via_upstream"}
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+		kind := "reset"
+		if isConnectFailure(err) {
+			kind = "connect-failure"
+		}
+		if !p.retries(kind) {
+			break
+		}
+	}
+	release()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		p.stats.add("upstream_rq_timeout")
+		return localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout")
+	}
+	if ctx.Err() != nil {
+		return localReply(503, flagUR, "upstream_reset_before_response_started{downstream_reset}", "client went away")
+	}
+	if isConnectFailure(lastErr) {
+		return localReply(503, flags|flagUF, "upstream_reset_before_response_started{connection_failure}",
+			"upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+	}
+	return localReply(503, flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
+		"upstream connect error or disconnect/reset before headers. reset reason: connection termination")
+}
+
+type releaseBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+// upstreamRequest builds the request a cluster receives: the route's
+// request_headers_to_remove applied, the Host rewritten to the cluster's
+// address (auto_host_rewrite).
+func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body []byte) (*http.Request, error) {
+	method, _ := h.get(":method")
+	path, _ := h.get(":path")
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Addr+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = int64(len(body))
+	for _, x := range h {
+		if strings.HasPrefix(x.k, ":") || x.k == "host" || x.k == "content-length" {
+			continue
+		}
+		drop := false
+		for _, r := range p.cfg.RequestHeadersToRemove {
+			if x.k == r {
+				drop = true
+			}
+		}
+		if !drop {
+			req.Header.Add(x.k, x.v)
+		}
+	}
+	req.Host = c.Addr
+	return req, nil
+}
+
+// Response flag bits (ENVOY.md, Attributes).
+const (
+	flagUH  = 0x2
+	flagUT  = 0x4
+	flagUR  = 0x10
+	flagUF  = 0x20
+	flagUC  = 0x40
+	flagUO  = 0x80
+	flagURX = 0x8000
+	flagNC  = 0x1000000
+)

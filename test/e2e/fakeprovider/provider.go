@@ -1,0 +1,319 @@
+package fakeprovider
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fault is what the provider does wrong; the zero Fault answers normally.
+type Fault struct {
+	Status       int    // answer this status with an error body
+	RetryAfter   string // Retry-After header on a Status answer
+	RetryAfterMs string // retry-after-ms header
+	// ResetBeforeHeaders closes the connection without answering.
+	ResetBeforeHeaders bool
+	// ResetMidStream sends headers and part of the body, then closes.
+	ResetMidStream bool
+	// SlowFirstToken delays the first visible token (streams) or the whole
+	// answer.
+	SlowFirstToken time.Duration
+	// Hang delays the response headers (to hit Envoy's route timeout).
+	Hang       time.Duration
+	DeadTurn   bool // a clean stop with no visible text
+	LengthCap  bool // finish_reason length with no visible text
+	ErrorEvent bool // an error event inside the stream
+}
+
+// Provider is one fake upstream (one Envoy cluster).
+type Provider struct {
+	Name string
+	addr string
+
+	mu     sync.Mutex
+	fault  Fault
+	ln     net.Listener
+	srv    *http.Server
+	served atomic.Int64
+	last   http.Header
+	model  string
+}
+
+// Start listens on a free loopback port.
+func Start(name string) (*Provider, error) {
+	p := &Provider{Name: name}
+	if err := p.listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Provider) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.srv = &http.Server{Handler: p}
+	srv := p.srv
+	p.mu.Unlock()
+	go srv.Serve(ln)
+	return nil
+}
+
+// Addr is host:port.
+func (p *Provider) Addr() string { return p.addr }
+
+// Down closes the listener: connections are refused.
+func (p *Provider) Down() {
+	p.mu.Lock()
+	srv := p.srv
+	p.srv = nil
+	p.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// Up listens again on the same address.
+func (p *Provider) Up() error {
+	p.mu.Lock()
+	up := p.srv != nil
+	p.mu.Unlock()
+	if up {
+		return nil
+	}
+	var err error
+	for i := 0; i < 50; i++ { // the port may linger briefly
+		if err = p.listen(p.addr); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}
+
+// Close stops the provider.
+func (p *Provider) Close() { p.Down() }
+
+// SetFault changes what the provider does from the next request on.
+func (p *Provider) SetFault(f Fault) {
+	p.mu.Lock()
+	p.fault = f
+	p.mu.Unlock()
+}
+
+// Served counts the requests that reached the provider.
+func (p *Provider) Served() int64 { return p.served.Load() }
+
+// LastRequest returns the headers and model of the last request.
+func (p *Provider) LastRequest() (http.Header, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last, p.model
+}
+
+func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.served.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &req)
+	p.mu.Lock()
+	f := p.fault
+	p.last, p.model = r.Header.Clone(), req.Model
+	p.mu.Unlock()
+
+	if f.ResetBeforeHeaders {
+		hijackClose(w)
+		return
+	}
+	if f.Hang > 0 {
+		select {
+		case <-time.After(f.Hang):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if f.Status != 0 {
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		if f.RetryAfterMs != "" {
+			w.Header().Set("retry-after-ms", f.RetryAfterMs)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.Status)
+		fmt.Fprintf(w, `{"error":{"message":"injected %d","type":"server_error","code":null}}`, f.Status)
+		return
+	}
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/v1/messages"):
+		p.anthropic(w, r, req.Model, req.Stream, f)
+	case strings.HasSuffix(r.URL.Path, "/v1/responses"):
+		p.responses(w, r, req.Model, req.Stream, f)
+	case strings.HasSuffix(r.URL.Path, "/chat/completions"):
+		p.chat(w, r, req.Model, req.Stream, f)
+	case r.URL.Path == "/v1/models":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","owned_by":%q}]}`, "fake", p.Name)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func hijackClose(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // RST, not FIN
+			}
+			c.Close()
+		}
+	}
+}
+
+func (p *Provider) answerText(f Fault) string {
+	switch {
+	case f.DeadTurn, f.LengthCap:
+		return ""
+	}
+	return "Hello from " + p.Name
+}
+
+func flush(w http.ResponseWriter) {
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// sse writes the events of a stream, then resets or ends as the fault says.
+func (p *Provider) sse(w http.ResponseWriter, r *http.Request, f Fault, events []string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(200)
+	flush(w)
+	for i, ev := range events {
+		if i == 1 && f.SlowFirstToken > 0 {
+			select {
+			case <-time.After(f.SlowFirstToken):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if f.ResetMidStream && i == len(events)/2 {
+			hijackClose(w)
+			return
+		}
+		if _, err := io.WriteString(w, ev); err != nil {
+			return
+		}
+		flush(w)
+	}
+}
+
+func jsonEvent(event string, v any) string {
+	b, _ := json.Marshal(v)
+	if event == "" {
+		return "data: " + string(b) + "\n\n"
+	}
+	return "event: " + event + "\ndata: " + string(b) + "\n\n"
+}
+
+func (p *Provider) chat(w http.ResponseWriter, r *http.Request, model string, stream bool, f Fault) {
+	text := p.answerText(f)
+	finish := "stop"
+	if f.LengthCap {
+		finish = "length"
+	}
+	if !stream {
+		if f.SlowFirstToken > 0 {
+			time.Sleep(f.SlowFirstToken)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"id": "chatcmpl-fake", "object": "chat.completion", "model": model,
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": finish}},
+		})
+		return
+	}
+	chunk := func(delta map[string]any, fin any) string {
+		return jsonEvent("", map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": fin}}})
+	}
+	events := []string{chunk(map[string]any{"role": "assistant", "content": ""}, nil)}
+	for _, word := range strings.SplitAfter(text, " ") {
+		events = append(events, chunk(map[string]any{"content": word}, nil))
+	}
+	if f.ErrorEvent {
+		events = append(events, jsonEvent("", map[string]any{"error": map[string]any{"message": "injected", "type": "server_error"}}))
+	}
+	events = append(events, chunk(map[string]any{}, finish), "data: [DONE]\n\n")
+	p.sse(w, r, f, events)
+}
+
+func (p *Provider) responses(w http.ResponseWriter, r *http.Request, model string, stream bool, f Fault) {
+	text := p.answerText(f)
+	status, incomplete := "completed", any(nil)
+	if f.LengthCap {
+		status, incomplete = "incomplete", map[string]any{"reason": "max_output_tokens"}
+	}
+	resp := map[string]any{"id": "resp_fake", "object": "response", "model": model, "status": status, "incomplete_details": incomplete,
+		"output": []any{map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": text}}}}}
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(resp)
+		return
+	}
+	events := []string{jsonEvent("response.created", map[string]any{"type": "response.created", "response": map[string]any{"id": "resp_fake", "status": "in_progress", "output": []any{}}})}
+	for _, word := range strings.SplitAfter(text, " ") {
+		events = append(events, jsonEvent("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "delta": word}))
+	}
+	if f.ErrorEvent {
+		events = append(events, jsonEvent("error", map[string]any{"type": "error", "code": "server_error", "message": "injected"}))
+	}
+	end := "response.completed"
+	if f.LengthCap {
+		end = "response.incomplete"
+	}
+	events = append(events, jsonEvent(end, map[string]any{"type": end, "response": resp}))
+	p.sse(w, r, f, events)
+}
+
+func (p *Provider) anthropic(w http.ResponseWriter, r *http.Request, model string, stream bool, f Fault) {
+	text := p.answerText(f)
+	stop := "end_turn"
+	if f.LengthCap {
+		stop = "max_tokens"
+	}
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+			"content": []any{map[string]any{"type": "text", "text": text}}, "stop_reason": stop})
+		return
+	}
+	events := []string{
+		jsonEvent("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "content": []any{}, "model": model}}),
+		jsonEvent("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}}),
+	}
+	for _, word := range strings.SplitAfter(text, " ") {
+		events = append(events, jsonEvent("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": word}}))
+	}
+	if f.ErrorEvent {
+		events = append(events, jsonEvent("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}}))
+	}
+	events = append(events,
+		jsonEvent("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}),
+		jsonEvent("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop}}),
+		jsonEvent("message_stop", map[string]any{"type": "message_stop"}))
+	p.sse(w, r, f, events)
+}
