@@ -20,6 +20,10 @@ test:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
+# End-to-end scenarios: fusebox behind the Envoy-playing proxy, fake providers.
+e2e:
+	$(GO) test -race -count=1 ./test/e2e/...
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 

@@ -17,6 +17,9 @@ type Config struct {
 	// virtual host.
 	GatewayHeader string
 	Gateway       string
+	// VHostHeaders are further headers the virtual host's header_mutation
+	// sets (e.g. a residency for an EU listener).
+	VHostHeaders map[string]string
 	ExtProc       ExtProcConfig
 	// ClusterHeader is route (a)'s cluster_header; requests without it go
 	// to DefaultCluster (route (b)).

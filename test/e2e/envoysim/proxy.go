@@ -170,6 +170,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.cfg.GatewayHeader != "" {
 		h.set(p.cfg.GatewayHeader, p.cfg.Gateway)
 	}
+	for k, v := range p.cfg.VHostHeaders {
+		h.set(k, v)
+	}
 
 	ep := newEPStream(p)
 	defer ep.close()

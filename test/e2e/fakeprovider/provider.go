@@ -137,6 +137,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hijackClose(w)
 		return
 	}
+	w.Header().Set("X-Served-By", p.Name)
 	if f.Hang > 0 {
 		select {
 		case <-time.After(f.Hang):

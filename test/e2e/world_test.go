@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// fuseboxConfig is the deployment under test. Clusters are named after the
+// fake providers.
+const fuseboxConfig = `
+policies:
+  standard: {enabled: true, failure_threshold: 3, window_sec: 60, cooldown_ms: 30000}
+gateways:
+  - id: default
+    circuit_breaker: {policy: standard}
+    models:
+      - name: gpt-4o-mini
+        routes: [openai:us-east:gpt-4o-mini, azure:eu-west:gpt-4o-mini, openai:eu:gpt-4o-mini]
+      - name: claude
+        routes: [anthropic:us:claude, anthropic:eu:claude]
+      - name: llama
+        routes: [self:gpu-a:llama, self:gpu-b:llama]
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us, residency: [us]}
+      - {key: azure:eu-west:gpt-4o-mini, cluster: azure_eu, residency: [eu], upstream_model: gpt4o-mini-deploy, path: "/openai/deployments/gpt4o-mini-deploy/chat/completions?api-version=2024-10-21"}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu, residency: [eu]}
+      - {key: anthropic:us:claude, cluster: anthropic_us, api: anthropic}
+      - {key: anthropic:eu:claude, cluster: anthropic_eu, api: anthropic}
+      - {key: self:gpu-a:llama, cluster: gpu_a, self_hosted: true}
+      - {key: self:gpu-b:llama, cluster: gpu_b, self_hosted: true}
+  - id: shadow
+    circuit_breaker: {policy: standard, mode: shadow}
+    models:
+      - {name: gpt-4o-mini, routes: [openai:us-east:gpt-4o-mini, openai:eu:gpt-4o-mini]}
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
+  - id: failfast
+    circuit_breaker: {policy: standard, when_all_open: fail_fast}
+    models:
+      - {name: gpt-4o-mini, routes: [openai:us-east:gpt-4o-mini, openai:eu:gpt-4o-mini]}
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
+  - id: ratelimited
+    circuit_breaker: {policy: standard, failure_status_codes: [500, 502, 503, 504]}
+    models:
+      - {name: gpt-4o-mini, routes: [openai:us-east:gpt-4o-mini, openai:eu:gpt-4o-mini]}
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
+`
+
+var providerNames = []string{"openai_us", "azure_eu", "openai_eu", "anthropic_us", "anthropic_eu", "gpu_a", "gpu_b", "fallback"}
+
+// world is fusebox + envoysim + fake providers.
+type world struct {
+	t         *testing.T
+	clk       *breaker.FakeClock
+	providers map[string]*fakeprovider.Provider
+	cfgPath   string
+	grpcAddr  string
+	fusebox   *mainlib.Instance
+	stop      context.CancelFunc
+	logs      *syncBuffer
+	proxies   []*envoysim.Proxy
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, clk: breaker.NewFakeClock(t0), providers: map[string]*fakeprovider.Provider{}, logs: &syncBuffer{}}
+	for _, n := range providerNames {
+		p, err := fakeprovider.Start(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.providers[n] = p
+		t.Cleanup(p.Close)
+	}
+	w.cfgPath = filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(w.cfgPath, []byte(fuseboxConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.grpcAddr = freeAddr(t)
+	w.startFusebox()
+	t.Cleanup(func() {
+		for _, p := range w.proxies {
+			p.Close()
+		}
+		w.stopFusebox()
+		if t.Failed() {
+			t.Logf("fusebox log:\n%s", w.logs.String())
+		}
+	})
+	return w
+}
+
+func (w *world) startFusebox() {
+	w.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	in, err := mainlib.Start(ctx, []string{"-config", w.cfgPath, "-grpc-addr", w.grpcAddr, "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"},
+		w.logs, mainlib.WithClock(w.clk))
+	if err != nil {
+		cancel()
+		w.t.Fatal(err)
+	}
+	w.fusebox, w.stop = in, cancel
+}
+
+// stopFusebox kills fusebox (its listeners close; in-flight streams end).
+func (w *world) stopFusebox() {
+	if w.fusebox == nil {
+		return
+	}
+	w.stop()
+	_ = w.fusebox.Wait()
+	w.fusebox = nil
+}
+
+// deployment is the shipped Envoy deployment for one virtual host (one
+// gateway). envoy_test.go checks it against envoy/envoy.yaml.
+func (w *world) deployment(gateway string, vhostHeaders map[string]string) envoysim.Config {
+	cfg := shippedDeployment()
+	cfg.Gateway = gateway
+	cfg.VHostHeaders = vhostHeaders
+	cfg.ExtProc.Addr = w.grpcAddr
+	cfg.Clusters = map[string]*envoysim.Cluster{}
+	for n, p := range w.providers {
+		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
+	}
+	cfg.DefaultCluster = "fallback"
+	return cfg
+}
+
+func (w *world) proxy(gateway string, vhostHeaders map[string]string, mod ...func(*envoysim.Config)) *envoysim.Proxy {
+	w.t.Helper()
+	cfg := w.deployment(gateway, vhostHeaders)
+	for _, m := range mod {
+		m(&cfg)
+	}
+	p, err := envoysim.New(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := p.Start("127.0.0.1:0"); err != nil {
+		w.t.Fatal(err)
+	}
+	w.proxies = append(w.proxies, p)
+	return p
+}
+
+// reply is what a client received.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r reply) route() string { return r.header.Get("x-fusebox-route") }
+
+// servedBy reads which fake provider answered.
+func (r reply) servedBy() string { return r.header.Get("X-Served-By") }
+
+func do(t *testing.T, p *envoysim.Proxy, method, path, body string, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, p.URL()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func chat(t *testing.T, p *envoysim.Proxy, model string, stream bool, hdr ...string) reply {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, model, stream)
+	return do(t, p, "POST", "/v1/chat/completions", body, hdr...)
+}
+
+// admin reads the status API.
+func (w *world) admin(path string) map[string]map[string]any {
+	w.t.Helper()
+	resp, err := http.Get("http://" + w.fusebox.AdminAddr() + path)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		w.t.Fatalf("admin %s: %v", path, err)
+	}
+	return v
+}
+
+func (w *world) post(path, body string) int {
+	w.t.Helper()
+	resp, err := http.Post("http://"+w.fusebox.AdminAddr()+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (w *world) breaker(gateway, route string) map[string]any {
+	return w.admin("/admin/v1/gateways/" + gateway + "/circuit-breaker")[route]
+}
+
+// eventually polls cond: used only for asynchronous effects (a stream's end
+// reaching the breaker, a gRPC reconnect), never for cooldowns.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
