@@ -20,7 +20,7 @@ type Config struct {
 	// VHostHeaders are further headers the virtual host's header_mutation
 	// sets (e.g. a residency for an EU listener).
 	VHostHeaders map[string]string
-	ExtProc       ExtProcConfig
+	ExtProc      ExtProcConfig
 	// ClusterHeader is route (a)'s cluster_header; requests without it go
 	// to DefaultCluster (route (b)).
 	ClusterHeader  string

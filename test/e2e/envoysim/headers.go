@@ -146,6 +146,7 @@ func (p *Proxy) applyMutation(h *headers, m *extprocv3.HeaderMutation, response 
 			p.stats.add("rejected_header_mutations")
 			continue
 		}
+		//lint:ignore SA1019 Envoy's ext_proc reads only the deprecated append flag (ENVOY.md)
 		if opt.Append != nil && opt.Append.Value {
 			h.add(k, v)
 		} else {

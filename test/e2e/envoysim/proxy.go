@@ -438,7 +438,6 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		}
 		resp, err := p.transport.RoundTrip(req)
 		if err == nil {
-			flags &^= flagURX
 			hdr := headers{}
 			for k, vs := range resp.Header {
 				for _, v := range vs {
