@@ -1,34 +1,37 @@
 package e2e
 
 import (
-	"time"
+	"sync"
+	"testing"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 )
 
-// shippedDeployment is the envoy/ deployment as the proxy plays it.
-func shippedDeployment() envoysim.Config {
-	return envoysim.Config{
-		StripPrefix:   "x-fusebox-",
-		GatewayHeader: "x-fusebox-gateway",
-		ExtProc: envoysim.ExtProcConfig{
-			RequestHeaderMode:   filterv3.ProcessingMode_SEND,
-			ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
-			RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
-			ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
-			AllowModeOverride:   true,
-			FailureModeAllow:    true,
-			MessageTimeout:      500 * time.Millisecond,
-			ResponseAttributes:  []string{"response.flags", "response.code_details"},
-			ReceivingNamespaces: []string{"fusebox"},
-			InitialMetadata:     map[string]string{"x-fusebox-role": "route"},
-		},
-		ClusterHeader:          "x-fusebox-cluster",
-		RequestHeadersToRemove: []string{"x-fusebox-gateway", "x-fusebox-model", "x-fusebox-residency", "x-fusebox-cluster", "x-fusebox-route", "x-fusebox-fallbacks"},
-		RouteTimeout:           3 * time.Second,
-		RetryOn:                []string{"connect-failure", "reset"},
-		NumRetries:             1,
-		BufferLimit:            8 << 20,
+var (
+	shippedOnce sync.Once
+	shipped     envoysim.Config
+	shippedErr  error
+)
+
+// shippedDeployment is envoy/envoy.yaml as the proxy plays it: modes, header
+// names, timeouts and the retry policy all come from the file.
+func shippedDeployment(t *testing.T) envoysim.Config {
+	shippedOnce.Do(func() {
+		b, err := envoyconfig.Load("../../envoy/envoy.yaml")
+		if err != nil {
+			shippedErr = err
+			return
+		}
+		shipped, shippedErr = envoyconfig.Harness(b)
+	})
+	if shippedErr != nil {
+		t.Fatal(shippedErr)
 	}
+	c := shipped
+	c.ExtProc.InitialMetadata = map[string]string{}
+	for k, v := range shipped.ExtProc.InitialMetadata {
+		c.ExtProc.InitialMetadata[k] = v
+	}
+	return c
 }

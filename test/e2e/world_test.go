@@ -159,15 +159,17 @@ func (w *world) stopFusebox() {
 // deployment is the shipped Envoy deployment for one virtual host (one
 // gateway). envoy_test.go checks it against envoy/envoy.yaml.
 func (w *world) deployment(gateway string, vhostHeaders map[string]string) envoysim.Config {
-	cfg := shippedDeployment()
+	cfg := shippedDeployment(w.t)
 	cfg.Gateway = gateway
 	cfg.VHostHeaders = vhostHeaders
 	cfg.ExtProc.Addr = w.grpcAddr
+	// The clusters of this test topology: one per fake provider, and the
+	// file's default cluster served by the "fallback" provider.
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for n, p := range w.providers {
 		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
 	}
-	cfg.DefaultCluster = "fallback"
+	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024}
 	return cfg
 }
 

@@ -1,0 +1,100 @@
+package envoyconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+)
+
+const envoyDir = "../../../envoy"
+
+// Every shipped Envoy config loads in Envoy's schema: strict JSON mapping,
+// every typed_config resolved, ValidateAll.
+func TestShippedConfigsLoad(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no envoy/*.yaml")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if _, err := Load(f); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A misspelt field, an unknown @type or a failed validation rule is refused.
+func TestBrokenConfigsFail(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(envoyDir, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, old, new, want string }{
+		{"misspelt ext_proc field", "allow_mode_override: true", "allow_mode_overide: true", "unknown field"},
+		{"misspelt route field", "cluster_header: x-fusebox-cluster", "cluster_headr: x-fusebox-cluster", "unknown field"},
+		{"misspelt cluster field", "connect_timeout: 0.25s", "conect_timeout: 0.25s", "unknown field"},
+		{"unknown type", "extensions.filters.http.router.v3.Router", "extensions.filters.http.router.v3.Routr", "unable to resolve"},
+		{"bad enum", "response_body_mode: STREAMED", "response_body_mode: STREAMD", "invalid value"},
+		{"validation rule", "port_value: 10000", "port_value: 70000", "validate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(raw), tc.old) {
+				t.Fatalf("fixture text %q not in envoy.yaml", tc.old)
+			}
+			_, err := Parse([]byte(strings.Replace(string(raw), tc.old, tc.new, 1)))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// The harness is configured from envoy.yaml; these are the values fusebox
+// relies on (ENVOY.md, "The deployment fusebox ships").
+func TestHarnessFromEnvoyYAML(t *testing.T) {
+	b, err := Load(filepath.Join(envoyDir, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Harness(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := cfg.ExtProc
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"client x-fusebox-* stripped before routing", cfg.StripPrefix == "x-fusebox-"},
+		{"gateway set per virtual host", cfg.GatewayHeader == "x-fusebox-gateway" && cfg.Gateway == "default"},
+		{"request headers SEND", ep.RequestHeaderMode == filterv3.ProcessingMode_SEND},
+		{"request body BUFFERED", ep.RequestBodyMode == filterv3.ProcessingMode_BUFFERED},
+		{"response headers SEND", ep.ResponseHeaderMode == filterv3.ProcessingMode_SEND},
+		{"response body STREAMED", ep.ResponseBodyMode == filterv3.ProcessingMode_STREAMED},
+		{"allow_mode_override", ep.AllowModeOverride},
+		{"failure_mode_allow", ep.FailureModeAllow},
+		{"message_timeout set", ep.MessageTimeout > 0 && ep.MessageTimeout <= time.Second},
+		{"response attributes", strings.Join(ep.ResponseAttributes, ",") == "response.flags,response.code_details"},
+		{"receiving namespace", strings.Join(ep.ReceivingNamespaces, ",") == "fusebox"},
+		{"route role", ep.InitialMetadata["x-fusebox-role"] == "route"},
+		{"cluster_header route", cfg.ClusterHeader == "x-fusebox-cluster"},
+		{"default route", cfg.DefaultCluster != ""},
+		{"fusebox headers removed upstream", len(cfg.RequestHeadersToRemove) == 6},
+		{"retry connect-failure,reset once", strings.Join(cfg.RetryOn, ",") == "connect-failure,reset" && cfg.NumRetries == 1},
+		{"long route timeout", cfg.RouteTimeout >= time.Minute},
+		{"raised buffer limit", cfg.BufferLimit > 1<<20},
+		{"fusebox cluster circuit breakers raised", cfg.Clusters["fusebox"] != nil && cfg.Clusters["fusebox"].MaxRequests > 1024},
+		{"route clusters circuit breakers raised", cfg.Clusters["openai_us_east"] != nil && cfg.Clusters["openai_us_east"].MaxRequests > 1024},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("envoy.yaml: %s", c.name)
+		}
+	}
+}

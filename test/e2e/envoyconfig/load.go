@@ -1,0 +1,163 @@
+package envoyconfig
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+)
+
+// Load parses an Envoy bootstrap YAML file strictly (a misspelt field is
+// "unknown field"; an unregistered @type fails) and validates it.
+func Load(path string) (*bootstrapv3.Bootstrap, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(raw)
+}
+
+// Parse is Load on bytes.
+func Parse(raw []byte) (*bootstrapv3.Bootstrap, error) {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("yaml: %w", err)
+	}
+	b := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal(js, b); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("validate: %w", err)
+	}
+	return b, nil
+}
+
+// Harness derives the Envoy-playing proxy's settings from the bootstrap's
+// first listener. Addresses (fusebox's, the clusters') are left for the
+// caller, who runs everything on loopback.
+func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
+	var cfg envoysim.Config
+	ls := b.GetStaticResources().GetListeners()
+	if len(ls) == 0 {
+		return cfg, fmt.Errorf("no listener")
+	}
+	l := ls[0]
+	if v := l.GetPerConnectionBufferLimitBytes(); v != nil {
+		cfg.BufferLimit = int(v.GetValue())
+	}
+	var hcm hcmv3.HttpConnectionManager
+	found := false
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			if f.GetTypedConfig().MessageIs(&hcm) {
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					return cfg, err
+				}
+				found = true
+			}
+		}
+	}
+	if !found {
+		return cfg, fmt.Errorf("no http_connection_manager")
+	}
+	for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
+		var em earlyv3.HeaderMutation
+		if err := ext.GetTypedConfig().UnmarshalTo(&em); err != nil {
+			return cfg, err
+		}
+		for _, m := range em.GetMutations() {
+			if p := m.GetRemoveOnMatch().GetKeyMatcher().GetPrefix(); p != "" {
+				cfg.StripPrefix = p
+			}
+		}
+	}
+	for _, f := range hcm.GetHttpFilters() {
+		var ep extprocv3.ExternalProcessor
+		if f.GetTypedConfig().MessageIs(&ep) {
+			if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+				return cfg, err
+			}
+			pm := ep.GetProcessingMode()
+			cfg.ExtProc = envoysim.ExtProcConfig{
+				RequestHeaderMode:   pm.GetRequestHeaderMode(),
+				ResponseHeaderMode:  pm.GetResponseHeaderMode(),
+				RequestBodyMode:     pm.GetRequestBodyMode(),
+				ResponseBodyMode:    pm.GetResponseBodyMode(),
+				AllowModeOverride:   ep.GetAllowModeOverride(),
+				FailureModeAllow:    ep.GetFailureModeAllow(),
+				MessageTimeout:      ep.GetMessageTimeout().AsDuration(),
+				ResponseAttributes:  ep.GetResponseAttributes(),
+				ReceivingNamespaces: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),
+				InitialMetadata:     map[string]string{},
+			}
+			if cfg.ExtProc.MessageTimeout == 0 {
+				cfg.ExtProc.MessageTimeout = 200e6 // Envoy's default
+			}
+			for _, md := range ep.GetGrpcService().GetInitialMetadata() {
+				cfg.ExtProc.InitialMetadata[md.GetKey()] = md.GetValue()
+			}
+		}
+	}
+	vhs := hcm.GetRouteConfig().GetVirtualHosts()
+	if len(vhs) == 0 {
+		return cfg, fmt.Errorf("no virtual host")
+	}
+	vh := vhs[0]
+	if any, ok := vh.GetTypedPerFilterConfig()["envoy.filters.http.header_mutation"]; ok {
+		var pr headermutationv3.HeaderMutationPerRoute
+		if err := any.UnmarshalTo(&pr); err != nil {
+			return cfg, err
+		}
+		for _, m := range pr.GetMutations().GetRequestMutations() {
+			if h := m.GetAppend().GetHeader(); h != nil {
+				cfg.GatewayHeader, cfg.Gateway = h.GetKey(), h.GetValue()
+			}
+		}
+	}
+	for _, r := range vh.GetRoutes() {
+		ra := r.GetRoute()
+		if ch := ra.GetClusterHeader(); ch != "" {
+			cfg.ClusterHeader = ch
+			if hs := r.GetMatch().GetHeaders(); len(hs) != 1 || hs[0].GetName() != ch || !hs[0].GetPresentMatch() {
+				return cfg, fmt.Errorf("route with cluster_header %s must match on its presence", ch)
+			}
+		} else if c := ra.GetCluster(); c != "" {
+			cfg.DefaultCluster = c
+		}
+		cfg.RequestHeadersToRemove = r.GetRequestHeadersToRemove()
+		cfg.RouteTimeout = ra.GetTimeout().AsDuration()
+		retry(&cfg, ra.GetRetryPolicy())
+	}
+	cfg.Clusters = map[string]*envoysim.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		cl := &envoysim.Cluster{}
+		for _, t := range c.GetCircuitBreakers().GetThresholds() {
+			if t.GetMaxRequests() != nil {
+				cl.MaxRequests = int(t.GetMaxRequests().GetValue())
+			}
+		}
+		cfg.Clusters[c.GetName()] = cl
+	}
+	return cfg, nil
+}
+
+func retry(cfg *envoysim.Config, rp *routev3.RetryPolicy) {
+	if rp == nil {
+		return
+	}
+	cfg.RetryOn = strings.Split(rp.GetRetryOn(), ",")
+	cfg.NumRetries = 1
+	if n := rp.GetNumRetries(); n != nil {
+		cfg.NumRetries = int(n.GetValue())
+	}
+}
