@@ -4,7 +4,7 @@ PKGS      := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 30s
 
-.PHONY: build run test test-short bench bench-peers fuzz lint fmt e2e clean
+.PHONY: build run test test-short bench bench-peers fuzz lint fmt e2e demo clean
 
 build:
 	$(GO) build -o bin/extproc ./cmd/extproc
@@ -12,10 +12,18 @@ build:
 run:
 	$(GO) run ./cmd/extproc
 
-# The whole suite: vet, then every test with the race detector.
+# The whole suite: vet, then every test with the race detector, then the
+# modules kept apart from the product's go.mod (compose validation, peer
+# benchmarks).
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	cd test/compose && $(GO) test -count=1 ./...
+	cd test/bench && $(GO) vet ./...
+
+# See fusebox route around an outage and recover, without Envoy (about 45 s).
+demo:
+	$(GO) run ./test/e2e/demo
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

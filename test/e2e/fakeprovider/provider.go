@@ -14,7 +14,7 @@ import (
 
 // Fault is what the provider does wrong; the zero Fault answers normally.
 type Fault struct {
-	Status       int    // answer this status with an error body
+	Status       int    `json:"status,omitempty"` // answer this status with an error body
 	RetryAfter   string // Retry-After header on a Status answer
 	RetryAfterMs string // retry-after-ms header
 	// ResetBeforeHeaders closes the connection without answering.
@@ -120,7 +120,21 @@ func (p *Provider) LastRequest() (http.Header, string) {
 	return p.last, p.model
 }
 
+// FaultPath is the control endpoint: POST a Fault as JSON to change what
+// the provider does (the demo and docker-compose use it).
+const FaultPath = "/__fault"
+
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == FaultPath && r.Method == http.MethodPost {
+		var f Fault
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&f); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		p.SetFault(f)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	p.served.Add(1)
 	body, _ := io.ReadAll(r.Body)
 	var req struct {

@@ -1,0 +1,78 @@
+package compose
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+const root = "../.."
+
+func load(t *testing.T, content []byte) (*types.Project, error) {
+	t.Helper()
+	abs, _ := filepath.Abs(root)
+	return loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  abs,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(abs, "docker-compose.yaml"), Content: content}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName("fusebox", true) })
+}
+
+func TestComposeFileIsValid(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := load(t, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"envoy", "fusebox", "redis", "providers", "prometheus"} {
+		if _, err := p.GetService(name); err != nil {
+			t.Errorf("service %s: %v", name, err)
+		}
+	}
+	envoy, _ := p.GetService("envoy")
+	if !strings.HasPrefix(envoy.Image, "envoyproxy/envoy:v") || strings.HasSuffix(envoy.Image, ":latest") {
+		t.Errorf("envoy image must be pinned, got %q", envoy.Image)
+	}
+	fb, _ := p.GetService("fusebox")
+	if fb.Build == nil || fb.Build.Target != "fusebox" {
+		t.Errorf("fusebox must be built from the Dockerfile's fusebox target")
+	}
+	// Every bind-mounted file exists in the repository.
+	for _, s := range p.Services {
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind {
+				if _, err := os.Stat(v.Source); err != nil {
+					t.Errorf("%s mounts %s: %v", s.Name, v.Source, err)
+				}
+			}
+		}
+	}
+}
+
+func TestComposeMisspeltFieldFails(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ old, new string }{
+		{"    image: envoyproxy/envoy", "    imag: envoyproxy/envoy"},
+		{"    depends_on:\n      redis:", "    depend_on:\n      redis:"},
+		{"condition: service_healthy", "condition: service_healty"},
+	} {
+		bad := strings.Replace(string(raw), tc.old, tc.new, 1)
+		if bad == string(raw) {
+			t.Fatalf("fixture %q not found", tc.old)
+		}
+		if _, err := load(t, []byte(bad)); err == nil {
+			t.Errorf("misspelling %q → %q was accepted", tc.old, tc.new)
+		}
+	}
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// The demo's timeline on a simulated clock: the outage is routed around after
+// exactly failure_threshold client errors, and recovery closes the breaker.
+func TestDemoFast(t *testing.T) {
+	var out bytes.Buffer
+	s, err := run(&out, options{fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.clientErrors != 5 {
+		t.Errorf("client errors %d, want 5 (the threshold)", s.clientErrors)
+	}
+	want := []string{"closed->open (provider_5xx)", "open->half_open (cooldown_elapsed)", "half_open->closed (probe_success)"}
+	if strings.Join(s.transitions, ";") != strings.Join(want, ";") {
+		t.Errorf("transitions %v", s.transitions)
+	}
+	if !s.backOnFirstRoute {
+		t.Error("traffic did not return to the first route")
+	}
+	for _, w := range []string{"t+00s", "open", "What happened"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q", w)
+		}
+	}
+	t.Log("\n" + out.String())
+}
