@@ -272,3 +272,57 @@ func TestBinarySIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
 	}
 }
+
+// The config file is reloaded on change and on SIGHUP; a bad file is
+// refused and counted, the last good config stays.
+func TestReloadWiring(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fusebox.yaml")
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "10ms"}, &syncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = in.Wait() }()
+	metric := func(result string) bool {
+		_, body := get(t, "http://"+in.AdminAddr()+"/metrics", "")
+		return strings.Contains(body, `aig_config_reloads_total{result="`+result+`"} 1`)
+	}
+	first := in.Config.Load()
+	// A broken file is refused by the watcher.
+	if err := os.WriteFile(path, []byte("gateways: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !metric("error") {
+		if time.Now().After(deadline) {
+			t.Fatal("bad file not refused")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if in.Config.Load() != first {
+		t.Fatal("a bad file replaced the config")
+	}
+	// A good file, delivered by SIGHUP.
+	if err := os.WriteFile(path, []byte(strings.Replace(string(good), "failure_threshold: 5", "failure_threshold: 7", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	for !metric("success") {
+		if time.Now().After(deadline) {
+			t.Fatal("good file not applied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if in.Config.Load().Gateways["default"].Policy.FailureThreshold != 7 {
+		t.Fatal("new config not in force")
+	}
+}
