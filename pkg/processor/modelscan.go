@@ -3,6 +3,7 @@ package processor
 import (
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 )
 
 // modelField is what scanModel found: the value of the top-level "model"
@@ -108,7 +109,9 @@ func scanModelInner(b []byte) (modelField, error) {
 	}
 	if m.Found {
 		raw := b[m.Start+1 : m.End-1]
-		if hasEscape(raw) {
+		// Escapes and invalid UTF-8 (replaced by U+FFFD, as encoding/json
+		// does) take the slow path; a plain name is copied.
+		if hasEscape(raw) || !utf8.Valid(raw) {
 			if err := json.Unmarshal(b[m.Start:m.End], &m.Name); err != nil {
 				return m, errBadJSON
 			}
