@@ -109,13 +109,7 @@ func FuzzScanModel(f *testing.F) {
 }
 
 func BenchmarkScanModel1MiB(b *testing.B) {
-	var sb strings.Builder
-	sb.WriteString(`{"messages":[`)
-	for sb.Len() < 1<<20 {
-		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor \"incididunt\" ut labore"},`)
-	}
-	sb.WriteString(`{"role":"user","content":"end"}],"model":"gpt-4o-mini","stream":true}`)
-	body := []byte(sb.String())
+	body := bigChatBody()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -128,13 +122,7 @@ func BenchmarkScanModel1MiB(b *testing.B) {
 
 // Baseline in the same run: decoding the whole document with encoding/json.
 func BenchmarkJSONUnmarshal1MiB(b *testing.B) {
-	var sb strings.Builder
-	sb.WriteString(`{"messages":[`)
-	for sb.Len() < 1<<20 {
-		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor \"incididunt\" ut labore"},`)
-	}
-	sb.WriteString(`{"role":"user","content":"end"}],"model":"gpt-4o-mini","stream":true}`)
-	body := []byte(sb.String())
+	body := bigChatBody()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -146,4 +134,15 @@ func BenchmarkJSONUnmarshal1MiB(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(body)/1024), "ns/KiB")
+}
+
+// bigChatBody is a 1 MiB chat request with the model at the end.
+func bigChatBody() []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"messages":[`)
+	for sb.Len() < 1<<20 {
+		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor \"incididunt\" ut labore"},`)
+	}
+	sb.WriteString(`{"role":"user","content":"end"}],"model":"gpt-4o-mini","stream":true}`)
+	return []byte(sb.String())
 }
