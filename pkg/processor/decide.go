@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -108,6 +110,10 @@ func (st *stream) decide() decision {
 	st.tracked = true
 
 	d := decision{fallbacks: clusters(cands, sel.Order, chosenAt+1)}
+	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
+		st.s.log.Debug("decision", "gateway", gw.ID, "model", m.Name, "route", st.chosen.Key,
+			"skipped", keys(cands, skipped), "try_all", sel.TryAll, "probe", st.adm.Route.Lease != 0)
+	}
 	action := routes.ActionRouted
 	switch {
 	case sel.TryAll:

@@ -196,7 +196,12 @@ func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 				t.FleetPolicy = r.Fleet.Policy
 			}
 			c.targets[r] = t
+			s.publishState(g.ID, r.Key, t.Route, r.Policy)
 		}
+	}
+	for _, name := range rt.FleetNames {
+		f := rt.Fleets[name]
+		s.publishState("", f.BreakerKey(), s.store.Breaker(breaker.FleetID(name), f.Policy), f.Policy)
 	}
 	// Only the Runtime in force is cached: a stream still on an older one
 	// gets its own value without evicting the current one.
@@ -204,4 +209,19 @@ func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 		s.comp.Store(c)
 	}
 	return c
+}
+
+// publishState sets the state gauge of a breaker from its current state, so
+// that every configured route has a series from the first scrape (and a
+// reload does not leave a stale one).
+func (s *Server) publishState(gateway, key string, b *breaker.Breaker, p *breaker.Policy) {
+	st := b.Status(s.clock.Now().UnixNano(), p)
+	v := 0.0
+	switch st.State {
+	case "open":
+		v = 1
+	case "half_open":
+		v = 2
+	}
+	s.metrics.State.WithLabelValues(gateway, key, b.Provider(), string(st.Scope)).Set(v)
 }

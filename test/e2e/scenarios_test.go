@@ -66,6 +66,20 @@ func TestOutageOpensAndTrafficMoves(t *testing.T) {
 			if st := last.FuseboxStage(); st["action"] != "skipped" || st["routes"] != "openai:us-east:gpt-4o-mini" {
 				t.Fatalf("access log stage %v", st)
 			}
+			m := w.scrape()
+			for _, want := range []string{
+				`aig_circuit_breaker_state{gateway="default",provider="openai",route="openai:us-east:gpt-4o-mini",scope="gateway"} 1`,
+				`aig_circuit_breaker_state{gateway="default",provider="azure",route="azure:eu-west:gpt-4o-mini",scope="gateway"} 0`,
+				`aig_circuit_breaker_transitions_total{gateway="default",provider="openai",reason="` + tc.reason + `",route="openai:us-east:gpt-4o-mini",scope="gateway",transition="closed->open"} 1`,
+				`aig_circuit_breaker_decisions_total{action="skipped",gateway="default",model="gpt-4o-mini"} 7`,
+			} {
+				if !strings.Contains(m, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+			if !strings.Contains(w.logs.String(), "[circuit_breaker] closed->open") || !strings.Contains(w.logs.String(), "failures=3/3") {
+				t.Error("no [circuit_breaker] transition log line")
+			}
 		})
 	}
 }
