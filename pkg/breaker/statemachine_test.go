@@ -228,7 +228,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	r := newRig(t, pol(func(p *Policy) { p.HalfOpenMaxProbes = 2; p.ProbeTimeoutMs = 5000 }))
 	r.halfOpenNow()
 	a1, ok1 := r.st.Acquire(r.b, r.now(), r.p, false, false)
-	a2, ok2 := r.st.Acquire(r.b, r.now(), r.p, false, false)
+	_, ok2 := r.st.Acquire(r.b, r.now(), r.p, false, false)
 	_, ok3 := r.st.Acquire(r.b, r.now(), r.p, false, false)
 	if !ok1 || !ok2 || ok3 {
 		t.Fatalf("acquires %v %v %v", ok1, ok2, ok3)
@@ -244,8 +244,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	if r.state() != HalfOpen {
 		t.Fatal("neither changed state")
 	}
-	a3, ok := r.st.Acquire(r.b, r.now(), r.p, false, false)
-	if !ok {
+	if _, ok := r.st.Acquire(r.b, r.now(), r.p, false, false); !ok {
 		t.Fatal("slot not freed by neither")
 	}
 	// Shadow mode never takes a slot.
@@ -257,8 +256,6 @@ func TestHalfOpenProbes(t *testing.T) {
 	if s := r.status(); s.ProbesInFlight != 0 {
 		t.Fatalf("leases not expired: %d", s.ProbesInFlight)
 	}
-	_ = a2
-	_ = a3
 	// Zero = admit everything.
 	r2 := newRig(t, pol(func(p *Policy) { p.HalfOpenMaxProbes = 0 }))
 	r2.halfOpenNow()

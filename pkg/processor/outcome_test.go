@@ -2,7 +2,6 @@ package processor
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -345,5 +344,4 @@ func TestTruncatedSuccessIsNeither(t *testing.T) {
 	if s := e.status("default", "openai:us:gpt"); s.WindowCalls != 0 {
 		t.Fatalf("%+v", s)
 	}
-	_ = strings.Contains
 }

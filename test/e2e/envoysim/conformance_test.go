@@ -1,7 +1,6 @@
 package envoysim
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -602,5 +601,4 @@ func TestClientCancelEndsStream(t *testing.T) {
 			t.Fatal("end_of_stream sent after a client cancel")
 		}
 	}
-	_ = errors.New
 }

@@ -176,7 +176,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ep := newEPStream(p)
 	defer ep.close()
-	routed := false // Envoy routes once the request phase is done
+	// Envoy routes once the request phase is done: until then (request
+	// headers reply, BUFFERED body reply) clear_route_cache can re-route.
+	const routed = false
 
 	// ext_proc: request headers.
 	eos := len(body) == 0
@@ -257,8 +259,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	routed = true
-	_ = routed
 
 	// Router.
 	entry.Route, entry.Cluster = "default", rt.cluster
