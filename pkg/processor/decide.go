@@ -61,12 +61,26 @@ func (st *stream) decide() decision {
 
 	if pol.Mode == breaker.ModeShadow {
 		// R-M2: dispatched as if off; health tracked; the stage says what
-		// prod would have skipped.
-		st.chosen = cands[0]
+		// prod would have skipped. A route forced open by an operator is
+		// removed in shadow mode too (R-S5).
+		var shbuf [maxStackCandidates]int
+		order := shbuf[:0]
+		for i := range cands {
+			if !verdicts[i].Forced {
+				order = append(order, i)
+			}
+		}
+		if len(order) == 0 {
+			st.decided = false
+			st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionFailFast).Inc()
+			return decision{immediate: immediate(503, typeUnavailable, codeAllOpen,
+				fmt.Sprintf("every route of model %q is forced open", m.Name), setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10)))}
+		}
+		st.chosen = cands[order[0]]
 		st.target = st.comp.targets[st.chosen]
 		st.adm, _ = st.target.Acquire(st.s.store, now, true, true)
 		st.tracked = true
-		d := decision{fallbacks: clusters(cands, nil, 0)}
+		d := decision{fallbacks: clusters(cands, order, 1)}
 		action := routes.ActionRouted
 		if len(sel.Skipped) > 0 || sel.FailFast {
 			action = routes.ActionWouldSkip

@@ -414,3 +414,22 @@ func TestForcedOpenBeatsTryAll(t *testing.T) {
 	}
 	c.end()
 }
+
+// R-S5: a route forced open is removed in shadow mode too.
+func TestForcedOpenInShadow(t *testing.T) {
+	e := newEnv(t)
+	r := e.holder.Load().Gateways["default"].Routes["openai:us:sh"]
+	e.store.ForceOpen(e.store.Breaker(breakerID("default", r.Key), r.Policy), e.clk.Now().UnixNano(), r.Policy, 0)
+	c := e.open("")
+	resp := c.chat("shadowed")
+	if got, _ := headerSet(t, common(resp), "x-fusebox-cluster"); got != "c_sh2" {
+		t.Fatalf("shadow dispatched to a forced-open route: %q", got)
+	}
+	if fb, _ := headerSet(t, common(resp), "x-fusebox-fallbacks"); fb != "" {
+		t.Fatalf("fallbacks %q", fb)
+	}
+	if a, rs := stageOf(resp); a != "would_skip" || rs != "openai:us:sh" {
+		t.Fatalf("stage %q %q", a, rs)
+	}
+	c.end()
+}
