@@ -198,3 +198,22 @@ func TestCandidatesNoAllocWithoutResidency(t *testing.T) {
 		t.Fatalf("allocs %v", n)
 	}
 }
+
+// The documented example config is valid and means what its comments say.
+func TestExampleConfig(t *testing.T) {
+	rt, err := LoadFile("../../deploy/fusebox.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rt.Gateways["default"]
+	if got := g.Models["gpt-4o-mini"].Candidates(nil); got[0].Key != "openai:us-east:gpt-4o-mini" || got[1].Key != "azure:eu-west:gpt-4o-mini" {
+		t.Fatalf("cheapest order %v %v", got[0].Key, got[1].Key)
+	}
+	p := g.Routes["self:gpu-east-a:meta-llama/Llama-3.1-70B-Instruct"].Policy
+	if p.Window != "sliding" || p.HalfOpenMaxProbes != 2 || p.MaxEjectionPercent != 50 || !p.IsOpenStatus(401) {
+		t.Fatalf("inherited policy %+v", p)
+	}
+	if r := g.Routes["bedrock:us-east-1:anthropic.claude-sonnet-4-5-v1:0"]; r.Provider != "bedrock" {
+		t.Fatal(r.Provider)
+	}
+}
