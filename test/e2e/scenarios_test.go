@@ -260,10 +260,14 @@ func TestNoisyProviderNeverTrips(t *testing.T) {
 		cancel()
 	}
 	// Overflow: one slow request holds the cluster's only slot.
+	// The cancelled requests must have left the proxy (and freed the
+	// cluster's only slot) first.
+	eventually(t, "cancelled requests finish", func() bool { return len(p.Log()) >= 12 })
+	before := up.Served()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); chat(t, p, gpt, true) }()
-	eventually(t, "the slow request is upstream", func() bool { return up.Served() >= 13 })
+	eventually(t, "the slow request is upstream", func() bool { return up.Served() > before })
 	overflowed := 0
 	for i := 0; i < 5; i++ {
 		if r := chat(t, p, gpt, false); r.status == 503 && r.header.Get("x-envoy-overloaded") == "true" {

@@ -176,84 +176,57 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ep := newEPStream(p)
 	defer ep.close()
-	// Envoy routes once the request phase is done: until then (request
-	// headers reply, BUFFERED body reply) clear_route_cache can re-route.
-	const routed = false
 
 	// ext_proc: request headers.
 	eos := len(body) == 0
 	if ep.active() && headerMode(ep.modes.RequestHeaderMode, true) {
-		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}})
-		if err != nil {
-			if !ep.fail(err) {
-				p.writeLocal(w, entry, p.errorReply(err))
+		req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}}
+		cr, resp, stop := p.requestPhase(w, entry, ep, req, func(r *extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool) {
+			if x, ok := r.Response.(*extprocv3.ProcessingResponse_RequestHeaders); ok {
+				return x.RequestHeaders.GetResponse(), true
+			}
+			return nil, false
+		})
+		if stop {
+			return
+		}
+		if resp != nil {
+			if !p.applyRequestReply(w, entry, &h, &rt, cr, resp) {
 				return
 			}
-		} else {
-			switch x := resp.Response.(type) {
-			case *extprocv3.ProcessingResponse_ImmediateResponse:
-				p.writeImmediate(w, entry, ep, x.ImmediateResponse, resp)
-				return
-			case *extprocv3.ProcessingResponse_RequestHeaders:
-				cr := x.RequestHeaders.GetResponse()
-				if err := p.applyMutation(&h, cr.GetHeaderMutation(), false); err != nil {
-					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
-					return
-				}
-				p.clearRouteCache(cr, &h, &rt, routed)
-				if cr.GetStatus() == extprocv3.CommonResponse_CONTINUE_AND_REPLACE {
-					body = replacedBody(cr, body)
-					ep.modes.RequestBodyMode = filterv3.ProcessingMode_NONE
-				}
-				p.keepMetadata(entry, resp)
-				if resp.ModeOverride != nil && p.cfg.ExtProc.AllowModeOverride {
-					ep.modes = overrideModes(resp.ModeOverride)
-				}
-			default:
-				p.stats.add("spurious_msgs_received")
-				if !ep.fail(errSpurious) {
-					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
-					return
-				}
+			if cr.GetStatus() == extprocv3.CommonResponse_CONTINUE_AND_REPLACE {
+				body = replacedBody(cr, body)
+				ep.modes.RequestBodyMode = filterv3.ProcessingMode_NONE
+			}
+			if resp.ModeOverride != nil && p.cfg.ExtProc.AllowModeOverride {
+				ep.modes = overrideModes(resp.ModeOverride)
 			}
 		}
 	}
 
-	// ext_proc: buffered request body (one message, end_of_stream set).
+	// ext_proc: buffered request body (one message, end_of_stream set). In
+	// BUFFERED mode Envoy has not routed yet, so the reply may re-route.
 	if ep.active() && !eos && ep.modes.RequestBodyMode == filterv3.ProcessingMode_BUFFERED {
-		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}})
-		if err != nil {
-			if !ep.fail(err) {
-				p.writeLocal(w, entry, p.errorReply(err))
+		req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}}
+		cr, resp, stop := p.requestPhase(w, entry, ep, req, func(r *extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool) {
+			if x, ok := r.Response.(*extprocv3.ProcessingResponse_RequestBody); ok {
+				return x.RequestBody.GetResponse(), true
+			}
+			return nil, false
+		})
+		if stop {
+			return
+		}
+		if resp != nil {
+			if !p.applyRequestReply(w, entry, &h, &rt, cr, resp) {
 				return
 			}
-		} else {
-			switch x := resp.Response.(type) {
-			case *extprocv3.ProcessingResponse_ImmediateResponse:
-				p.writeImmediate(w, entry, ep, x.ImmediateResponse, resp)
-				return
-			case *extprocv3.ProcessingResponse_RequestBody:
-				cr := x.RequestBody.GetResponse()
-				if err := p.applyMutation(&h, cr.GetHeaderMutation(), false); err != nil {
-					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
-					return
-				}
-				// In BUFFERED mode Envoy has not routed yet.
-				p.clearRouteCache(cr, &h, &rt, routed)
-				if nb, replaced := bodyMutation(cr, body); replaced {
-					body = nb
-					if cl, ok := h.get("content-length"); ok && cl != strconv.Itoa(len(body)) {
-						p.writeLocal(w, entry, localReply(500, 0, "ext_proc_content_length_mismatch", "content-length does not match the replaced body"))
-						return
-					}
-				}
-				p.keepMetadata(entry, resp)
-			default:
-				p.stats.add("spurious_msgs_received")
-				if !ep.fail(errSpurious) {
-					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
+			if nb, replaced := bodyMutation(cr, body); replaced {
+				body = nb
+				if cl, ok := h.get("content-length"); ok && cl != strconv.Itoa(len(body)) {
+					p.writeLocal(w, entry, localReply(500, 0, "ext_proc_content_length_mismatch", "content-length does not match the replaced body"))
 					return
 				}
 			}
@@ -278,6 +251,49 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 var errSpurious = errors.New("spurious ext_proc message")
+
+// requestPhase sends one request-path message and waits for its reply. It
+// answers the client itself, and reports stop, when the processor sent an
+// immediate response or failed without failure_mode_allow. resp is nil when
+// processing stopped but the request continues unprocessed.
+func (p *Proxy) requestPhase(w http.ResponseWriter, e *Entry, ep *epStream, req *extprocv3.ProcessingRequest,
+	kind func(*extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool)) (cr *extprocv3.CommonResponse, resp *extprocv3.ProcessingResponse, stop bool) {
+	resp, err := ep.exchange(req)
+	if err != nil {
+		if !ep.fail(err) {
+			p.writeLocal(w, e, p.errorReply(err))
+			return nil, nil, true
+		}
+		return nil, nil, false
+	}
+	if ir, ok := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); ok {
+		p.writeImmediate(w, e, ep, ir.ImmediateResponse, resp)
+		return nil, nil, true
+	}
+	if cr, ok := kind(resp); ok {
+		return cr, resp, false
+	}
+	p.stats.add("spurious_msgs_received")
+	if !ep.fail(errSpurious) {
+		p.writeLocal(w, e, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
+		return nil, nil, true
+	}
+	return nil, nil, false
+}
+
+// applyRequestReply applies a request-path reply's header mutation, route
+// cache clearing and metadata. Envoy has not routed yet during the request
+// phase (the headers reply, a BUFFERED body reply), so clear_route_cache may
+// re-route. It reports false when the request failed.
+func (p *Proxy) applyRequestReply(w http.ResponseWriter, e *Entry, h *headers, rt *route, cr *extprocv3.CommonResponse, resp *extprocv3.ProcessingResponse) bool {
+	if err := p.applyMutation(h, cr.GetHeaderMutation(), false); err != nil {
+		p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+		return false
+	}
+	p.clearRouteCache(cr, h, rt, false)
+	p.keepMetadata(e, resp)
+	return true
+}
 
 // clearRouteCache re-selects the route when the reply asks for it, carries
 // a header_mutation (an empty one counts) and Envoy has not routed yet.
