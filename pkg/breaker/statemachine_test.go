@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -622,5 +623,26 @@ func TestJudge(t *testing.T) {
 	empty := pol(func(p *Policy) { p.FailureStatusCodes = []int{} })
 	if empty.Judge(Result{Kind: KindStatus, Status: 500}).Class != Neither || empty.Judge(Result{Kind: KindConnError}).Class != Failure {
 		t.Fatal("empty list")
+	}
+}
+
+// RunSweeper makes a due transition without any read of the breaker.
+func TestRunSweeper(t *testing.T) {
+	r := newRig(t, pol(nil))
+	r.openNow()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go RunSweeper(ctx, r.st, r.clk, time.Millisecond)
+	r.advance(time.Second) // the cooldown, on the fake clock
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		evs := r.transitions()
+		if evs[len(evs)-1] == "open->half_open:cooldown_elapsed" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sweeper made no transition: %v", evs)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
