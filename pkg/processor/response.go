@@ -83,7 +83,13 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 		}
 		st.pending = res
 		st.classifier = classify.New(st.chosen.API, head.contentType)
-	default:
+	case verdictSniff:
+		if st.respBodyMode == filterv3.ProcessingMode_NONE {
+			// No body will come to sniff: judge the status as it is.
+			res.ElapsedMs = (now - st.startNs) / 1e6
+			st.record(res, now)
+			break
+		}
 		st.pending = res
 	}
 	return resp
