@@ -345,3 +345,31 @@ func TestTruncatedSuccessIsNeither(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 }
+
+// With the response body not sent to fusebox (response_body_mode NONE), the
+// outcome is judged at the response headers.
+func TestResponseBodyModeNone(t *testing.T) {
+	e := newEnv(t)
+	run := func(status string, a map[string]*structpb.Struct, kv ...string) {
+		c := e.open("")
+		c.first = false // send protocol_config ourselves
+		c.send(&extprocv3.ProcessingRequest{
+			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_NONE},
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: hdrs(":method", "POST", ":path", "/v1/chat/completions", "content-type", "application/json", "x-fusebox-model", "strict")}},
+		})
+		c.recv()
+		if r := c.respHeaders(status, false, a, kv...); r.ModeOverride != nil {
+			t.Fatalf("no body is coming; no override needed: %v", r.ModeOverride)
+		}
+		c.end()
+	}
+	run("200", attrs(0, "via_upstream"), "content-type", "text/event-stream")
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:st", "success", "success")); v != 1 {
+		t.Fatalf("2xx at headers: %v", v)
+	}
+	run("503", nil, "content-type", "text/plain")
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:st", "neither", "status_not_listed")); v != 1 {
+		t.Fatalf("503 without attributes: %v", v)
+	}
+}
