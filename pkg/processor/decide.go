@@ -41,7 +41,6 @@ func (st *stream) decide() decision {
 			fmt.Sprintf("model %q has no route with residency %q", m.Name, strings.Join(st.residency, ",")))}
 	}
 	st.first = cands[0]
-	st.decided = true
 	pol := m.Policy
 	if !pol.Active() {
 		// R-M1: nothing consulted or recorded, still dispatched.
@@ -71,7 +70,6 @@ func (st *stream) decide() decision {
 			}
 		}
 		if len(order) == 0 {
-			st.decided = false
 			st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionFailFast).Inc()
 			return decision{immediate: immediate(503, typeUnavailable, codeAllOpen,
 				fmt.Sprintf("every route of model %q is forced open", m.Name), setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10)))}
@@ -91,7 +89,6 @@ func (st *stream) decide() decision {
 	}
 
 	if sel.FailFast {
-		st.decided = false
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionFailFast).Inc()
 		resp := immediate(503, typeUnavailable, codeAllOpen,
 			fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec),

@@ -36,7 +36,6 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 	}
 	head.endOfStream = h.EndOfStream
 	head.flags, head.hasFlags, head.details, head.hasDetails = attributes(req.Attributes)
-	st.respStatus = head.status
 
 	var cr *extprocv3.CommonResponse
 	if st.chosen != nil {

@@ -95,9 +95,6 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
-		if _, done := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); done {
-			st.closed = true
-		}
 	}
 }
 

@@ -34,7 +34,6 @@ type stream struct {
 	modelName      string // from the header, or the body
 	residency      []string
 	awaitingBody   bool // the decision waits for the buffered body
-	decided        bool
 	rewriteBody    bool // the chosen route needs the body's model rewritten
 	clientCluster  bool // the request carried our cluster header
 
@@ -48,13 +47,11 @@ type stream struct {
 
 	// Response side.
 	respStarted bool
-	respStatus  int
 	recorded    bool
 	verdict     headVerdict
 	pending     breaker.Result
 	sniff       []byte
 	classifier  *classify.Classifier
-	closed      bool
 }
 
 func newStream(s *Server) *stream {
@@ -185,7 +182,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		if d.immediate != nil {
 			return d.immediate
 		}
-		cr := st.dispatchMutation(d, false)
+		cr := st.dispatchMutation(d)
 		resp := headersReply(cr)
 		resp.DynamicMetadata = d.stage
 		if st.chosen.UpstreamModel != "" && !st.reqEOS {
@@ -275,7 +272,7 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	if d.immediate != nil {
 		return d.immediate
 	}
-	cr := st.dispatchMutation(d, true)
+	cr := st.dispatchMutation(d)
 	if st.chosen.UpstreamModel != "" {
 		cr = st.bodyRewrite(b.Body, f, cr)
 	}
@@ -300,7 +297,7 @@ func (st *stream) bodyRewrite(body []byte, f modelField, cr *extprocv3.CommonRes
 // dispatchMutation builds the R-D3 mutation: cluster, route and fallbacks
 // headers, :path when the route has one, and clear_route_cache in the same
 // reply as the header_mutation (ENVOY.md).
-func (st *stream) dispatchMutation(d decision, _ bool) *extprocv3.CommonResponse {
+func (st *stream) dispatchMutation(d decision) *extprocv3.CommonResponse {
 	hn := st.rt.Headers
 	set := []*corev3.HeaderValueOption{
 		setHeader(hn.Cluster, st.chosen.Cluster),
