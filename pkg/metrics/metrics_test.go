@@ -1,0 +1,55 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+)
+
+// The metric names are part of the contract (SPEC §9): dashboards depend on
+// them.
+func TestSpecNames(t *testing.T) {
+	m := New()
+	m.Transitions.WithLabelValues("g", "r", "p", "gateway", "closed->open", "provider_5xx").Inc()
+	m.State.WithLabelValues("g", "r", "p", "gateway").Set(1)
+	m.Outcomes.WithLabelValues("g", "r", "failure", "provider_5xx").Inc()
+	m.Decisions.WithLabelValues("g", "", "passthrough").Inc()
+	m.ClusterNotFound.WithLabelValues("g", "c").Inc()
+	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
+	m.StoreErrors.WithLabelValues("record").Inc()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string][]string{}
+	for _, f := range families {
+		var labels []string
+		if len(f.Metric) > 0 {
+			for _, l := range f.Metric[0].Label {
+				labels = append(labels, l.GetName())
+			}
+		}
+		have[f.GetName()] = labels
+	}
+	want := map[string]string{
+		"aig_circuit_breaker_transitions_total": "gateway,provider,reason,route,scope,transition",
+		"aig_circuit_breaker_state":             "gateway,provider,route,scope",
+		"aig_circuit_breaker_outcomes_total":    "class,gateway,reason,route",
+		"aig_circuit_breaker_decisions_total":   "action,gateway,model",
+		"aig_extproc_cluster_not_found_total":   "cluster,gateway",
+		"aig_extproc_message_duration_seconds":  "phase",
+		"aig_extproc_streams_active":            "",
+		"aig_store_errors_total":                "op",
+		"aig_config_reloads_total":              "result",
+		"aig_config_fallbacks_total":            "",
+	}
+	for name, labels := range want {
+		got, ok := have[name]
+		if !ok {
+			t.Errorf("metric %s missing", name)
+			continue
+		}
+		if strings.Join(got, ",") != labels {
+			t.Errorf("%s labels %v, want %s", name, got, labels)
+		}
+	}
+}
