@@ -91,9 +91,9 @@ func (a *API) routeOverride(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("route %q not found in gateway %q", key, g.ID))
 		return
 	}
-	b := a.Store.Breaker(breaker.RouteID(g.ID, key), rt.Policy)
-	if a.override(w, r, b, rt.Policy, "gateway", g.ID, "route", key) {
-		WriteJSON(w, http.StatusOK, map[string]breaker.Status{key: b.Status(a.now(), rt.Policy)})
+	id := breaker.RouteID(g.ID, key)
+	if a.override(w, r, id, rt.Policy, "gateway", g.ID, "route", key) {
+		WriteJSON(w, http.StatusOK, map[string]breaker.Status{key: statusOf(a.Store, id, rt.Policy, a.now())})
 	}
 }
 
@@ -102,15 +102,16 @@ func (a *API) fleetOverride(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	b := a.Store.Breaker(breaker.FleetID(f.Name), f.Policy)
-	if a.override(w, r, b, f.Policy, "fleet", f.Name) {
-		WriteJSON(w, http.StatusOK, map[string]breaker.Status{f.BreakerKey(): b.Status(a.now(), f.Policy)})
+	id := breaker.FleetID(f.Name)
+	if a.override(w, r, id, f.Policy, "fleet", f.Name) {
+		WriteJSON(w, http.StatusOK, map[string]breaker.Status{f.BreakerKey(): statusOf(a.Store, id, f.Policy, a.now())})
 	}
 }
 
 // override applies force-open / force-close / reset (R-S5, R-API4). It
 // answers the error itself and reports whether the change was made.
-func (a *API) override(w http.ResponseWriter, r *http.Request, b *breaker.Breaker, p *breaker.Policy, who ...any) bool {
+func (a *API) override(w http.ResponseWriter, r *http.Request, id breaker.ID, p *breaker.Policy, who ...any) bool {
+	ctx, k := r.Context(), breaker.KeyOf(id)
 	action := r.PathValue("action")
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	if err != nil {
@@ -129,7 +130,7 @@ func (a *API) override(w http.ResponseWriter, r *http.Request, b *breaker.Breake
 			WriteError(w, http.StatusConflict, "the breaker is off (mode off or enabled: false): force-open would have no effect")
 			return false
 		}
-		err = a.Store.ForceOpen(b, now, p, d)
+		err = a.Store.ForceOpen(ctx, k, now, d)
 		if err == nil {
 			a.Log.Info("[admin] force-open", append(who, "duration_sec", int64(d/time.Second))...)
 		}
@@ -140,9 +141,9 @@ func (a *API) override(w http.ResponseWriter, r *http.Request, b *breaker.Breake
 			return false
 		}
 		if action == "reset" {
-			err = a.Store.Reset(b, now, p)
+			err = a.Store.Reset(ctx, k, now)
 		} else {
-			err = a.Store.ForceClose(b, now, p)
+			err = a.Store.ForceClose(ctx, k, now)
 		}
 		if err == nil {
 			a.Log.Info("[admin] "+action, who...)
@@ -161,8 +162,8 @@ func (a *API) storeResult(w http.ResponseWriter, err error) bool {
 	return true
 }
 
-// maxForceSec bounds a force-open duration (one year).
-const maxForceSec = 365 * 24 * 3600
+// maxForceSec bounds a force-open duration (R-P1: one week).
+const maxForceSec = 604800
 
 // ParseForceOpen reads the optional force-open body {"duration_sec": N}.
 // An empty body, {} or a null duration mean "until closed by hand".

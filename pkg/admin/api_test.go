@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -51,6 +52,9 @@ func newAPIEnv(t *testing.T, token string) *apiEnv {
 		t.Fatal(err)
 	}
 	e := &apiEnv{t: t, store: breaker.NewMemory(nil), clk: breaker.NewFakeClock(time.Unix(1_800_000_000, 0)), rt: rt}
+	if _, _, err := e.store.Install(context.Background(), e.clk.Now().UnixNano(), rt.BreakerSpecs()); err != nil {
+		t.Fatal(err)
+	}
 	s := NewServer(NewHealth(), metrics.New().Registry, Auth{Token: token, Loopback: true})
 	(&API{Config: routes.NewHolder(rt), Store: e.store, Clock: e.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(s)
 	e.srv = httptest.NewServer(s)

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"context"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
@@ -15,13 +17,15 @@ type RouteRow struct {
 	breaker.Status
 }
 
-// statusOf returns a breaker's status, or the closed status when the breaker
-// was never created.
+// statusOf returns a breaker's status from the store. A breaker the store
+// cannot report (a shared store that is down, or a config being swapped)
+// reads as closed under its configured policy.
 func statusOf(st breaker.Store, id breaker.ID, p *breaker.Policy, now int64) breaker.Status {
-	if b, ok := st.Lookup(id); ok {
-		return b.Status(now, p)
+	s, err := st.Status(context.Background(), breaker.KeyOf(id), now)
+	if err != nil {
+		return breaker.ClosedStatus(id.Scope, p)
 	}
-	return breaker.ClosedStatus(id.Scope, p)
+	return s
 }
 
 // GatewayCircuitBreaker is the R-API1 object: route key (and "fleet:<name>"

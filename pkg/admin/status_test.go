@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -36,10 +37,15 @@ func TestStatusSnapshots(t *testing.T) {
 	st := breaker.NewMemory(nil)
 	clk := breaker.NewFakeClock(time.Unix(1_800_000_000, 0))
 	now := clk.Now().UnixNano()
-	fail := func(id breaker.ID, p *breaker.Policy, r breaker.Result) {
-		b := st.Breaker(id, p)
-		adm, _ := b.Acquire(now, p, false, true)
-		b.Record(now, p, adm, r)
+	if _, _, err := st.Install(context.Background(), now, rt.BreakerSpecs()); err != nil {
+		t.Fatal(err)
+	}
+	fail := func(id breaker.ID, _ *breaker.Policy, r breaker.Result) {
+		k := breaker.KeyOf(id)
+		adm, _, _ := st.Acquire(context.Background(), k, now, true)
+		if _, err := st.Record(context.Background(), k, now, adm, r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ra := g.Routes["a:r:m"]
 	fail(breaker.RouteID("g", ra.Key), ra.Policy, breaker.Result{Kind: breaker.KindStatus, Status: 500})

@@ -1,107 +1,104 @@
-package breaker
+package breaker_test
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
-func benchTarget() (*Memory, *Breaker, *Policy) {
-	p := pol(func(p *Policy) { p.FailureThreshold = 1 << 30 })
-	st := NewMemory(nil)
-	return st, st.Breaker(RouteID("gw", "openai:us:m"), p), p
+func benchTarget() (*breaker.Memory, breaker.Key) {
+	st := breaker.NewMemory(nil)
+	p := breaker.DefaultPolicy()
+	p.Enabled = true
+	keys, _, _ := st.Install(context.Background(), time.Now().UnixNano(), []breaker.Spec{{ID: breaker.RouteID("gw", "openai:us:m"), Policy: p.Finish()}})
+	return st, keys[0]
 }
 
-// A decision on a closed route: read the clock, peek, admit.
+var bctx = context.Background()
+
+// The decision on a closed route, as the processor makes it: one clock
+// read and one Peek through the Store interface (R-ST1: no allocation).
 func BenchmarkDecisionClosed(b *testing.B) {
-	st, br, p := benchTarget()
-	clk := NewCoarseClock(time.Millisecond)
+	st, k := benchTarget()
+	var s breaker.Store = st
+	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
 	b.ReportAllocs()
 	for b.Loop() {
-		now := clk.Now().UnixNano()
-		if v := br.Peek(now, p); !v.Allowed {
-			b.Fatal("refused")
-		}
-		if _, ok := st.Acquire(br, now, p, false, false); !ok {
-			b.Fatal("refused")
+		if v := s.Peek(bctx, k, clk.Now().UnixNano()); !v.Allowed {
+			b.Fatal("not allowed")
 		}
 	}
 }
 
-// The same without the clock read (a caller that reads the clock once per
-// request for other reasons).
 func BenchmarkDecisionClosedNoClock(b *testing.B) {
-	st, br, p := benchTarget()
-	now := time.Now().UnixNano()
+	st, k := benchTarget()
+	var s breaker.Store = st
 	b.ReportAllocs()
 	for b.Loop() {
-		if v := br.Peek(now, p); !v.Allowed {
-			b.Fatal("refused")
-		}
-		if _, ok := st.Acquire(br, now, p, false, false); !ok {
-			b.Fatal("refused")
+		if v := s.Peek(bctx, k, 0); !v.Allowed {
+			b.Fatal("not allowed")
 		}
 	}
 }
 
-// Recording a success on a closed route, clock read included.
 func BenchmarkRecordSuccess(b *testing.B) {
-	st, br, p := benchTarget()
-	clk := NewCoarseClock(time.Millisecond)
+	st, k := benchTarget()
+	var s breaker.Store = st
+	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
-	adm, _ := st.Acquire(br, clk.Now().UnixNano(), p, false, false)
-	r := Result{Kind: KindAnswered, Status: 200, ElapsedMs: 120}
+	r := breaker.Result{Kind: breaker.KindAnswered, Status: 200}
 	b.ReportAllocs()
 	for b.Loop() {
-		st.Record(br, clk.Now().UnixNano(), p, adm, r)
+		_, _ = s.Record(bctx, k, clk.Now().UnixNano(), breaker.Admission{Gen: 1}, r)
 	}
 }
 
 func BenchmarkRecordFailureSliding(b *testing.B) {
-	p := pol(func(p *Policy) {
-		p.FailureThreshold = 1 << 30
-		p.Window = WindowSliding
-		p.FailureRatePercent = 99
-		p.MinimumRequests = 1 << 30
-	})
-	st := NewMemory(nil)
-	br := st.Breaker(RouteID("gw", "openai:us:m"), p)
-	clk := NewCoarseClock(time.Millisecond)
+	st := breaker.NewMemory(nil)
+	p := breaker.DefaultPolicy()
+	p.Enabled, p.Window, p.FailureThreshold = true, breaker.WindowSliding, 1000000
+	keys, _, _ := st.Install(bctx, time.Now().UnixNano(), []breaker.Spec{{ID: breaker.RouteID("gw", "openai:us:m"), Policy: p.Finish()}})
+	var s breaker.Store = st
+	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
-	adm, _ := st.Acquire(br, clk.Now().UnixNano(), p, false, false)
-	r := Result{Kind: KindStatus, Status: 500}
+	r := breaker.Result{Kind: breaker.KindStatus, Status: 500}
 	b.ReportAllocs()
 	for b.Loop() {
-		st.Record(br, clk.Now().UnixNano(), p, adm, r)
+		_, _ = s.Record(bctx, keys[0], clk.Now().UnixNano(), breaker.Admission{Gen: 1}, r)
 	}
 }
 
-// Full cycle: decide and record, the unit gobreaker's Allow+done is compared
-// against (test/bench).
+// Decide + admit + record, the whole per-attempt cost; the figure compared
+// with sony/gobreaker's Allow+done in test/bench.
 func BenchmarkDecideAndRecord(b *testing.B) {
-	st, br, p := benchTarget()
-	clk := NewCoarseClock(time.Millisecond)
+	st, k := benchTarget()
+	var s breaker.Store = st
+	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
-	r := Result{Kind: KindAnswered, Status: 200}
+	r := breaker.Result{Kind: breaker.KindAnswered, Status: 200}
 	b.ReportAllocs()
 	for b.Loop() {
 		now := clk.Now().UnixNano()
-		br.Peek(now, p)
-		adm, _ := st.Acquire(br, now, p, false, false)
-		st.Record(br, clk.Now().UnixNano(), p, adm, r)
+		_ = s.Peek(bctx, k, now)
+		adm, _, _ := s.Acquire(bctx, k, now, false)
+		_, _ = s.Record(bctx, k, clk.Now().UnixNano(), adm, r)
 	}
 }
 
 func BenchmarkDecisionClosedParallel(b *testing.B) {
-	st, br, p := benchTarget()
-	clk := NewCoarseClock(time.Millisecond)
+	st, k := benchTarget()
+	var s breaker.Store = st
+	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			now := clk.Now().UnixNano()
-			br.Peek(now, p)
-			st.Acquire(br, now, p, false, false)
+			_ = s.Peek(bctx, k, now)
+			_, _, _ = s.Acquire(bctx, k, now, false)
 		}
 	})
 }
@@ -110,12 +107,12 @@ func BenchmarkDecisionClosedParallel(b *testing.B) {
 // avoids.
 func BenchmarkSystemClock(b *testing.B) {
 	for b.Loop() {
-		_ = SystemClock{}.Now().UnixNano()
+		_ = breaker.SystemClock{}.Now().UnixNano()
 	}
 }
 
 func BenchmarkCoarseClock(b *testing.B) {
-	c := NewCoarseClock(time.Millisecond)
+	c := breaker.NewCoarseClock(time.Millisecond)
 	defer c.Stop()
 	for b.Loop() {
 		_ = c.Now().UnixNano()

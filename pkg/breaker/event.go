@@ -57,18 +57,18 @@ func (e *events) emit(fn func(Event)) {
 }
 
 // event builds the Event of a transition just made (b.state is the new
-// state). Called with the lock held.
-func (b *Breaker) event(now int64, p *Policy, from State, reason string) Event {
-	calls, fails, _ := b.rateWin.totals(now)
+// state). Called with mu held.
+func (m *machine) event(now int64, p *Policy, from State, reason string) Event {
+	calls, fails, _ := m.rateWin.totals(now)
 	ev := Event{
-		ID: b.id, Provider: b.provider, From: from, To: b.state, Reason: reason, At: now,
-		Failures: b.failuresLocked(now, p), Threshold: p.FailureThreshold, PolicyVersion: p.Version,
-		OpenedAt: b.openedAt, Reopens: b.reopens, WindowCalls: calls, WindowFailures: fails,
-		Generation: b.gen.Load(),
+		ID: m.id, Provider: m.provider, From: from, To: m.state, Reason: reason, At: now,
+		Failures: m.failuresLocked(now, p), Threshold: p.FailureThreshold, PolicyVersion: p.Version,
+		OpenedAt: m.openedAt, Reopens: m.reopens, WindowCalls: calls, WindowFailures: fails,
+		Generation: m.gen,
 	}
-	if b.state == Open {
-		ev.OpenUntil = b.openUntil
-		if b.forced && b.forcedUntil == 0 {
+	if m.state == Open {
+		ev.OpenUntil = m.openUntil
+		if m.forced && m.forcedUntil == 0 {
 			ev.OpenUntil = Never
 		}
 	}
@@ -77,10 +77,10 @@ func (b *Breaker) event(now int64, p *Policy, from State, reason string) Event {
 
 // failuresLocked is the failure count shown for the breaker: the tumbling
 // counter (0 once expired) or the sliding window's failures.
-func (b *Breaker) failuresLocked(now int64, p *Policy) int {
-	if p.Window == WindowSliding {
-		_, f, _ := b.failWin.totals(now)
+func (m *machine) failuresLocked(now int64, p *Policy) int {
+	if p.Window == WindowSliding && m.failWin.buckets != nil {
+		_, f, _ := m.failWin.totals(now)
 		return int(f)
 	}
-	return b.tumble.current(now)
+	return m.tumble.current(now)
 }

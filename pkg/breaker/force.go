@@ -2,66 +2,62 @@ package breaker
 
 import "time"
 
-// ForceOpen pins the breaker open (R-S5): it is skipped before the floor and
+// forceOpen pins the breaker open (R-S5): it is skipped before the floor and
 // before try_all, never probed, and when d (if > 0) has passed it is closed
 // with cleared state.
-func (b *Breaker) ForceOpen(now int64, p *Policy, d time.Duration) {
+func (m *machine) forceOpen(now int64, d time.Duration) {
 	var evs events
-	b.mu.Lock()
-	b.syncPolicy(now, p)
-	from := b.state
-	b.forced = true
-	b.forcedUntil = 0
+	m.mu.Lock()
+	from := m.state
+	m.forced = true
+	m.forcedUntil = 0
 	if d > 0 {
-		b.forcedUntil = now + int64(d)
+		m.forcedUntil = now + int64(d)
 	}
-	b.state, b.reason = Open, ReasonForced
+	m.state, m.reason = Open, ReasonForced
 	if from == Closed {
-		b.openedAt, b.reopenedAt, b.reopens = now, 0, 0
+		m.openedAt, m.reopenedAt, m.reopens = now, 0, 0
 	}
-	b.openUntil = b.forcedUntil
-	b.leases = b.leases[:0]
-	b.bump()
-	b.setHot()
+	m.openUntil = m.forcedUntil
+	m.leases = m.leases[:0]
+	m.bump()
+	m.publish()
 	if from != Open {
-		evs.add(b.event(now, p, from, ReasonForced))
+		evs.add(m.event(now, m.policy, from, ReasonForced))
 	}
-	b.mu.Unlock()
-	evs.emit(b.onEvent)
+	m.unlock(&evs)
 }
 
-// ForceClose closes the breaker once, clearing its counts; it does not pin
+// forceClose closes the breaker once, clearing its counts; it does not pin
 // it closed, and it keeps a Retry-After block.
-func (b *Breaker) ForceClose(now int64, p *Policy) { b.overrideClose(now, p, ReasonForceClose, false) }
+func (m *machine) forceClose(now int64) { m.overrideClose(now, ReasonForceClose, false) }
 
-// Reset clears state, force flags and Retry-After blocks.
-func (b *Breaker) Reset(now int64, p *Policy) { b.overrideClose(now, p, ReasonReset, true) }
+// reset clears state, force flags and Retry-After blocks.
+func (m *machine) reset(now int64) { m.overrideClose(now, ReasonReset, true) }
 
-func (b *Breaker) overrideClose(now int64, p *Policy, reason string, clearBlock bool) {
+func (m *machine) overrideClose(now int64, reason string, clearBlock bool) {
 	var evs events
-	b.mu.Lock()
-	b.syncPolicy(now, p)
-	b.forced, b.forcedUntil = false, 0
+	m.mu.Lock()
+	m.forced, m.forcedUntil = false, 0
 	if clearBlock {
-		b.blockedUntil = 0
+		m.blockedUntil = 0
 	}
-	from := b.state
-	b.close(now, p, reason, &evs)
+	from := m.state
+	m.close(now, m.policy, reason, &evs)
 	if from == Closed {
-		b.bump() // in-flight outcomes from before the override change nothing
+		m.bump() // in-flight outcomes from before the override change nothing
+		m.publish()
 	}
-	b.mu.Unlock()
-	evs.emit(b.onEvent)
+	m.unlock(&evs)
 }
 
-// Tick makes due time-driven transitions (the sweep, R-S2).
-func (b *Breaker) Tick(now int64) {
-	if b.hot.Load() == 0 {
+// tick makes due time-driven transitions (the sweep, R-S2).
+func (m *machine) tick(now int64) {
+	if m.word.Load()&hotUnhealthy == 0 {
 		return
 	}
 	var evs events
-	b.mu.Lock()
-	b.advance(now, b.policy, &evs)
-	b.mu.Unlock()
-	evs.emit(b.onEvent)
+	m.mu.Lock()
+	m.advance(now, &evs)
+	m.unlock(&evs)
 }

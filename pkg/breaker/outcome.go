@@ -77,8 +77,8 @@ const (
 type Result struct {
 	Kind   Kind
 	Status int
-	// Reason names a KindNeither (and overrides the default reason of other
-	// kinds when set).
+	// Reason names a KindNeither; every other kind's reason follows from
+	// the kind and the judging policy.
 	Reason string
 	// ElapsedMs is the time to the first visible token for a stream, the
 	// total time otherwise; -1 when unknown (slow-call trigger, R-O13).
@@ -133,9 +133,6 @@ func (p *Policy) Judge(r Result) Outcome {
 		default:
 			o.Class, o.Reason = Neither, ReasonStatusNotListed
 		}
-	}
-	if r.Reason != "" && r.Kind != KindNeither && o.Reason != ReasonOpenStatus {
-		o.Reason = r.Reason
 	}
 	if o.Class == Neither {
 		o.Slow = false

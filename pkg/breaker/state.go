@@ -50,3 +50,7 @@ func FleetID(name string) ID { return ID{Route: "fleet:" + name, Scope: ScopeGlo
 
 // Never is the recovery time of a route forced open without a duration.
 const Never = int64(math.MaxInt64)
+
+// Provider is the provider label of the breaker: the route key's text
+// before the first ':'; for a fleet, "fleet:<name>".
+func (id ID) Provider() string { return providerOf(id) }

@@ -36,28 +36,26 @@ func unixSec(ns int64) *float64 {
 	return &v
 }
 
-// Status returns the breaker's state under p at now, making due transitions
-// first.
-func (b *Breaker) Status(now int64, p *Policy) Status {
+// status returns the breaker's state at now, making due transitions first.
+func (m *machine) status(now int64) Status {
 	var evs events
-	b.mu.Lock()
-	b.syncPolicy(now, p)
-	b.advance(now, p, &evs)
-	calls, fails, slow := b.rateWin.totals(now)
+	m.mu.Lock()
+	m.advance(now, &evs)
+	p := m.policy
+	calls, fails, slow := m.rateWin.totals(now)
 	s := Status{
-		State: b.state.String(), Failures: b.failuresLocked(now, p),
-		OpenedAt: unixSec(b.openedAt), ReopenedAt: unixSec(b.reopenedAt), Reopens: b.reopens,
-		Reason: b.reason, Scope: b.id.Scope, BlockedUntil: unixSec(b.blockedUntil),
-		ProbesInFlight: len(b.leases), Forced: b.forced, PolicyVersion: p.Version,
+		State: m.state.String(), Failures: m.failuresLocked(now, p),
+		OpenedAt: unixSec(m.openedAt), ReopenedAt: unixSec(m.reopenedAt), Reopens: m.reopens,
+		Reason: m.reason, Scope: m.id.Scope, BlockedUntil: unixSec(m.blockedUntil),
+		ProbesInFlight: len(m.leases), Forced: m.forced, PolicyVersion: p.Version,
 		WindowCalls: calls, WindowFailures: fails, WindowSlowCalls: slow,
-		ConsecutiveFailures: b.consecutive, Generation: b.gen.Load(),
+		ConsecutiveFailures: m.consecutive, Generation: m.gen,
 	}
-	if b.state == Open {
-		s.OpenUntil = unixSec(b.openUntil)
+	if m.state == Open {
+		s.OpenUntil = unixSec(m.openUntil)
 	}
-	s.Notable = b.state != Closed || b.blockedUntil > now
-	b.mu.Unlock()
-	evs.emit(b.onEvent)
+	s.Notable = m.state != Closed || m.blockedUntil > now
+	m.unlock(&evs)
 	return s
 }
 

@@ -1,13 +1,14 @@
 package breaker
 
+import "context"
+
 // Target is where one attempt goes: a route breaker and, when the route
 // belongs to a fleet, the fleet's global breaker. Each judges the attempt
-// with its own policy (SPEC §4).
+// with its own installed policy (SPEC §4); each has its own mode (R-M4).
 type Target struct {
-	Route       *Breaker
-	RoutePolicy *Policy
-	Fleet       *Breaker // nil when the route has no fleet
-	FleetPolicy *Policy
+	Route    Key
+	Fleet    Key
+	HasFleet bool
 }
 
 // TargetAdmission carries both admissions.
@@ -15,72 +16,96 @@ type TargetAdmission struct {
 	Route, Fleet Admission
 }
 
-// Peek combines the verdicts: the target is unhealthy when either breaker
-// is, and recovers when both have (the later time). A breaker whose policy
-// is not active (off / disabled) is not consulted (R-M1).
-func (t *Target) Peek(now int64) Verdict {
-	var v Verdict
-	v.Allowed = true
-	if t.RoutePolicy.Active() {
-		v = t.Route.Peek(now, t.RoutePolicy)
+// TargetVerdict is the combined answer of a target's breakers.
+type TargetVerdict struct {
+	// Verdict is what prod breakers say: not Allowed when a prod breaker is
+	// unhealthy or any breaker is forced open (R-S5 applies to shadow too).
+	Verdict
+	// WouldSkip: a shadow breaker is unhealthy; prod would have skipped
+	// the route, shadow dispatches to it and lists it (R-M2, R-M4).
+	WouldSkip bool
+}
+
+// Peek combines the verdicts: the target is unhealthy when either prod
+// breaker is, and recovers when both have (the later time). Off breakers are
+// not consulted.
+func (t *Target) Peek(ctx context.Context, st Store, now int64) TargetVerdict {
+	var tv TargetVerdict
+	tv.Allowed, tv.Off = true, true
+	tv.merge(st.Peek(ctx, t.Route, now))
+	if t.HasFleet {
+		tv.merge(st.Peek(ctx, t.Fleet, now))
 	}
-	if t.Fleet != nil && t.FleetPolicy.Active() {
-		fv := t.Fleet.Peek(now, t.FleetPolicy)
-		if !fv.Allowed {
-			v.Allowed = false
-			v.Forced = v.Forced || fv.Forced
-			v.Blocked = v.Blocked || fv.Blocked
-			v.ProbesFull = v.ProbesFull || fv.ProbesFull
-			if fv.State > v.State {
-				v.State = fv.State
-			}
-			if fv.RecoveryAt > v.RecoveryAt {
-				v.RecoveryAt = fv.RecoveryAt
-			}
+	return tv
+}
+
+func (tv *TargetVerdict) merge(v Verdict) {
+	if v.Off {
+		return
+	}
+	tv.Off = false
+	if v.Allowed {
+		return
+	}
+	if v.Shadow && !v.Forced {
+		tv.WouldSkip = true
+		if v.RecoveryAt > tv.RecoveryAt && !tv.Allowed {
+			tv.RecoveryAt = v.RecoveryAt
 		}
+		return
 	}
-	return v
+	tv.Allowed = false
+	tv.Forced = tv.Forced || v.Forced
+	tv.Blocked = tv.Blocked || v.Blocked
+	tv.ProbesFull = tv.ProbesFull || v.ProbesFull
+	if v.State > tv.State {
+		tv.State = v.State
+	}
+	if v.RecoveryAt > tv.RecoveryAt {
+		tv.RecoveryAt = v.RecoveryAt
+	}
 }
 
 // Acquire admits the attempt on both breakers. When the fleet refuses after
-// the route took a slot, the route's slot is given back.
-func (t *Target) Acquire(st Store, now int64, shadow, force bool) (TargetAdmission, bool) {
+// the route took a slot, the route's slot is given back. A store error
+// admits (R-D7).
+func (t *Target) Acquire(ctx context.Context, st Store, now int64, force bool) (TargetAdmission, bool) {
 	var a TargetAdmission
-	if t.RoutePolicy.Active() {
-		ra, ok := st.Acquire(t.Route, now, t.RoutePolicy, shadow || t.RoutePolicy.Mode == ModeShadow, force)
-		if !ok {
-			return a, false
-		}
-		a.Route = ra
+	ra, ok, _ := st.Acquire(ctx, t.Route, now, force)
+	if !ok {
+		return a, false
 	}
-	if t.Fleet != nil && t.FleetPolicy.Active() {
-		fa, ok := st.Acquire(t.Fleet, now, t.FleetPolicy, shadow || t.FleetPolicy.Mode == ModeShadow, force)
+	a.Route = ra
+	if t.HasFleet {
+		fa, ok, _ := st.Acquire(ctx, t.Fleet, now, force)
 		if !ok {
-			t.Route.Release(a.Route)
-			return a, false
+			_ = st.Release(ctx, t.Route, a.Route)
+			return TargetAdmission{}, false
 		}
 		a.Fleet = fa
 	}
 	return a, true
 }
 
-// Record records the attempt's result on both breakers.
-func (t *Target) Record(st Store, now int64, a TargetAdmission, r Result) (route, fleet Recorded, fleetUsed bool) {
-	if t.RoutePolicy.Active() {
-		route = st.Record(t.Route, now, t.RoutePolicy, a.Route, r)
+// Record records the attempt's result on both breakers. A breaker that did
+// not judge it (off, or no longer installed) comes back with Applied false.
+func (t *Target) Record(ctx context.Context, st Store, now int64, a TargetAdmission, r Result) (route, fleet Recorded, err error) {
+	route, err = st.Record(ctx, t.Route, now, a.Route, r)
+	if t.HasFleet {
+		var ferr error
+		fleet, ferr = st.Record(ctx, t.Fleet, now, a.Fleet, r)
+		if err == nil {
+			err = ferr
+		}
 	}
-	if t.Fleet != nil && t.FleetPolicy.Active() {
-		fleet = st.Record(t.Fleet, now, t.FleetPolicy, a.Fleet, r)
-		fleetUsed = true
-	}
-	return route, fleet, fleetUsed
+	return route, fleet, err
 }
 
 // Release frees any probe slots without recording (R-O8: a neither frees its
 // slot; also used when a request is never dispatched).
-func (t *Target) Release(a TargetAdmission) {
-	t.Route.Release(a.Route)
-	if t.Fleet != nil {
-		t.Fleet.Release(a.Fleet)
+func (t *Target) Release(ctx context.Context, st Store, a TargetAdmission) {
+	_ = st.Release(ctx, t.Route, a.Route)
+	if t.HasFleet {
+		_ = st.Release(ctx, t.Fleet, a.Fleet)
 	}
 }

@@ -23,19 +23,27 @@ func (t *tumbling) add(now int64, windowSec int) int {
 	return t.count
 }
 
-// bucket is one second of a sliding window.
+// maxBuckets bounds a sliding window's memory whatever its length: a
+// window longer than maxBuckets seconds uses buckets wider than one second
+// (R-W2 allows resolution no finer than 1 s). window_sec ≤ 86400 (R-P1)
+// therefore costs at most maxBuckets × 16 bytes per breaker.
+const maxBuckets = 120
+
+// bucket is one slice of a sliding window.
 type bucket struct {
-	sec      int64
+	idx      int64 // bucket number: unix seconds / width; 0 = empty
 	calls    int32
 	failures int32
 	slow     int32
 }
 
-// sliding keeps per-second buckets over the last `size` seconds with running
-// totals, so adding and reading are O(1) amortised (R-W2, R-T2, R-T4).
+// sliding keeps buckets over the last `size` seconds with running totals, so
+// adding and reading are O(1) amortised (R-W2, R-T2, R-T4).
 type sliding struct {
 	buckets  []bucket
-	size     int64
+	sizeSec  int64
+	width    int64 // seconds per bucket
+	n        int64 // number of buckets
 	totCalls int64
 	totFails int64
 	totSlow  int64
@@ -45,40 +53,44 @@ func newSliding(sizeSec int) sliding {
 	if sizeSec < 1 {
 		sizeSec = 1
 	}
-	return sliding{buckets: make([]bucket, sizeSec), size: int64(sizeSec)}
+	width := (int64(sizeSec) + maxBuckets - 1) / maxBuckets
+	n := (int64(sizeSec) + width - 1) / width
+	return sliding{buckets: make([]bucket, n), sizeSec: int64(sizeSec), width: width, n: n}
 }
 
-// advance drops buckets that fell out of the window ending at sec.
-func (s *sliding) advance(sec int64) {
+func (s *sliding) drop(b *bucket) {
+	s.totCalls -= int64(b.calls)
+	s.totFails -= int64(b.failures)
+	s.totSlow -= int64(b.slow)
+	*b = bucket{}
+}
+
+// advance drops buckets that fell out of the window ending in bucket idx.
+func (s *sliding) advance(idx int64) {
 	for i := range s.buckets {
 		b := &s.buckets[i]
-		if b.sec != 0 && sec-b.sec >= s.size {
-			s.totCalls -= int64(b.calls)
-			s.totFails -= int64(b.failures)
-			s.totSlow -= int64(b.slow)
-			*b = bucket{}
+		if b.idx != 0 && idx-b.idx >= s.n {
+			s.drop(b)
 		}
 	}
 }
 
-// slot returns the bucket for sec, recycling a stale one.
-func (s *sliding) slot(sec int64) *bucket {
-	b := &s.buckets[sec%s.size]
-	if b.sec != sec {
-		if b.sec != 0 {
-			s.totCalls -= int64(b.calls)
-			s.totFails -= int64(b.failures)
-			s.totSlow -= int64(b.slow)
+// slot returns the bucket for idx, recycling a stale one.
+func (s *sliding) slot(idx int64) *bucket {
+	b := &s.buckets[idx%s.n]
+	if b.idx != idx {
+		if b.idx != 0 {
+			s.drop(b)
 		}
-		*b = bucket{sec: sec}
+		b.idx = idx
 	}
 	return b
 }
 
 func (s *sliding) add(now int64, call, failure, slow bool) {
-	sec := now / 1e9
-	s.expire(sec)
-	b := s.slot(sec)
+	idx := now / 1e9 / s.width
+	s.expire(idx)
+	b := s.slot(idx)
 	if call {
 		b.calls++
 		s.totCalls++
@@ -93,23 +105,21 @@ func (s *sliding) add(now int64, call, failure, slow bool) {
 	}
 }
 
-// expire drops old buckets. Scanning is bounded by the window size and only
-// happens when a second has passed since the newest bucket (lastSec cache).
-func (s *sliding) expire(sec int64) {
+// expire drops old buckets. Scanning is bounded by the bucket count and only
+// happens when the newest bucket is not the current one.
+func (s *sliding) expire(idx int64) {
 	if s.totCalls == 0 && s.totFails == 0 && s.totSlow == 0 {
 		return
 	}
-	newest := s.buckets[sec%s.size].sec
-	if newest == sec {
-		// This second's bucket exists; older ones were expired when it
-		// was created.
+	if s.buckets[idx%s.n].idx == idx {
+		// This bucket exists; older ones were expired when it was created.
 		return
 	}
-	s.advance(sec)
+	s.advance(idx)
 }
 
 func (s *sliding) totals(now int64) (calls, failures, slow int64) {
-	s.expire(now / 1e9)
+	s.expire(now / 1e9 / s.width)
 	return s.totCalls, s.totFails, s.totSlow
 }
 
@@ -118,22 +128,30 @@ func (s *sliding) reset() {
 	s.totCalls, s.totFails, s.totSlow = 0, 0, 0
 }
 
-// resize changes the window length (a policy change, R-P9), keeping the
-// buckets that still fall inside it.
+// resize changes the window length (a policy change, R-P9), keeping what
+// still falls inside the new window. Buckets are re-filed by their start
+// second; a shorter window drops the older ones at once.
 func (s *sliding) resize(sizeSec int, now int64) {
-	if int64(sizeSec) == s.size {
+	if int64(sizeSec) == s.sizeSec {
 		return
 	}
-	old := s.buckets
+	old, oldWidth := s.buckets, s.width
 	*s = newSliding(sizeSec)
 	sec := now / 1e9
 	for _, b := range old {
-		if b.sec != 0 && sec-b.sec < s.size {
-			nb := s.slot(b.sec)
-			*nb = b
-			s.totCalls += int64(b.calls)
-			s.totFails += int64(b.failures)
-			s.totSlow += int64(b.slow)
+		if b.idx == 0 {
+			continue
 		}
+		start := b.idx * oldWidth
+		if sec-start >= s.sizeSec {
+			continue
+		}
+		nb := s.slot(start / s.width)
+		nb.calls += b.calls
+		nb.failures += b.failures
+		nb.slow += b.slow
+		s.totCalls += int64(b.calls)
+		s.totFails += int64(b.failures)
+		s.totSlow += int64(b.slow)
 	}
 }

@@ -37,48 +37,49 @@ type respHead struct {
 	endOfStream bool
 }
 
-// headVerdict is what can be concluded from the response headers.
-type headVerdict uint8
+// evidence says what the attempt's result still waits for once the
+// response headers are read.
+type evidence uint8
 
 const (
-	// verdictDecided: the headers alone decide the outcome.
-	verdictDecided headVerdict = iota
-	// verdictNeedBody: a 2xx; the body decides (R-O6, R-O9..R-O11).
-	verdictNeedBody
-	// verdictSniff: no attributes on a 503/504; Envoy's local-reply text
-	// in the body tells a connection failure or timeout from a provider's
-	// own status.
-	verdictSniff
+	// haveAll: the headers alone give the result.
+	haveAll evidence = iota
+	// needBody: a 2xx; the body decides (R-O6, R-O9..R-O11).
+	needBody
+	// needSniff: no attributes on a 503/504; Envoy's local-reply text in
+	// the body tells a connection failure or timeout from a provider's own
+	// status.
+	needSniff
 )
 
-// classifyHead applies R-O1..R-O3, R-O5, R-O7, R-O12 and R-O15 to the
-// response headers. The Kind of a decided result is final; RetryAfter is
-// filled in by the caller.
-func classifyHead(h respHead) (breaker.Result, headVerdict) {
+// judgeHead applies R-O1..R-O3, R-O5, R-O7, R-O12 and R-O15 to the response
+// headers. With haveAll the result's Kind is final; RetryAfter is filled in
+// by the caller.
+func judgeHead(h respHead) (breaker.Result, evidence) {
 	r := breaker.Result{Kind: breaker.KindStatus, Status: h.status, ElapsedMs: -1}
 	switch {
 	case (h.hasFlags && h.flags&flagNC != 0) || h.details == "cluster_not_found":
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonClusterNotFound
-		return r, verdictDecided
+		return r, haveAll
 	case (h.hasFlags && h.flags&flagUO != 0) || h.overloaded:
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonEnvoyOverflow
-		return r, verdictDecided
+		return r, haveAll
 	case h.status >= 500 && ((h.hasFlags && h.flags&flagUT != 0) || strings.HasPrefix(h.details, "upstream_response_timeout")):
 		r.Kind = breaker.KindTimeout
-		return r, verdictDecided
+		return r, haveAll
 	case h.status >= 500 && ((h.hasFlags && h.flags&connFlags != 0) || strings.HasPrefix(h.details, "upstream_reset_before_response_started")):
 		r.Kind = breaker.KindConnError
-		return r, verdictDecided
+		return r, haveAll
 	case h.status >= 200 && h.status < 300:
 		if h.endOfStream {
 			r.Kind = breaker.KindAnswered // no body: not an LLM shape (R-O6)
-			return r, verdictDecided
+			return r, haveAll
 		}
-		return r, verdictNeedBody
+		return r, needBody
 	case (h.status == 503 || h.status == 504) && !h.hasFlags && !h.hasDetails && !h.endOfStream && isTextOrNone(h.contentType):
-		return r, verdictSniff
+		return r, needSniff
 	}
-	return r, verdictDecided
+	return r, haveAll
 }
 
 func isTextOrNone(ct string) bool {

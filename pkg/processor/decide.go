@@ -29,71 +29,52 @@ func (st *stream) decide() decision {
 	gw := st.gw
 	m, ok := gw.Model(st.modelName)
 	if !ok {
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, "", routes.ActionRejected).Inc()
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, "", ActionRejected).Inc()
 		return decision{immediate: immediate(404, typeInvalidRequest, codeModelUnknown,
 			fmt.Sprintf("model %q is not served by gateway %q", st.modelName, gw.ID))}
 	}
 	st.model = m
 	cands := m.Candidates(st.residency)
 	if len(cands) == 0 {
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionRejected).Inc()
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionRejected).Inc()
 		return decision{immediate: immediate(404, typeInvalidRequest, codeModelUnknown,
 			fmt.Sprintf("model %q has no route with residency %q", m.Name, strings.Join(st.residency, ",")))}
 	}
 	st.first = cands[0]
 	pol := m.Policy
-	if !pol.Active() {
+
+	// Each candidate is checked once (R-D2), through the store, with its
+	// own breakers' modes (R-M4).
+	now := st.startNs
+	ctx := context.Background()
+	var vbuf [maxStackCandidates]breaker.Verdict
+	var wbuf, fbuf [maxStackCandidates]bool
+	var obuf, sbuf [maxStackCandidates]int
+	verdicts, wouldSkip, off := vbuf[:0], wbuf[:0], fbuf[:0]
+	anyActive, anyWould := false, false
+	for _, r := range cands {
+		tv := st.comp.targets[r].Peek(ctx, st.s.store, now)
+		verdicts = append(verdicts, tv.Verdict)
+		ws := tv.WouldSkip && tv.Allowed
+		wouldSkip = append(wouldSkip, ws)
+		off = append(off, tv.Off)
+		anyActive = anyActive || !tv.Off
+		anyWould = anyWould || ws
+	}
+	if !anyActive {
 		// R-M1: nothing consulted or recorded, still dispatched.
 		st.chosen = cands[0]
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionRouted).Inc()
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionRouted).Inc()
 		return decision{fallbacks: clusters(cands, nil, 0)}
 	}
-
-	now := st.startNs
-	var vbuf [maxStackCandidates]breaker.Verdict
-	var obuf, sbuf [maxStackCandidates]int
-	verdicts := vbuf[:0]
-	for _, r := range cands {
-		verdicts = append(verdicts, st.comp.targets[r].Peek(now))
-	}
-	sel := routes.Select(now, verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, obuf[:0], sbuf[:0])
-
-	if pol.Mode == breaker.ModeShadow {
-		// R-M2: dispatched as if off; health tracked; the stage says what
-		// prod would have skipped. A route forced open by an operator is
-		// removed in shadow mode too (R-S5).
-		var shbuf [maxStackCandidates]int
-		order := shbuf[:0]
-		for i := range cands {
-			if !verdicts[i].Forced {
-				order = append(order, i)
-			}
-		}
-		if len(order) == 0 {
-			st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionFailFast).Inc()
-			return decision{immediate: immediate(503, typeUnavailable, codeAllOpen,
-				fmt.Sprintf("every route of model %q is forced open", m.Name), setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10)))}
-		}
-		st.chosen = cands[order[0]]
-		st.target = st.comp.targets[st.chosen]
-		st.adm, _ = st.target.Acquire(st.s.store, now, true, true)
-		st.tracked = true
-		d := decision{fallbacks: clusters(cands, order, 1)}
-		action := routes.ActionRouted
-		if len(sel.Skipped) > 0 || sel.FailFast {
-			action = routes.ActionWouldSkip
-			d.stage = stageMetadata(routes.ActionWouldSkip, keys(cands, sel.Skipped))
-		}
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
-		return d
-	}
+	sel := Select(now, verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, obuf[:0], sbuf[:0])
 
 	if sel.FailFast {
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, routes.ActionFailFast).Inc()
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionFailFast).Inc()
 		resp := immediate(503, typeUnavailable, codeAllOpen,
 			fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec),
 			setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10)))
-		resp.DynamicMetadata = stageMetadata(routes.ActionFailFast, keys(cands, sel.Skipped))
+		resp.DynamicMetadata = stageMetadata(ActionFailFast, keys(cands, sel.Skipped), "")
 		return decision{immediate: resp}
 	}
 
@@ -103,7 +84,7 @@ func (st *stream) decide() decision {
 	chosenAt := -1
 	for i, idx := range sel.Order {
 		t := st.comp.targets[cands[idx]]
-		adm, ok := t.Acquire(st.s.store, now, false, !verdicts[idx].Allowed)
+		adm, ok := t.Acquire(ctx, st.s.store, now, !verdicts[idx].Allowed)
 		if ok {
 			st.adm, chosenAt = adm, i
 			break
@@ -114,28 +95,48 @@ func (st *stream) decide() decision {
 		// Every admitting route lost its slot to a race: never fail the
 		// request for that; send it to the first one anyway.
 		chosenAt = 0
-		st.adm, _ = st.comp.targets[cands[sel.Order[0]]].Acquire(st.s.store, now, false, true)
+		st.adm, _ = st.comp.targets[cands[sel.Order[0]]].Acquire(ctx, st.s.store, now, true)
 	}
-	st.chosen = cands[sel.Order[chosenAt]]
+	idx := sel.Order[chosenAt]
+	st.chosen = cands[idx]
 	st.target = st.comp.targets[st.chosen]
-	st.tracked = true
+	st.tracked = !off[idx]
 
 	d := decision{fallbacks: clusters(cands, sel.Order, chosenAt+1)}
-	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
-		st.s.log.Debug("decision", "gateway", gw.ID, "model", m.Name, "route", st.chosen.Key,
-			"skipped", keys(cands, skipped), "try_all", sel.TryAll, "probe", st.adm.Route.Lease != 0)
+	var would string
+	if anyWould {
+		would = keys(cands, flagged(wouldSkip))
 	}
-	action := routes.ActionRouted
+	if st.s.log.Enabled(ctx, slog.LevelDebug) {
+		st.s.log.Debug("decision", "gateway", gw.ID, "model", m.Name, "route", st.chosen.Key,
+			"skipped", keys(cands, skipped), "would_skip", would, "try_all", sel.TryAll, "probe", st.adm.Route.Lease != 0)
+	}
+	action := ActionRouted
 	switch {
 	case sel.TryAll:
-		action = routes.ActionTryAll
-		d.stage = stageMetadata(routes.ActionTryAll, keys(cands, unhealthy(verdicts)))
+		action = ActionTryAll
+		d.stage = stageMetadata(ActionTryAll, keys(cands, unhealthy(verdicts)), would)
 	case len(skipped) > 0:
-		action = routes.ActionSkipped
-		d.stage = stageMetadata(routes.ActionSkipped, keys(cands, skipped))
+		action = ActionSkipped
+		d.stage = stageMetadata(ActionSkipped, keys(cands, skipped), would)
+	case anyWould:
+		// R-M2/R-M4: shadow breakers would have skipped these; they were
+		// not skipped.
+		action = ActionWouldSkip
+		d.stage = stageMetadata(ActionWouldSkip, would, "")
 	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
 	return d
+}
+
+func flagged(f []bool) []int {
+	var out []int
+	for i, v := range f {
+		if v {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // clusters joins the clusters of cands[order[from:]] (order nil = all).

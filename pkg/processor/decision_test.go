@@ -331,10 +331,13 @@ func TestOffMode(t *testing.T) {
 			t.Fatal("off emits no stage")
 		}
 	}
-	if _, ok := e.store.Lookup(breakerID("default", "openai:us:off")); ok {
-		if s := e.status("default", "openai:us:off"); s.WindowCalls != 0 || s.State != "closed" {
-			t.Fatalf("off recorded: %+v", s)
-		}
+	// The breaker exists from the config's load (R-P11) and recorded
+	// nothing.
+	if s := e.status("default", "openai:us:off"); s.WindowCalls != 0 || s.State != "closed" || s.Generation != 1 {
+		t.Fatalf("off recorded: %+v", s)
+	}
+	if got := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:off", "failure", "provider_5xx")); got != 0 {
+		t.Fatalf("off counted %v outcomes", got)
 	}
 }
 
@@ -405,9 +408,7 @@ func TestForcedOpenBeatsTryAll(t *testing.T) {
 	for _, k := range []string{"openai:us:gpt", "azure:eu:gpt", "openai:eu:gpt"} {
 		e.openRoute("default", k)
 	}
-	r := rt.Gateways["default"].Routes["openai:us:gpt"]
-	b := e.store.Breaker(breakerID("default", r.Key), r.Policy)
-	e.store.ForceOpen(b, e.clk.Now().UnixNano(), r.Policy, 0)
+	e.forceOpen("default", rt.Gateways["default"].Routes["openai:us:gpt"].Key)
 	c := e.open("")
 	if got, _ := headerSet(t, common(c.chat("gpt")), "x-fusebox-cluster"); got != "c_azure_eu" {
 		t.Fatalf("forced route dispatched: %q", got)
@@ -418,8 +419,7 @@ func TestForcedOpenBeatsTryAll(t *testing.T) {
 // R-S5: a route forced open is removed in shadow mode too.
 func TestForcedOpenInShadow(t *testing.T) {
 	e := newEnv(t)
-	r := e.holder.Load().Gateways["default"].Routes["openai:us:sh"]
-	e.store.ForceOpen(e.store.Breaker(breakerID("default", r.Key), r.Policy), e.clk.Now().UnixNano(), r.Policy, 0)
+	e.forceOpen("default", "openai:us:sh")
 	c := e.open("")
 	resp := c.chat("shadowed")
 	if got, _ := headerSet(t, common(resp), "x-fusebox-cluster"); got != "c_sh2" {
@@ -428,7 +428,8 @@ func TestForcedOpenInShadow(t *testing.T) {
 	if fb, _ := headerSet(t, common(resp), "x-fusebox-fallbacks"); fb != "" {
 		t.Fatalf("fallbacks %q", fb)
 	}
-	if a, rs := stageOf(resp); a != "would_skip" || rs != "openai:us:sh" {
+	// Forced open is really skipped, in shadow too (R-S5).
+	if a, rs := stageOf(resp); a != "skipped" || rs != "openai:us:sh" {
 		t.Fatalf("stage %q %q", a, rs)
 	}
 	c.end()

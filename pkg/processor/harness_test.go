@@ -295,27 +295,34 @@ func common(r *extprocv3.ProcessingResponse) *extprocv3.CommonResponse {
 }
 
 func (e *env) status(gw, route string) breaker.Status {
-	rt := e.holder.Load()
-	r := rt.Gateways[gw].Routes[route]
-	b, ok := e.store.Lookup(breaker.RouteID(gw, route))
-	if !ok {
-		return breaker.ClosedStatus(breaker.ScopeGateway, r.Policy)
+	e.t.Helper()
+	s, err := e.store.Status(context.Background(), breaker.KeyOf(breaker.RouteID(gw, route)), e.clk.Now().UnixNano())
+	if err != nil {
+		e.t.Fatalf("status of %s: %v", route, err)
 	}
-	return b.Status(e.clk.Now().UnixNano(), r.Policy)
+	return s
 }
 
 // openRoute opens a route breaker by recording failures through the store.
 func (e *env) openRoute(gw, route string) {
 	e.t.Helper()
-	r := e.holder.Load().Gateways[gw].Routes[route]
-	b := e.store.Breaker(breaker.RouteID(gw, route), r.Policy)
+	k := breaker.KeyOf(breaker.RouteID(gw, route))
 	now := e.clk.Now().UnixNano()
-	for i := 0; i < 20 && b.Status(now, r.Policy).State != "open"; i++ {
-		adm, _ := b.Acquire(now, r.Policy, false, true)
-		b.Record(now, r.Policy, adm, breaker.Result{Kind: breaker.KindConnError, Status: 503})
+	ctx := context.Background()
+	for i := 0; i < 20 && e.status(gw, route).State != "open"; i++ {
+		adm, _, _ := e.store.Acquire(ctx, k, now, true)
+		_, _ = e.store.Record(ctx, k, now, adm, breaker.Result{Kind: breaker.KindConnError, Status: 503})
 	}
-	if b.Status(now, r.Policy).State != "open" {
+	if e.status(gw, route).State != "open" {
 		e.t.Fatalf("could not open %s", route)
+	}
+}
+
+// forceOpen pins a route open through the store, as the admin API does.
+func (e *env) forceOpen(gw, route string) {
+	e.t.Helper()
+	if err := e.store.ForceOpen(context.Background(), breaker.KeyOf(breaker.RouteID(gw, route)), e.clk.Now().UnixNano(), 0); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -11,85 +12,106 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/processor/classify"
 )
 
-func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-	st.respStarted = true
-	st.awaitingBody = false
-	var head respHead
-	var ra, raMs, xmsRaMs string
+// The response phase, in three steps per message: parse what Envoy sent,
+// judge it into the attempt's breaker.Result (recording it once it is
+// known), and reply.
+
+// respHeaders is what the response headers say, parsed.
+type respHeaders struct {
+	respHead
+	retryAfter, retryAfterMs, xmsRetryAfterMs string
+}
+
+func parseResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) respHeaders {
+	var p respHeaders
 	if h.Headers != nil {
 		for _, hv := range h.Headers.Headers {
 			switch hv.Key {
 			case ":status":
-				head.status, _ = strconv.Atoi(headerValue(hv))
+				p.status, _ = strconv.Atoi(headerValue(hv))
 			case "retry-after":
-				ra = headerValue(hv)
+				p.retryAfter = headerValue(hv)
 			case "retry-after-ms":
-				raMs = headerValue(hv)
+				p.retryAfterMs = headerValue(hv)
 			case "x-ms-retry-after-ms":
-				xmsRaMs = headerValue(hv)
+				p.xmsRetryAfterMs = headerValue(hv)
 			case "x-envoy-overloaded":
-				head.overloaded = headerValue(hv) == "true"
+				p.overloaded = headerValue(hv) == "true"
 			case "content-type":
-				head.contentType = headerValue(hv)
+				p.contentType = headerValue(hv)
 			}
 		}
 	}
-	head.endOfStream = h.EndOfStream
-	head.flags, head.hasFlags, head.details, head.hasDetails = attributes(req.Attributes)
+	p.endOfStream = h.EndOfStream
+	p.flags, p.hasFlags, p.details, p.hasDetails = attributes(req.Attributes)
+	return p
+}
 
-	var cr *extprocv3.CommonResponse
-	if st.chosen != nil {
-		cr = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-			SetHeaders: []*corev3.HeaderValueOption{setHeader(st.rt.Headers.Route, st.chosen.Key)},
-		}}
-	}
-	resp := responseHeadersReply(cr)
+func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	st.respStarted = true
+	st.awaitingBody = false
 	if st.chosen == nil {
-		return resp // nothing was routed by fusebox: nothing to judge
+		return responseHeadersReply(nil) // nothing was routed by fusebox: nothing to judge
 	}
-	res, v := classifyHead(head)
+	p := parseResponseHeaders(h, req)
+	stopBody := st.judgeHead(p)
+	return st.replyResponseHeaders(stopBody)
+}
+
+// judgeHead judges the response headers; it reports whether the result is
+// known so that Envoy can stop sending the body.
+func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
+	res, wait := judgeHead(p.respHead)
 	if res.Reason == breaker.ReasonClusterNotFound {
 		st.s.metrics.ClusterNotFound.WithLabelValues(st.gw.ID, st.chosen.Cluster).Inc()
 		st.s.log.Error("Envoy has no cluster for the route fusebox chose: fix the Envoy config or the route's cluster",
 			"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster)
 	}
 	if !st.tracked {
-		return resp
+		return false
 	}
 	now := st.now()
 	if res.Kind == breaker.KindStatus {
-		res.RetryAfterUnixNano = retryAfterDeadline(time.Unix(0, now), ra, raMs, xmsRaMs)
+		res.RetryAfterUnixNano = retryAfterDeadline(time.Unix(0, now), p.retryAfter, p.retryAfterMs, p.xmsRetryAfterMs)
 	}
-	st.verdict = v
-	switch v {
-	case verdictDecided:
-		res.ElapsedMs = (now - st.startNs) / 1e6
-		st.record(res, now)
-		if !h.EndOfStream && st.respBodyMode != filterv3.ProcessingMode_NONE {
-			// The outcome is known: stop streaming the body to us.
-			resp.ModeOverride = &filterv3.ProcessingMode{
-				ResponseHeaderMode: filterv3.ProcessingMode_SEND,
-				ResponseBodyMode:   filterv3.ProcessingMode_NONE,
-			}
+	noBody := st.respBodyMode == filterv3.ProcessingMode_NONE
+	switch {
+	case wait == haveAll:
+		st.record(st.timed(res, now), now)
+		return !p.endOfStream && !noBody
+	case noBody && wait == needBody:
+		// Envoy is not configured to show us the body: the status is all
+		// there is to judge.
+		res.Kind = breaker.KindAnswered
+		st.record(st.timed(res, now), now)
+	case noBody:
+		// No body will come to sniff: judge the status as it is.
+		st.record(st.timed(res, now), now)
+	default:
+		st.wait, st.head = wait, res
+		if wait == needBody {
+			st.classifier = classify.NewForRoute(st.chosen.API, p.contentType, st.chosen.SelfHosted)
 		}
-	case verdictNeedBody:
-		if st.respBodyMode == filterv3.ProcessingMode_NONE {
-			// Envoy is not configured to show us the body: the status is
-			// all there is to judge.
-			res.Kind, res.ElapsedMs = breaker.KindAnswered, (now-st.startNs)/1e6
-			st.record(res, now)
-			break
+	}
+	return false
+}
+
+// timed sets the attempt's total time.
+func (st *stream) timed(res breaker.Result, now int64) breaker.Result {
+	res.ElapsedMs = (now - st.startNs) / 1e6
+	return res
+}
+
+func (st *stream) replyResponseHeaders(stopBody bool) *extprocv3.ProcessingResponse {
+	resp := responseHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+		SetHeaders: []*corev3.HeaderValueOption{setHeader(st.rt.Headers.Route, st.chosen.Key)},
+	}})
+	if stopBody {
+		// The outcome is known: stop streaming the body to us.
+		resp.ModeOverride = &filterv3.ProcessingMode{
+			ResponseHeaderMode: filterv3.ProcessingMode_SEND,
+			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
 		}
-		st.pending = res
-		st.classifier = classify.New(st.chosen.API, head.contentType)
-	case verdictSniff:
-		if st.respBodyMode == filterv3.ProcessingMode_NONE {
-			// No body will come to sniff: judge the status as it is.
-			res.ElapsedMs = (now - st.startNs) / 1e6
-			st.record(res, now)
-			break
-		}
-		st.pending = res
 	}
 	return resp
 }
@@ -99,18 +121,16 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRes
 	if !st.tracked || st.recorded || !st.respStarted {
 		return resp
 	}
-	switch st.verdict {
-	case verdictSniff:
+	switch st.wait {
+	case needSniff:
 		if room := sniffLimit - len(st.sniff); room > 0 {
 			st.sniff = append(st.sniff, b.Body[:min(room, len(b.Body))]...)
 		}
 		if b.EndOfStream || len(st.sniff) >= sniffLimit {
 			now := st.now()
-			res := sniffLocalReply(st.pending, st.sniff)
-			res.ElapsedMs = (now - st.startNs) / 1e6
-			st.record(res, now)
+			st.record(st.timed(sniffLocalReply(st.head, st.sniff), now), now)
 		}
-	case verdictNeedBody:
+	case needBody:
 		st.classifier.Write(b.Body, st.now())
 		if b.EndOfStream {
 			st.onResponseEnd()
@@ -126,58 +146,30 @@ func (st *stream) onResponseEnd() {
 		return
 	}
 	now := st.now()
-	res := st.pending
-	res.ElapsedMs = (now - st.startNs) / 1e6
-	switch st.verdict {
-	case verdictNeedBody:
-		v := st.classifier.Finish(now)
-		res = bodyResult(res, v, st.chosen.SelfHosted)
-		if st.classifier.Streaming() && v.FirstVisibleNs > 0 {
-			// R-T4: a stream is slow by its time to the first visible token.
-			res.ElapsedMs = (v.FirstVisibleNs - st.startNs) / 1e6
-		}
-	case verdictSniff:
-		res = sniffLocalReply(res, st.sniff)
-	}
-	st.record(res, now)
-}
-
-// bodyResult maps a classifier verdict to the attempt's result (R-O4, R-O6,
-// R-O9..R-O11).
-func bodyResult(res breaker.Result, v classify.Verdict, selfHosted bool) breaker.Result {
-	res.Kind = breaker.KindNeither
-	switch v.Kind {
-	case classify.Answered, classify.NotLLM:
-		res.Kind = breaker.KindAnswered
-	case classify.DeadTurn:
-		if selfHosted {
-			res.Kind = breaker.KindDeadTurn
-		} else {
-			res.Reason = breaker.ReasonDeadTurn
-		}
-	case classify.LengthCap:
-		res.Reason = breaker.ReasonLengthCap
-	case classify.ReasoningOnly:
-		res.Reason = breaker.ReasonReasoningOnly
-	case classify.ContentFilter:
-		res.Reason = breaker.ReasonContentFilter
-	case classify.StreamError, classify.Truncated:
-		res.Reason = breaker.ReasonStreamError
-	case classify.Unparseable:
-		res.Reason = breaker.ReasonUnparseable
+	switch st.wait {
+	case needBody:
+		st.record(st.classifier.Result(st.head, st.startNs, now), now)
+	case needSniff:
+		st.record(st.timed(sniffLocalReply(st.head, st.sniff), now), now)
 	default:
-		res.Reason = breaker.ReasonNoOutput
+		st.record(st.timed(st.head, now), now)
 	}
-	return res
 }
 
 // finish runs when the stream ends. An attempt whose response never reached
 // end_of_stream was cut off — a client cancel looks exactly like that — and
-// is a neither that frees its probe slot (R-O8).
+// is a neither that frees its probe slot (R-O8). The exception is a body
+// already whole by its own framing: with trailers that Envoy does not send
+// (trailer mode SKIP), end_of_stream never comes for a complete response.
 func (st *stream) finish() {
-	if st.tracked && !st.recorded {
-		st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: -1}, st.now())
+	if !st.tracked || st.recorded {
+		return
 	}
+	if st.respStarted && st.wait == needBody && st.classifier.Complete() {
+		st.onResponseEnd()
+		return
+	}
+	st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: -1}, st.now())
 }
 
 // record applies the attempt's result to its route and fleet breakers and
@@ -187,12 +179,15 @@ func (st *stream) record(res breaker.Result, now int64) {
 		return
 	}
 	st.recorded = true
-	route, fleet, fleetUsed := st.target.Record(st.s.store, now, st.adm, res)
+	route, fleet, err := st.target.Record(context.Background(), st.s.store, now, st.adm, res)
+	if err != nil && err != breaker.ErrUnknown {
+		st.s.metrics.StoreErrors.WithLabelValues("record").Inc()
+	}
 	m := st.s.metrics.Outcomes
-	if st.target.RoutePolicy.Active() {
+	if route.Applied {
 		m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
 	}
-	if fleetUsed {
+	if fleet.Applied {
 		m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), fleet.Outcome.Class.String(), fleet.Outcome.Reason).Inc()
 	}
 }

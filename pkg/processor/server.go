@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -32,7 +33,8 @@ type Server struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
-	comp   atomic.Pointer[compiled]
+	comp   atomic.Pointer[compiled] // the installed Runtime's keys
+	prev   atomic.Pointer[compiled] // the Runtime it replaced
 	compMu sync.Mutex
 
 	// timed reports message durations.
@@ -42,6 +44,8 @@ type Server struct {
 	phaseObs map[string]prometheus.Observer
 	// testHook runs before each message is handled (tests inject panics).
 	testHook func(*extprocv3.ProcessingRequest)
+	// finishHook runs before a stream's end is recorded (tests).
+	finishHook func()
 }
 
 // Options configure a Server.
@@ -68,6 +72,7 @@ func NewServer(o Options) *Server {
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}
+	o.Config.OnSwap(s.install)
 	return s
 }
 
@@ -79,7 +84,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
 	st := newStream(s)
-	defer st.finish()
+	defer s.finish(st)
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -120,6 +125,21 @@ func (s *Server) handle(st *stream, req *extprocv3.ProcessingRequest) (resp *ext
 		s.testHook(req)
 	}
 	return st.handle(req)
+}
+
+// finish ends a stream. Recording at the stream's end runs under the same
+// recover as every message (R-D7): a panic there is counted, never fatal.
+func (s *Server) finish(st *stream) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.metrics.InternalErrors.WithLabelValues("panic").Inc()
+			s.log.Error("recovered a panic while ending a stream", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	if s.finishHook != nil {
+		s.finishHook()
+	}
+	st.finish()
 }
 
 func phaseOf(req *extprocv3.ProcessingRequest) string {
@@ -167,52 +187,100 @@ func passThrough(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-// compiled caches breaker handles for one Runtime, so a decision looks up
-// no map keyed by strings. It is rebuilt when the Runtime changes; handles
-// outlive it (state is kept across reloads, R-P9).
+// compiled holds the breaker keys of one Runtime, so a decision looks up
+// no map keyed by strings. Keys stay valid across reloads for breakers that
+// stay configured (R-P9).
 type compiled struct {
 	rt      *routes.Runtime
 	targets map[*routes.Route]*breaker.Target
 }
 
+// install puts rt's breakers and policies into the store (R-P9, R-P11). It
+// runs before rt is published (Holder.OnSwap): every configured breaker
+// exists, with its state series, before any request sees the config; a
+// removed one loses its breaker and its series.
+func (s *Server) install(rt *routes.Runtime) {
+	ctx := context.Background()
+	now := s.clock.Now().UnixNano()
+	var specs []breaker.Spec
+	type ref struct {
+		r   *routes.Route
+		gw  string
+		idx int
+	}
+	var refs []ref
+	for _, id := range rt.GatewayIDs {
+		g := rt.Gateways[id]
+		for _, r := range g.RouteList {
+			refs = append(refs, ref{r, g.ID, len(specs)})
+			specs = append(specs, breaker.Spec{ID: breaker.RouteID(g.ID, r.Key), Policy: r.Policy})
+		}
+	}
+	fleetAt := map[string]int{}
+	for _, name := range rt.FleetNames {
+		fleetAt[name] = len(specs)
+		specs = append(specs, breaker.Spec{ID: breaker.FleetID(name), Policy: rt.Fleets[name].Policy})
+	}
+	keys, removed, err := s.store.Install(ctx, now, specs)
+	if err != nil {
+		// A shared store that is down: decisions go on with keys resolved
+		// by ID (R-ST4); the store catches up when it returns.
+		s.metrics.StoreErrors.WithLabelValues("install").Inc()
+		s.log.Error("installing the config's breakers failed; deciding on local state", "error", err)
+		keys = make([]breaker.Key, len(specs))
+		for i, sp := range specs {
+			keys[i] = breaker.KeyOf(sp.ID)
+		}
+	}
+	c := &compiled{rt: rt, targets: make(map[*routes.Route]*breaker.Target, len(refs))}
+	for _, rf := range refs {
+		t := &breaker.Target{Route: keys[rf.idx]}
+		if rf.r.Fleet != nil {
+			t.Fleet, t.HasFleet = keys[fleetAt[rf.r.Fleet.Name]], true
+		}
+		c.targets[rf.r] = t
+	}
+	for i, sp := range specs {
+		s.publishState(ctx, keys[i], sp.ID, now)
+	}
+	for _, id := range removed {
+		s.metrics.State.DeleteLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope))
+	}
+	s.compMu.Lock()
+	s.prev.Store(s.comp.Load())
+	s.comp.Store(c)
+	s.compMu.Unlock()
+}
+
+// compiledFor returns the keys of rt: the installed config's, the one it
+// replaced (streams that began before a reload), or, for anything older,
+// keys resolved by ID. It never publishes anything: only install does.
 func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 	if c := s.comp.Load(); c != nil && c.rt == rt {
 		return c
 	}
-	s.compMu.Lock()
-	defer s.compMu.Unlock()
-	if c := s.comp.Load(); c != nil && c.rt == rt {
+	if c := s.prev.Load(); c != nil && c.rt == rt {
 		return c
 	}
 	c := &compiled{rt: rt, targets: map[*routes.Route]*breaker.Target{}}
 	for _, g := range rt.Gateways {
 		for _, r := range g.RouteList {
-			t := &breaker.Target{Route: s.store.Breaker(breaker.RouteID(g.ID, r.Key), r.Policy), RoutePolicy: r.Policy}
+			t := &breaker.Target{Route: breaker.KeyOf(breaker.RouteID(g.ID, r.Key))}
 			if r.Fleet != nil {
-				t.Fleet = s.store.Breaker(breaker.FleetID(r.Fleet.Name), r.Fleet.Policy)
-				t.FleetPolicy = r.Fleet.Policy
+				t.Fleet, t.HasFleet = breaker.KeyOf(breaker.FleetID(r.Fleet.Name)), true
 			}
 			c.targets[r] = t
-			s.publishState(g.ID, r.Key, t.Route, r.Policy)
 		}
-	}
-	for _, name := range rt.FleetNames {
-		f := rt.Fleets[name]
-		s.publishState("", f.BreakerKey(), s.store.Breaker(breaker.FleetID(name), f.Policy), f.Policy)
-	}
-	// Only the Runtime in force is cached: a stream still on an older one
-	// gets its own value without evicting the current one.
-	if s.cfg.Load() == rt {
-		s.comp.Store(c)
 	}
 	return c
 }
 
-// publishState sets the state gauge of a breaker from its current state, so
-// that every configured route has a series from the first scrape (and a
-// reload does not leave a stale one).
-func (s *Server) publishState(gateway, key string, b *breaker.Breaker, p *breaker.Policy) {
-	st := b.Status(s.clock.Now().UnixNano(), p)
+// publishState sets the state gauge of a breaker from its current state.
+func (s *Server) publishState(ctx context.Context, k breaker.Key, id breaker.ID, now int64) {
+	st, err := s.store.Status(ctx, k, now)
+	if err != nil {
+		return
+	}
 	v := 0.0
 	switch st.State {
 	case "open":
@@ -220,5 +288,5 @@ func (s *Server) publishState(gateway, key string, b *breaker.Breaker, p *breake
 	case "half_open":
 		v = 2
 	}
-	s.metrics.State.WithLabelValues(gateway, key, b.Provider(), string(st.Scope)).Set(v)
+	s.metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(v)
 }

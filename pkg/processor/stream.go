@@ -1,11 +1,6 @@
 package processor
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -48,8 +43,8 @@ type stream struct {
 	// Response side.
 	respStarted bool
 	recorded    bool
-	verdict     headVerdict
-	pending     breaker.Result
+	wait        evidence       // what the result still needs after the headers
+	head        breaker.Result // the result as the headers gave it
 	sniff       []byte
 	classifier  *classify.Classifier
 }
@@ -144,176 +139,4 @@ func (st *stream) firstCandidate(req *extprocv3.ProcessingRequest) (r *routes.Ro
 		}
 	}
 	return nil
-}
-
-func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	st.startNs = st.now()
-	st.rt = st.s.cfg.Load()
-	st.comp = st.s.compiledFor(st.rt)
-	hn := st.rt.Headers
-	var gateway, residency string
-	if h.Headers != nil {
-		for _, hv := range h.Headers.Headers {
-			switch hv.Key {
-			case hn.Gateway:
-				gateway = headerValue(hv)
-			case hn.Model:
-				st.modelName = strings.TrimSpace(headerValue(hv))
-			case hn.Residency:
-				residency = headerValue(hv)
-			case hn.Cluster:
-				st.clientCluster = true
-			case "content-type":
-				st.contentType = headerValue(hv)
-			}
-		}
-	}
-	st.reqEOS = h.EndOfStream
-	st.residency = routes.ParseResidency(residency)
-	gw, ok := st.rt.Gateway(gateway)
-	if !ok {
-		st.s.metrics.Decisions.WithLabelValues("", "", routes.ActionRejected).Inc()
-		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", gateway))
-	}
-	st.gw = gw
-	if st.modelName != "" {
-		// R-D5: the header wins; decide now.
-		d := st.decide()
-		if d.immediate != nil {
-			return d.immediate
-		}
-		cr := st.dispatchMutation(d)
-		resp := headersReply(cr)
-		resp.DynamicMetadata = d.stage
-		if st.chosen.UpstreamModel != "" && !st.reqEOS {
-			st.rewriteBody = true // the buffered body comes next
-		} else if !st.reqEOS {
-			resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, st.respBodyMode)
-		}
-		return resp
-	}
-	if st.reqEOS {
-		return st.passthroughHeaders()
-	}
-	if st.contentType != "" && !isJSONContentType(st.contentType) {
-		// Multipart audio and the like: no model to read, and no reason
-		// to have Envoy buffer it.
-		resp := st.passthroughHeaders()
-		resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, st.respBodyMode)
-		return resp
-	}
-	st.awaitingBody = true
-	return headersReply(nil)
-}
-
-// passthroughHeaders lets a request with no model go to Envoy's default
-// route. A client-sent cluster header is removed even though the shipped
-// Envoy config strips it first: a client never chooses the cluster.
-func (st *stream) passthroughHeaders() *extprocv3.ProcessingResponse {
-	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", routes.ActionPassthrough).Inc()
-	if st.clientCluster {
-		return headersReply(st.removeClusterHeader())
-	}
-	return headersReply(nil)
-}
-
-func (st *stream) removeClusterHeader() *extprocv3.CommonResponse {
-	hn := st.rt.Headers
-	return &extprocv3.CommonResponse{
-		HeaderMutation:  &extprocv3.HeaderMutation{RemoveHeaders: []string{hn.Cluster, hn.Route, hn.Fallbacks}},
-		ClearRouteCache: true,
-	}
-}
-
-// bodyComplete reports whether a request body message holds the whole body.
-func (st *stream) bodyComplete(b *extprocv3.HttpBody) bool {
-	switch st.reqBodyMode {
-	case filterv3.ProcessingMode_BUFFERED:
-		return true // end_of_stream is false only when trailers follow
-	case filterv3.ProcessingMode_BUFFERED_PARTIAL:
-		return b.EndOfStream
-	}
-	return false
-}
-
-func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	switch {
-	case st.rewriteBody && st.bodyComplete(b):
-		st.rewriteBody = false
-		f, err := scanModel(b.Body)
-		if err != nil || !f.Found {
-			return bodyReply(nil) // nothing to rewrite; the route was already chosen
-		}
-		return bodyReply(st.bodyRewrite(b.Body, f, &extprocv3.CommonResponse{}))
-	case !st.awaitingBody || st.respStarted || st.gw == nil:
-		return bodyReply(nil)
-	}
-	st.awaitingBody = false
-	if !st.bodyComplete(b) {
-		// A streamed request body cannot be read whole; let it through.
-		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", routes.ActionPassthrough).Inc()
-		return bodyReply(nil)
-	}
-	f, err := scanModel(b.Body)
-	declaredJSON := isJSONContentType(st.contentType)
-	switch {
-	case err != nil && (declaredJSON || errors.Is(err, errModelNotStr)):
-		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", routes.ActionRejected).Inc()
-		return immediate(400, typeInvalidRequest, codeInvalid, "invalid JSON body: "+err.Error())
-	case err != nil || !f.Found:
-		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", routes.ActionPassthrough).Inc()
-		if st.clientCluster {
-			return bodyReply(st.removeClusterHeader())
-		}
-		return bodyReply(nil)
-	}
-	st.modelName = f.Name
-	d := st.decide()
-	if d.immediate != nil {
-		return d.immediate
-	}
-	cr := st.dispatchMutation(d)
-	if st.chosen.UpstreamModel != "" {
-		cr = st.bodyRewrite(b.Body, f, cr)
-	}
-	resp := bodyReply(cr)
-	resp.DynamicMetadata = d.stage
-	return resp
-}
-
-// bodyRewrite replaces the model with the route's upstream_model and sets
-// content-length to the new length (Envoy fails a replaced body whose length
-// differs from a content-length left on the headers).
-func (st *stream) bodyRewrite(body []byte, f modelField, cr *extprocv3.CommonResponse) *extprocv3.CommonResponse {
-	nb := rewriteModel(body, f, st.chosen.UpstreamModel)
-	if cr.HeaderMutation == nil {
-		cr.HeaderMutation = &extprocv3.HeaderMutation{}
-	}
-	cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, setHeader("content-length", strconv.Itoa(len(nb))))
-	cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}}
-	return cr
-}
-
-// dispatchMutation builds the R-D3 mutation: cluster, route and fallbacks
-// headers, :path when the route has one, and clear_route_cache in the same
-// reply as the header_mutation (ENVOY.md).
-func (st *stream) dispatchMutation(d decision) *extprocv3.CommonResponse {
-	hn := st.rt.Headers
-	set := []*corev3.HeaderValueOption{
-		setHeader(hn.Cluster, st.chosen.Cluster),
-		setHeader(hn.Route, st.chosen.Key),
-	}
-	var remove []string
-	if d.fallbacks != "" {
-		set = append(set, setHeader(hn.Fallbacks, d.fallbacks))
-	} else {
-		remove = append(remove, hn.Fallbacks)
-	}
-	if st.chosen.Path != "" {
-		set = append(set, setHeader(":path", st.chosen.Path))
-	}
-	return &extprocv3.CommonResponse{
-		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
-		ClearRouteCache: true,
-	}
 }

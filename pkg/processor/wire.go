@@ -107,12 +107,19 @@ func modeOverride(reqBody, respBody filterv3.ProcessingMode_BodySendMode) *filte
 }
 
 // stageMetadata is the dynamic metadata of R-M2/R-M3 in namespace fusebox.
-func stageMetadata(action, routes string) *structpb.Struct {
+//
+// would, when not empty, lists routes that shadow breakers would have
+// skipped besides the action's own routes (R-M4).
+func stageMetadata(action, routes, would string) *structpb.Struct {
+	f := map[string]*structpb.Value{
+		"stage":  structpb.NewStringValue("circuit_breaker"),
+		"action": structpb.NewStringValue(action),
+		"routes": structpb.NewStringValue(routes),
+	}
+	if would != "" {
+		f["would_skip"] = structpb.NewStringValue(would)
+	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		"fusebox": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			"stage":  structpb.NewStringValue("circuit_breaker"),
-			"action": structpb.NewStringValue(action),
-			"routes": structpb.NewStringValue(routes),
-		}}),
+		"fusebox": structpb.NewStructValue(&structpb.Struct{Fields: f}),
 	}}
 }

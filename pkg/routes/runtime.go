@@ -162,3 +162,19 @@ func ParseResidency(v string) []string {
 	}
 	return out
 }
+
+// BreakerSpecs lists every breaker the Runtime configures: each gateway's
+// routes in file order, then the fleets (R-P11).
+func (rt *Runtime) BreakerSpecs() []breaker.Spec {
+	var specs []breaker.Spec
+	for _, id := range rt.GatewayIDs {
+		g := rt.Gateways[id]
+		for _, r := range g.RouteList {
+			specs = append(specs, breaker.Spec{ID: breaker.RouteID(g.ID, r.Key), Policy: r.Policy})
+		}
+	}
+	for _, name := range rt.FleetNames {
+		specs = append(specs, breaker.Spec{ID: breaker.FleetID(name), Policy: rt.Fleets[name].Policy})
+	}
+	return specs
+}

@@ -3,6 +3,7 @@ package routes
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -39,6 +40,14 @@ func ParseStatusCodes(n *yaml.Node) (codes []int, set bool, err error) {
 			}
 			if c < 100 || c > 599 {
 				return nil, false, fmt.Errorf("element %d: %d is not an HTTP status in 100..599", i, c)
+			}
+			if c < 400 {
+				// A breaker that counts a success or a redirect as a
+				// failure is never meant (R-P1).
+				return nil, false, fmt.Errorf("element %d: %d is below 400; only error statuses can count as failures", i, c)
+			}
+			if slices.Contains(codes, int(c)) {
+				return nil, false, fmt.Errorf("element %d: %d is listed twice", i, c)
 			}
 			codes = append(codes, int(c))
 		}

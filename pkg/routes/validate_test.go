@@ -99,7 +99,24 @@ func TestInvalidConfigs(t *testing.T) {
 		{"open codes string at model", cfg("", `{open_on_status_codes: "401"}`, ""), []string{`model "m1": circuit_breaker.open_on_status_codes`}},
 		{"codes bad at route", cfg("", "", `{failure_status_codes: ["x"]}`), []string{`route "openai:us-east:m1": circuit_breaker.failure_status_codes`}},
 		// Every other field is range-checked.
-		{"threshold zero", cfg(`{failure_threshold: 0}`, "", ""), []string{"circuit_breaker.failure_threshold: must be a whole number ≥1, got 0"}},
+		{"threshold zero", cfg(`{failure_threshold: 0}`, "", ""), []string{"circuit_breaker.failure_threshold: must be a whole number in 1..1000000, got 0"}},
+		// R-P1 upper bounds: no config can exhaust memory or overflow a time.
+		{"window_sec huge", cfg(`{window_sec: 1000000000}`, "", ""), []string{"circuit_breaker.window_sec: must be a whole number in 1..86400, got 1000000000"}},
+		{"cooldown huge", cfg(`{cooldown_ms: 1e13}`, "", ""), []string{"circuit_breaker.cooldown_ms: must be a whole number in 1..86400000"}},
+		{"max cooldown huge", cfg(`{max_cooldown_ms: 86400001}`, "", ""), []string{"circuit_breaker.max_cooldown_ms"}},
+		{"rate window huge", cfg(`{rate_window_sec: 3601}`, "", ""), []string{"circuit_breaker.rate_window_sec"}},
+		{"probe timeout huge", cfg(`{probe_timeout_ms: 3600001}`, "", ""), []string{"circuit_breaker.probe_timeout_ms"}},
+		{"slow call huge", cfg(`{slow_call_ms: 3600001}`, "", ""), []string{"circuit_breaker.slow_call_ms"}},
+		{"threshold huge", cfg(`{failure_threshold: 1000001}`, "", ""), []string{"circuit_breaker.failure_threshold"}},
+		{"consecutive huge", cfg(`{consecutive_failures: 1000001}`, "", ""), []string{"circuit_breaker.consecutive_failures"}},
+		{"minimum huge", cfg(`{minimum_requests: 1000001}`, "", ""), []string{"circuit_breaker.minimum_requests"}},
+		{"probes huge", cfg(`{half_open_max_probes: 10001}`, "", ""), []string{"circuit_breaker.half_open_max_probes"}},
+		{"multiplier huge", cfg(`{backoff_multiplier: 101}`, "", ""), []string{"circuit_breaker.backoff_multiplier: must be a number in 1..100"}},
+		{"max retry after huge", cfg(`{max_retry_after_sec: 86401}`, "", ""), []string{"circuit_breaker.max_retry_after_sec"}},
+		{"codes duplicate", cfg(`{failure_status_codes: [500, 500]}`, "", ""), []string{"circuit_breaker.failure_status_codes: element 1: 500 is listed twice"}},
+		{"codes duplicate written differently", cfg(`{failure_status_codes: [503, 503.0]}`, "", ""), []string{"503 is listed twice"}},
+		{"codes success", cfg(`{failure_status_codes: [200]}`, "", ""), []string{"circuit_breaker.failure_status_codes: element 0: 200 is below 400"}},
+		{"open codes redirect", cfg(`{open_on_status_codes: [302]}`, "", ""), []string{"circuit_breaker.open_on_status_codes: element 0: 302 is below 400"}},
 		{"threshold fraction", cfg(`{failure_threshold: 2.5}`, "", ""), []string{"circuit_breaker.failure_threshold: must be a whole number"}},
 		{"threshold string", cfg(`{failure_threshold: "5"}`, "", ""), []string{"circuit_breaker.failure_threshold", "a string"}},
 		{"window_sec zero", cfg(`{window_sec: 0}`, "", ""), []string{"circuit_breaker.window_sec"}},
@@ -215,7 +232,7 @@ func TestSingleRouteWarning(t *testing.T) {
 }
 
 func TestStatusCodesNormalised(t *testing.T) {
-	rt := mustParse(t, cfg("{failure_status_codes: [503, 500.0, 503]}", "", ""))
+	rt := mustParse(t, cfg("{failure_status_codes: [503, 500.0]}", "", ""))
 	p := rt.Gateways["gw1"].Routes["openai:us-east:m1"].Policy
 	if fmt.Sprint(p.FailureStatusCodes) != "[500 503]" {
 		t.Fatalf("codes = %v", p.FailureStatusCodes)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,13 +10,17 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-func fuseboxSetup() (*breaker.Memory, *breaker.Breaker, *breaker.Policy) {
+var ctx = context.Background()
+
+// fuseboxSetup returns the memory store behind the Store interface, as the
+// processor uses it, with one installed breaker.
+func fuseboxSetup() (breaker.Store, breaker.Key, struct{}) {
 	p := breaker.DefaultPolicy()
 	p.Enabled = true
-	p.FailureThreshold = 1 << 30
-	p.Finish()
+	p.FailureThreshold = 1000000
 	st := breaker.NewMemory(nil)
-	return st, st.Breaker(breaker.RouteID("gw", "openai:us:m"), &p), &p
+	keys, _, _ := st.Install(ctx, time.Now().UnixNano(), []breaker.Spec{{ID: breaker.RouteID("gw", "openai:us:m"), Policy: p.Finish()}})
+	return st, keys[0], struct{}{}
 }
 
 // gobreaker's two-step breaker: Allow, then done(success). Its Allow and
@@ -50,60 +55,60 @@ func BenchmarkGobreakerAllow(b *testing.B) {
 
 // fusebox's decide + record, reading the clock for each as gobreaker does.
 func BenchmarkFuseboxDecideRecord(b *testing.B) {
-	st, br, p := fuseboxSetup()
+	st, br, _ := fuseboxSetup()
 	r := breaker.Result{Kind: breaker.KindAnswered, Status: 200}
 	b.ReportAllocs()
 	for b.Loop() {
 		now := time.Now().UnixNano()
-		if v := br.Peek(now, p); !v.Allowed {
+		if v := st.Peek(ctx, br, now); !v.Allowed {
 			b.Fatal("refused")
 		}
-		adm, _ := st.Acquire(br, now, p, false, false)
-		st.Record(br, time.Now().UnixNano(), p, adm, r)
+		adm, _, _ := st.Acquire(ctx, br, now, false)
+		st.Record(ctx, br, time.Now().UnixNano(), adm, r)
 	}
 }
 
 // fusebox as it runs in production: the request path reads the coarse
 // clock (breaker.CoarseClock).
 func BenchmarkFuseboxDecideRecordCoarseClock(b *testing.B) {
-	st, br, p := fuseboxSetup()
+	st, br, _ := fuseboxSetup()
 	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
 	r := breaker.Result{Kind: breaker.KindAnswered, Status: 200}
 	b.ReportAllocs()
 	for b.Loop() {
 		now := clk.Now().UnixNano()
-		if v := br.Peek(now, p); !v.Allowed {
+		if v := st.Peek(ctx, br, now); !v.Allowed {
 			b.Fatal("refused")
 		}
-		adm, _ := st.Acquire(br, now, p, false, false)
-		st.Record(br, clk.Now().UnixNano(), p, adm, r)
+		adm, _, _ := st.Acquire(ctx, br, now, false)
+		st.Record(ctx, br, clk.Now().UnixNano(), adm, r)
 	}
 }
 
 func BenchmarkFuseboxDecideRecordCoarseClockParallel(b *testing.B) {
-	st, br, p := fuseboxSetup()
+	st, br, _ := fuseboxSetup()
 	clk := breaker.NewCoarseClock(time.Millisecond)
 	defer clk.Stop()
 	r := breaker.Result{Kind: breaker.KindAnswered, Status: 200}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			now := clk.Now().UnixNano()
-			br.Peek(now, p)
-			adm, _ := st.Acquire(br, now, p, false, false)
-			st.Record(br, clk.Now().UnixNano(), p, adm, r)
+			st.Peek(ctx, br, now)
+			adm, _, _ := st.Acquire(ctx, br, now, false)
+			st.Record(ctx, br, clk.Now().UnixNano(), adm, r)
 		}
 	})
 }
 
 // fusebox's decision alone, clock read included.
 func BenchmarkFuseboxDecision(b *testing.B) {
-	st, br, p := fuseboxSetup()
+	st, br, _ := fuseboxSetup()
 	b.ReportAllocs()
 	for b.Loop() {
 		now := time.Now().UnixNano()
-		br.Peek(now, p)
-		st.Acquire(br, now, p, false, false)
+		st.Peek(ctx, br, now)
+		st.Acquire(ctx, br, now, false)
 	}
 }
 
@@ -124,14 +129,14 @@ func BenchmarkGobreakerAllowDoneParallel(b *testing.B) {
 }
 
 func BenchmarkFuseboxDecideRecordParallel(b *testing.B) {
-	st, br, p := fuseboxSetup()
+	st, br, _ := fuseboxSetup()
 	r := breaker.Result{Kind: breaker.KindAnswered, Status: 200}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			now := time.Now().UnixNano()
-			br.Peek(now, p)
-			adm, _ := st.Acquire(br, now, p, false, false)
-			st.Record(br, time.Now().UnixNano(), p, adm, r)
+			st.Peek(ctx, br, now)
+			adm, _, _ := st.Acquire(ctx, br, now, false)
+			st.Record(ctx, br, time.Now().UnixNano(), adm, r)
 		}
 	})
 }

@@ -165,7 +165,9 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	in.bg.Add(1)
 	go func() {
 		defer in.bg.Done()
-		breaker.RunSweeper(bgCtx, in.Store, in.Clock, 250*time.Millisecond)
+		breaker.RunSweeper(bgCtx, in.Store, in.Clock, 250*time.Millisecond, func(error) {
+			in.Metrics.StoreErrors.WithLabelValues("sweep").Inc()
+		})
 	}()
 	if f.Config != "" {
 		reloader.Prime()

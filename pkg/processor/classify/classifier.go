@@ -19,13 +19,14 @@ const (
 // Classifier judges one 2xx response body. Feed it every chunk in order,
 // then call Finish at the body's clean end. Not safe for concurrent use.
 type Classifier struct {
-	anthropic bool
-	format    uint8
-	t         tally
-	sse       sseParser
-	buf       []byte
-	tooLarge  bool
-	now       int64
+	anthropic  bool
+	selfHosted bool // dead turns fail only on self-hosted routes (R-O4)
+	format     uint8
+	t          tally
+	sse        sseParser
+	buf        []byte
+	tooLarge   bool
+	now        int64
 }
 
 const (
@@ -37,7 +38,12 @@ const (
 // New returns a classifier for a route speaking api whose response has
 // content type ct.
 func New(api, ct string) *Classifier {
-	c := &Classifier{anthropic: api == APIAnthropic}
+	return NewForRoute(api, ct, false)
+}
+
+// NewForRoute is New for a route that may be self-hosted.
+func NewForRoute(api, ct string, selfHosted bool) *Classifier {
+	c := &Classifier{anthropic: api == APIAnthropic, selfHosted: selfHosted}
 	ct = strings.ToLower(strings.TrimSpace(ct))
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = strings.TrimSpace(ct[:i])
@@ -110,18 +116,18 @@ func (c *Classifier) Write(chunk []byte, now int64) {
 }
 
 // Finish returns the verdict once the body ended cleanly at now.
-func (c *Classifier) Finish(now int64) Verdict {
+func (c *Classifier) Finish(now int64) Body {
 	c.now = now
 	switch c.format {
 	case formatSSE:
 		c.sse.close()
 		if c.t.events == 0 && c.t.parseErrs == 0 && !c.t.done && c.sse.oversize > 0 {
-			return Verdict{Kind: Unparseable}
+			return Body{Kind: Unparseable}
 		}
-		return c.t.verdict(true)
+		return c.t.body(true)
 	case formatJSON:
 		if c.tooLarge {
-			return Verdict{Kind: Unparseable}
+			return Body{Kind: Unparseable}
 		}
 		if c.anthropic {
 			c.t.anthropicJSON(c.buf, now)
@@ -129,7 +135,7 @@ func (c *Classifier) Finish(now int64) Verdict {
 			c.t.openaiJSON(c.buf, now)
 		}
 		c.buf = nil
-		return c.t.verdict(false)
+		return c.t.body(false)
 	}
-	return Verdict{Kind: NotLLM}
+	return Body{Kind: NotLLM}
 }

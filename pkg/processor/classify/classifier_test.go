@@ -58,7 +58,7 @@ func contentType(file string) string {
 }
 
 // run feeds body in the given chunk sizes; chunk i arrives at time i+1.
-func run(api, ct string, body []byte, sizes func() int) Verdict {
+func run(api, ct string, body []byte, sizes func() int) Body {
 	c := New(api, ct)
 	now := int64(0)
 	for len(body) > 0 {

@@ -1,4 +1,4 @@
-package routes
+package processor
 
 import (
 	"fmt"

@@ -41,8 +41,9 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// Verdict is a classifier's conclusion.
-type Verdict struct {
+// Body is what a response body delivered: the classifier's reading of it,
+// before it becomes the attempt's breaker.Result (see Result).
+type Body struct {
 	Kind Kind
 	// FirstVisibleNs is when the first visible character or tool call
 	// arrived (unix ns), 0 if none: the time to first token of R-T4.
@@ -97,8 +98,8 @@ func (t *tally) setFinish(f uint8) {
 	}
 }
 
-func (t *tally) verdict(stream bool) Verdict {
-	v := Verdict{FirstVisibleNs: t.firstVisible}
+func (t *tally) body(stream bool) Body {
+	v := Body{FirstVisibleNs: t.firstVisible}
 	switch {
 	case t.errored:
 		v.Kind = StreamError

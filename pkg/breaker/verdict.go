@@ -1,0 +1,40 @@
+package breaker
+
+// Verdict is a breaker's answer to "may a request go here now?".
+type Verdict struct {
+	// Allowed: healthy by this breaker's state (for a shadow breaker, what
+	// prod would have done; the decision dispatches anyway, R-M4).
+	Allowed bool
+	State   State
+	Forced  bool
+	Blocked bool
+	// ProbesFull: half-open with every probe slot taken.
+	ProbesFull bool
+	// Shadow: the breaker's policy is shadow: it is never skipped, only
+	// listed under would_skip (R-M4).
+	Shadow bool
+	// Off: the breaker's policy is off or disabled: not consulted (R-M1).
+	Off bool
+	// RecoveryAt is when the breaker may admit again (R-D6), unix ns;
+	// Never for a route forced open without a duration; 0 when allowed.
+	RecoveryAt int64
+}
+
+// Admission is what a dispatched request carries until its outcome is
+// recorded: the generation it was admitted in and, for a half-open probe,
+// its slot.
+type Admission struct {
+	Gen   uint64
+	Lease uint64 // 0 = holds no probe slot
+}
+
+// Recorded tells the caller what a Record did.
+type Recorded struct {
+	Outcome Outcome
+	// Stale: the admission was from an earlier generation; the outcome is
+	// counted in metrics only (R-S6).
+	Stale bool
+	// Applied: the breaker judged the attempt. False when its policy is
+	// off: nothing is recorded or counted (R-M1).
+	Applied bool
+}

@@ -1,0 +1,47 @@
+package processor
+
+import (
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// The dispatch reply: the R-D3 mutation and the body rewrite.
+
+// bodyRewrite replaces the model with the route's upstream_model and sets
+// content-length to the new length (Envoy fails a replaced body whose length
+// differs from a content-length left on the headers).
+func (st *stream) bodyRewrite(body []byte, f modelField, cr *extprocv3.CommonResponse) *extprocv3.CommonResponse {
+	nb := rewriteModel(body, f, st.chosen.UpstreamModel)
+	if cr.HeaderMutation == nil {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, setHeader("content-length", strconv.Itoa(len(nb))))
+	cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}}
+	return cr
+}
+
+// dispatchMutation builds the R-D3 mutation: cluster, route and fallbacks
+// headers, :path when the route has one, and clear_route_cache in the same
+// reply as the header_mutation (ENVOY.md).
+func (st *stream) dispatchMutation(d decision) *extprocv3.CommonResponse {
+	hn := st.rt.Headers
+	set := []*corev3.HeaderValueOption{
+		setHeader(hn.Cluster, st.chosen.Cluster),
+		setHeader(hn.Route, st.chosen.Key),
+	}
+	var remove []string
+	if d.fallbacks != "" {
+		set = append(set, setHeader(hn.Fallbacks, d.fallbacks))
+	} else {
+		remove = append(remove, hn.Fallbacks)
+	}
+	if st.chosen.Path != "" {
+		set = append(set, setHeader(":path", st.chosen.Path))
+	}
+	return &extprocv3.CommonResponse{
+		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
+		ClearRouteCache: true,
+	}
+}

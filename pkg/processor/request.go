@@ -1,0 +1,150 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+)
+
+// The request phase: read the gateway, model and residency; decide at the
+// headers when the model header is present (R-D5), otherwise at the
+// buffered body; pass through what names no model (R-D4).
+
+func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	st.startNs = st.now()
+	st.rt = st.s.cfg.Load()
+	st.comp = st.s.compiledFor(st.rt)
+	hn := st.rt.Headers
+	var gateway, residency string
+	if h.Headers != nil {
+		for _, hv := range h.Headers.Headers {
+			switch hv.Key {
+			case hn.Gateway:
+				gateway = headerValue(hv)
+			case hn.Model:
+				st.modelName = strings.TrimSpace(headerValue(hv))
+			case hn.Residency:
+				residency = headerValue(hv)
+			case hn.Cluster:
+				st.clientCluster = true
+			case "content-type":
+				st.contentType = headerValue(hv)
+			}
+		}
+	}
+	st.reqEOS = h.EndOfStream
+	st.residency = routes.ParseResidency(residency)
+	gw, ok := st.rt.Gateway(gateway)
+	if !ok {
+		st.s.metrics.Decisions.WithLabelValues("", "", ActionRejected).Inc()
+		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", gateway))
+	}
+	st.gw = gw
+	if st.modelName != "" {
+		// R-D5: the header wins; decide now.
+		d := st.decide()
+		if d.immediate != nil {
+			return d.immediate
+		}
+		cr := st.dispatchMutation(d)
+		resp := headersReply(cr)
+		resp.DynamicMetadata = d.stage
+		if st.chosen.UpstreamModel != "" && !st.reqEOS {
+			st.rewriteBody = true // the buffered body comes next
+		} else if !st.reqEOS {
+			resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, st.respBodyMode)
+		}
+		return resp
+	}
+	if st.reqEOS {
+		return st.passthroughHeaders()
+	}
+	if st.contentType != "" && !isJSONContentType(st.contentType) {
+		// Multipart audio and the like: no model to read, and no reason
+		// to have Envoy buffer it.
+		resp := st.passthroughHeaders()
+		resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, st.respBodyMode)
+		return resp
+	}
+	st.awaitingBody = true
+	return headersReply(nil)
+}
+
+// passthroughHeaders lets a request with no model go to Envoy's default
+// route. A client-sent cluster header is removed even though the shipped
+// Envoy config strips it first: a client never chooses the cluster.
+func (st *stream) passthroughHeaders() *extprocv3.ProcessingResponse {
+	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
+	if st.clientCluster {
+		return headersReply(st.removeClusterHeader())
+	}
+	return headersReply(nil)
+}
+
+func (st *stream) removeClusterHeader() *extprocv3.CommonResponse {
+	hn := st.rt.Headers
+	return &extprocv3.CommonResponse{
+		HeaderMutation:  &extprocv3.HeaderMutation{RemoveHeaders: []string{hn.Cluster, hn.Route, hn.Fallbacks}},
+		ClearRouteCache: true,
+	}
+}
+
+// bodyComplete reports whether a request body message holds the whole body.
+func (st *stream) bodyComplete(b *extprocv3.HttpBody) bool {
+	switch st.reqBodyMode {
+	case filterv3.ProcessingMode_BUFFERED:
+		return true // end_of_stream is false only when trailers follow
+	case filterv3.ProcessingMode_BUFFERED_PARTIAL:
+		return b.EndOfStream
+	}
+	return false
+}
+
+func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	switch {
+	case st.rewriteBody && st.bodyComplete(b):
+		st.rewriteBody = false
+		f, err := scanModel(b.Body)
+		if err != nil || !f.Found {
+			return bodyReply(nil) // nothing to rewrite; the route was already chosen
+		}
+		return bodyReply(st.bodyRewrite(b.Body, f, &extprocv3.CommonResponse{}))
+	case !st.awaitingBody || st.respStarted || st.gw == nil:
+		return bodyReply(nil)
+	}
+	st.awaitingBody = false
+	if !st.bodyComplete(b) {
+		// A streamed request body cannot be read whole; let it through.
+		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
+		return bodyReply(nil)
+	}
+	f, err := scanModel(b.Body)
+	declaredJSON := isJSONContentType(st.contentType)
+	switch {
+	case err != nil && (declaredJSON || errors.Is(err, errModelNotStr)):
+		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionRejected).Inc()
+		return immediate(400, typeInvalidRequest, codeInvalid, "invalid JSON body: "+err.Error())
+	case err != nil || !f.Found:
+		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
+		if st.clientCluster {
+			return bodyReply(st.removeClusterHeader())
+		}
+		return bodyReply(nil)
+	}
+	st.modelName = f.Name
+	d := st.decide()
+	if d.immediate != nil {
+		return d.immediate
+	}
+	cr := st.dispatchMutation(d)
+	if st.chosen.UpstreamModel != "" {
+		cr = st.bodyRewrite(b.Body, f, cr)
+	}
+	resp := bodyReply(cr)
+	resp.DynamicMetadata = d.stage
+	return resp
+}
