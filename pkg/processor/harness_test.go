@@ -58,6 +58,8 @@ gateways:
       - name: slowm
         routes: ["openai:us:slow", "azure:eu:slow"]
         circuit_breaker: {slow_call_ms: 1000, slow_call_rate_percent: 50, minimum_requests: 2, failure_threshold: 100}
+      - name: mixed
+        routes: ["openai:us:mx", "azure:eu:mx"]
     routes:
       - {key: "openai:us:gpt", cluster: c_openai_us, cost_per_mtok: 5, residency: [us]}
       - {key: "azure:eu:gpt", cluster: c_azure_eu, cost_per_mtok: 1, residency: [eu], upstream_model: gpt-deploy, path: "/openai/deployments/gpt/chat/completions?api-version=2024-10-21"}
@@ -74,6 +76,8 @@ gateways:
       - {key: "azure:eu:st", cluster: c_st2}
       - {key: "openai:us:slow", cluster: c_slow1}
       - {key: "azure:eu:slow", cluster: c_slow2}
+      - {key: "openai:us:mx", cluster: c_mx1, circuit_breaker: {mode: shadow, failure_threshold: 1}}
+      - {key: "azure:eu:mx", cluster: c_mx2}
       - {key: "self:a:llama", cluster: c_llama_a, fleet: gpu, self_hosted: true}
       - {key: "self:b:llama", cluster: c_llama_b, fleet: gpu, self_hosted: true}
   - id: tenant2

@@ -18,6 +18,9 @@ var (
 	errNotObject   = errors.New("the body is not a JSON object")
 	errBadJSON     = errors.New("the body is not valid JSON")
 	errModelNotStr = errors.New(`"model" must be a string`)
+	// errModelNull: "model" is null. A declared JSON request is refused
+	// for it; any other body names no model and passes through (R-D4).
+	errModelNull = errors.New(`"model" must be a string, got null`)
 	errTooDeep     = errors.New("the body nests too deeply")
 )
 
@@ -36,7 +39,7 @@ func scanModel(b []byte) (modelField, error) {
 
 func scanModelInner(b []byte) (modelField, error) {
 	var m modelField
-	notString := false // the last "model" seen is not a string
+	notString, null := false, false // the last "model" seen is not a string, or is null
 	s := scanner{b: b}
 	s.ws()
 	if s.i >= len(b) || b[s.i] != '{' {
@@ -75,16 +78,18 @@ func scanModelInner(b []byte) (modelField, error) {
 			}
 			if isModel {
 				if s.peek() != '"' {
+					vs := s.i
 					if err := s.value(1); err != nil {
 						return m, err
 					}
-					m.Found, notString = false, true
+					m.Found, notString = false, string(b[vs:s.i]) != "null"
+					null = !notString
 				} else {
 					vs, ve, err := s.str()
 					if err != nil {
 						return m, err
 					}
-					m.Found, m.Start, m.End, notString = true, vs, ve, false
+					m.Found, m.Start, m.End, notString, null = true, vs, ve, false, false
 				}
 			} else if err := s.value(1); err != nil {
 				return m, err
@@ -106,6 +111,9 @@ func scanModelInner(b []byte) (modelField, error) {
 	}
 	if notString {
 		return m, errModelNotStr
+	}
+	if null && !m.Found {
+		return m, errModelNull
 	}
 	if m.Found {
 		raw := b[m.Start+1 : m.End-1]

@@ -22,7 +22,7 @@ func TestScanModel(t *testing.T) {
 		{`{"model":"caf\u00e9"}`, "café", true, nil},
 		{`{}`, "", false, nil},
 		{`{"model":5}`, "", false, errModelNotStr},
-		{`{"model":null}`, "", false, errModelNotStr},
+		{`{"model":null}`, "", false, errModelNull},
 		{`{"model":"x"`, "", false, errBadJSON},
 		{`{"model":"x",}`, "", false, errBadJSON},
 		{`{"model":"x"} extra`, "", false, errBadJSON},

@@ -105,9 +105,11 @@ func (r *rig) send(res breaker.Result) breaker.Recorded {
 	return r.record(adm, res)
 }
 
-func (r *rig) fail()    { r.send(breaker.Result{Kind: breaker.KindStatus, Status: 503}) }
-func (r *rig) ok()      { r.send(breaker.Result{Kind: breaker.KindAnswered, Status: 200}) }
-func (r *rig) neither() { r.send(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel}) }
+func (r *rig) fail() { r.send(breaker.Result{Kind: breaker.KindStatus, Status: 503}) }
+func (r *rig) ok()   { r.send(breaker.Result{Kind: breaker.KindAnswered, Status: 200}) }
+func (r *rig) neither() {
+	r.send(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel})
+}
 
 func (r *rig) status() breaker.Status {
 	r.t.Helper()

@@ -1,8 +1,8 @@
 package storetest
 
 import (
+	"fmt"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
-		"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -441,7 +441,7 @@ func testRetryAfterBlock(t *testing.T, f Factory) {
 func testForceOpen(t *testing.T, f Factory) {
 	r := newRig(t, f, pol(nil))
 	r.fail()
-	r.forceOpen(10*time.Second)
+	r.forceOpen(10 * time.Second)
 	v := r.peek()
 	if v.Allowed || !v.Forced || v.RecoveryAt != r.now()+10e9 {
 		t.Fatalf("forced verdict %+v", v)
@@ -542,5 +542,3 @@ func testPolicyChangeKeepsState(t *testing.T, f Factory) {
 		t.Fatalf("after shrinking the window: %d failures", f)
 	}
 }
-
-

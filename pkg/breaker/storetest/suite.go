@@ -67,7 +67,11 @@ func testFailureRateEvaluatedOnSuccess(t *testing.T, f Factory) {
 // of one moment with the generation of another, a success recorded for a
 // request admitted just after a close would be dropped as stale.
 func testAdmissionGenerationIsConsistent(t *testing.T, f Factory) {
-	r := newRig(t, f, pol(func(p *breaker.Policy) { p.HalfOpenMaxProbes = 1; p.FailureThreshold = 1000000; p.ConsecutiveFailures = 1 }))
+	r := newRig(t, f, pol(func(p *breaker.Policy) {
+		p.HalfOpenMaxProbes = 1
+		p.FailureThreshold = 1000000
+		p.ConsecutiveFailures = 1
+	}))
 	for round := 0; round < 300; round++ {
 		r.fail() // consecutive_failures 1: open
 		r.advance(time.Second)
