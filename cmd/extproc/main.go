@@ -14,8 +14,19 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "extproc: %v: draining (a second signal exits at once)\n", s)
+		cancel()
+		s = <-sig
+		// An operator who signals twice wants the process gone now, not
+		// after the grace period.
+		fmt.Fprintf(os.Stderr, "extproc: second signal (%v): exiting now\n", s)
+		os.Exit(1)
+	}()
 	if err := mainlib.Main(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "extproc:", err)
 		os.Exit(1)

@@ -284,7 +284,7 @@ func TestPanicIsRecovered(t *testing.T) {
 	if r.GetRequestBody() == nil || cr == nil || !cr.ClearRouteCache {
 		t.Fatalf("want a dispatch reply after the panic, got %v", r)
 	}
-	if got, _ := headerSet(t, cr, "x-fusebox-cluster"); got != "c_azure_eu" && got != "" {
+	if got, _ := headerSet(t, cr, "x-fusebox-cluster"); got != "c_azure_eu" {
 		t.Fatalf("cluster %q", got)
 	}
 	if r := c.respHeaders("200", false, nil); r.GetResponseHeaders() == nil {

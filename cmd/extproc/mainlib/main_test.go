@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -209,6 +210,15 @@ func TestBinaryNoFlags(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	// The default ports must be free, or another process could answer
+	// for ours.
+	for _, addr := range []string{"127.0.0.1:8090", "127.0.0.1:50051"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("default address %s is taken by another process: %v", addr, err)
+		}
+		ln.Close()
+	}
 	cmd := exec.Command(bin)
 	logs := &syncBuffer{}
 	cmd.Stderr = logs
@@ -242,6 +252,24 @@ func TestBinaryNoFlags(t *testing.T) {
 			t.Fatal("not draining after SIGTERM")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// It was our process that answered: its log names the default
+	// addresses, and a second signal ends it at once (the grace period is
+	// 15 s), after which nothing answers there.
+	if l := logs.String(); !strings.Contains(l, "grpc=127.0.0.1:50051") || !strings.Contains(l, "admin=127.0.0.1:8090") {
+		t.Fatalf("the log does not name the default addresses:\n%s", l)
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("a second SIGTERM took %v to exit", time.Since(start))
+	}
+	if err == nil || !strings.Contains(logs.String(), "second signal") {
+		t.Fatalf("second signal: exit %v\n%s", err, logs.String())
+	}
+	if _, err := http.Get("http://127.0.0.1:8090/healthz"); err == nil {
+		t.Fatal("something still answers on the admin port after our process exited")
 	}
 }
 
@@ -287,7 +315,7 @@ func TestReloadWiring(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "10ms"}, &syncBuffer{})
+	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "1h"}, &syncBuffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,10 +325,12 @@ func TestReloadWiring(t *testing.T) {
 		return strings.Contains(body, `aig_config_reloads_total{result="`+result+`"} 1`)
 	}
 	first := in.Config.Load()
-	// A broken file is refused by the watcher.
+	// The poll interval is an hour: only SIGHUP can apply a change here.
+	// A broken file is refused.
 	if err := os.WriteFile(path, []byte("gateways: [\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	deadline := time.Now().Add(10 * time.Second)
 	for !metric("error") {
 		if time.Now().After(deadline) {
@@ -324,5 +354,43 @@ func TestReloadWiring(t *testing.T) {
 	}
 	if in.Config.Load().Gateways["default"].Policy.FailureThreshold != 7 {
 		t.Fatal("new config not in force")
+	}
+	// Without SIGHUP nothing is applied within many would-be poll periods.
+	if err := os.WriteFile(path, []byte(strings.Replace(string(good), "failure_threshold: 5", "failure_threshold: 9", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if in.Config.Load().Gateways["default"].Policy.FailureThreshold != 7 {
+		t.Fatal("a change was applied without SIGHUP")
+	}
+}
+
+// The poller applies a changed file on its own.
+func TestReloadPolling(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fusebox.yaml")
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "10ms"}, &syncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = in.Wait() }()
+	if err := os.WriteFile(path, []byte(strings.Replace(string(good), "failure_threshold: 5", "failure_threshold: 6", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for in.Config.Load().Gateways["default"].Policy.FailureThreshold != 6 {
+		if time.Now().After(deadline) {
+			t.Fatal("the poller did not apply the changed file")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
