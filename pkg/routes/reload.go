@@ -30,6 +30,9 @@ type Reloader struct {
 	OnResult func(result string)
 	// OnFallback is called once per R-P2 fallback per policy version.
 	OnFallback func(Fallback)
+	// Started holds the file's start-only settings as the process started
+	// with them (R-P10); nil = no check.
+	Started *StartSettings
 
 	mu       sync.Mutex
 	lastSize int64
@@ -93,6 +96,7 @@ func (r *Reloader) reload() error {
 		}
 		var rt *Runtime
 		if rt, err = Parse(data, Options{}); err == nil {
+			r.keepStartSettings(rt)
 			r.Holder.Store(rt)
 			r.report(rt)
 			r.log().Info("[config] reloaded", "path", r.Path, "gateways", len(rt.Gateways), "hash", rt.Hash[:12])
@@ -103,6 +107,20 @@ func (r *Reloader) reload() error {
 	r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
 	r.result(ReloadError)
 	return err
+}
+
+// keepStartSettings gives rt the start-only settings in force (R-P10): a
+// changed listener, token variable or store needs a restart, and says so.
+func (r *Reloader) keepStartSettings(rt *Runtime) {
+	if r.Started == nil {
+		return
+	}
+	for _, field := range r.Started.Changed(StartSettingsOf(rt)) {
+		r.log().Warn("[config] "+field+" changed in the file; it takes effect only at start: restart fusebox to apply it", "field", field)
+	}
+	if cur := r.Holder.Load(); cur != nil {
+		rt.Listen, rt.Admin, rt.Store = cur.Listen, cur.Admin, cur.Store
+	}
 }
 
 func (r *Reloader) result(s string) {

@@ -78,6 +78,10 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
+	if problems := startProblems(rt); len(problems) > 0 {
+		return nil, &routes.ConfigError{Problems: problems}
+	}
+	fileSettings := routes.StartSettingsOf(rt)
 	if f.GRPCAddr != "" {
 		rt.Listen.GRPC = f.GRPCAddr
 	}
@@ -99,15 +103,12 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
 
 	reloader := &routes.Reloader{
-		Path: f.Config, Holder: in.Config, Log: log,
+		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings,
 		OnResult:   func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
 		OnFallback: func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
 	}
 	reloader.Report(rt)
 
-	if rt.Store.Backend != routes.StoreMemory {
-		return nil, fmt.Errorf("store.backend: %q is not available in this build; use memory", rt.Store.Backend)
-	}
 	in.Clock, in.stopClk = o.clock, func() {}
 	if in.Clock == nil {
 		cc := breaker.NewCoarseClock(time.Millisecond)
@@ -185,6 +186,17 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	log.Info("fusebox serving", "grpc", in.GRPCAddr(), "admin", in.AdminAddr(), "config", nameOr(f.Config),
 		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString())
 	return in, nil
+}
+
+// startProblems are what start-up refuses beyond the config's own
+// validation; `validate` reports them too (R-P10: a config that validates
+// also starts).
+func startProblems(rt *routes.Runtime) []string {
+	var out []string
+	if rt.Store.Backend != routes.StoreMemory {
+		out = append(out, fmt.Sprintf("store.backend: %q is not available in this build; use memory", rt.Store.Backend))
+	}
+	return out
 }
 
 // Wait blocks until the context ends (SIGTERM), then drains: health reports

@@ -43,6 +43,11 @@ func validate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	rt, err := routes.LoadFile(*path)
+	if err == nil {
+		if problems := startProblems(rt); len(problems) > 0 {
+			err = &routes.ConfigError{Problems: problems}
+		}
+	}
 	if err != nil {
 		var ce *routes.ConfigError
 		if errors.As(err, &ce) {

@@ -394,3 +394,68 @@ func TestReloadPolling(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// R-P10: validate runs every check start-up runs.
+func TestValidateRefusesWhatStartRefuses(t *testing.T) {
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "redis.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(string(good), "backend: memory", "backend: redis", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	verr := Main(context.Background(), []string{"validate", "-config", path}, &out, &errb)
+	_, serr := Start(context.Background(), []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, &errb)
+	if serr == nil {
+		t.Fatal("start accepted store.backend redis")
+	}
+	if verr == nil || !strings.Contains(out.String(), "store.backend") {
+		t.Fatalf("validate accepted what start refuses (%v): %s", serr, out.String())
+	}
+}
+
+// R-P10: a reload keeps the start-only settings in force and warns, naming
+// each changed field.
+func TestReloadKeepsStartSettings(t *testing.T) {
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "1h"}, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = in.Wait() }()
+	before := in.Config.Load()
+	changed := strings.Replace(string(good), "failure_threshold: 5", "failure_threshold: 8", 1)
+	changed = strings.Replace(changed, "  grpc: 127.0.0.1:50051\n  admin: 127.0.0.1:8090\n", "  grpc: 127.0.0.1:1\n  admin: 127.0.0.1:2\nadmin: {token_env: OTHER_TOKEN}\n", 1)
+	if err := os.WriteFile(path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for in.Config.Load().Gateways["default"].Policy.FailureThreshold != 8 {
+		if time.Now().After(deadline) {
+			t.Fatal("reload not applied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	after := in.Config.Load()
+	if after.Listen != before.Listen || after.Admin != before.Admin {
+		t.Fatalf("start-only settings changed by a reload: %+v %+v", after.Listen, after.Admin)
+	}
+	for _, f := range []string{"listen.grpc", "listen.admin", "admin.token_env"} {
+		if !strings.Contains(logs.String(), f+" changed in the file") {
+			t.Errorf("no warning naming %s:\n%s", f, logs.String())
+		}
+	}
+}

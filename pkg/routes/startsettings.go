@@ -1,0 +1,52 @@
+package routes
+
+import (
+	"fmt"
+	"reflect"
+)
+
+// StartSettings are the parts of a config that take effect only when the
+// process starts: listeners, the admin token's variable and the store
+// (R-P10). A reload keeps the values in force and warns when the file
+// changed one.
+type StartSettings struct {
+	Listen Listen
+	Admin  AdminConfig
+	Store  StoreConfig
+}
+
+// StartSettingsOf returns rt's start-only settings.
+func StartSettingsOf(rt *Runtime) StartSettings {
+	return StartSettings{Listen: rt.Listen, Admin: rt.Admin, Store: rt.Store}
+}
+
+// Changed names every start-only field that differs between s and o, in
+// the YAML spelling (e.g. "listen.grpc").
+func (s StartSettings) Changed(o StartSettings) []string {
+	var out []string
+	diff := func(prefix string, a, b any) {
+		va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+		var walk func(prefix string, a, b reflect.Value)
+		walk = func(prefix string, a, b reflect.Value) {
+			if a.Kind() != reflect.Struct {
+				if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+					out = append(out, prefix)
+				}
+				return
+			}
+			for i := 0; i < a.NumField(); i++ {
+				f := a.Type().Field(i)
+				name := f.Tag.Get("yaml")
+				if name == "" || name == "-" {
+					name = f.Name
+				}
+				walk(fmt.Sprintf("%s.%s", prefix, name), a.Field(i), b.Field(i))
+			}
+		}
+		walk(prefix, va, vb)
+	}
+	diff("listen", s.Listen, o.Listen)
+	diff("admin", s.Admin, o.Admin)
+	diff("store", s.Store, o.Store)
+	return out
+}
