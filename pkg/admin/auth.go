@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"log/slog"
 	"crypto/subtle"
 	"net"
 	"net/http"
@@ -13,6 +14,9 @@ import (
 type Auth struct {
 	Token    string
 	Loopback bool
+	// Log receives one line per refused request, with the client's address
+	// (never the token it sent). Nil: slog.Default().
+	Log *slog.Logger
 }
 
 // IsLoopbackAddr reports whether a listener address is a loopback one.
@@ -32,12 +36,31 @@ func (a Auth) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(a.Token)) != 1 {
+		if !a.tokenMatches(r.Header.Get("Authorization")) {
+			a.log().Warn("[admin] refused: missing or wrong bearer token",
+				"client", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fusebox"`)
 			WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tokenMatches checks an Authorization header: the scheme is
+// case-insensitive (RFC 7235: "bearer" and "Bearer" are the same), the
+// comparison constant-time.
+func (a Auth) tokenMatches(h string) bool {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(cred)), []byte(a.Token)) == 1
+}
+
+func (a Auth) log() *slog.Logger {
+	if a.Log != nil {
+		return a.Log
+	}
+	return slog.Default()
 }

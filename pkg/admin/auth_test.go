@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -18,6 +21,10 @@ func TestAuth(t *testing.T) {
 		{"token, wrong", Auth{Token: "t0k"}, "Bearer nope", 401},
 		{"token, missing", Auth{Token: "t0k"}, "", 401},
 		{"token, wrong scheme", Auth{Token: "t0k"}, "Basic t0k", 401},
+		{"scheme in lower case", Auth{Token: "t0k"}, "bearer t0k", 204},
+		{"scheme in upper case", Auth{Token: "t0k"}, "BEARER t0k", 204},
+		{"token prefix only", Auth{Token: "t0k"}, "Bearer t0", 401},
+		{"scheme without token", Auth{Token: "t0k"}, "Bearer", 401},
 		{"no token, loopback", Auth{Loopback: true}, "", 204},
 		{"no token, not loopback", Auth{}, "", 403},
 		{"no token, not loopback, any header", Auth{}, "Bearer x", 403},
@@ -29,7 +36,20 @@ func TestAuth(t *testing.T) {
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
 			}
+			var logs bytes.Buffer
+			tc.auth.Log = slog.New(slog.NewTextHandler(&logs, nil))
+			req.RemoteAddr = "192.0.2.7:4444"
 			tc.auth.Wrap(ok).ServeHTTP(rec, req)
+			if rec.Code == 401 {
+				// A refusal is logged with the client's address, never
+				// with the token it sent.
+				if !strings.Contains(logs.String(), "client=192.0.2.7:4444") {
+					t.Fatalf("no client address in %q", logs.String())
+				}
+				if strings.Contains(logs.String(), "nope") || strings.Contains(logs.String(), "t0") {
+					t.Fatalf("the log holds the token: %q", logs.String())
+				}
+			}
 			if rec.Code != tc.wantCode {
 				t.Fatalf("code %d want %d", rec.Code, tc.wantCode)
 			}
@@ -58,5 +78,32 @@ func TestHealth(t *testing.T) {
 	}
 	if len(last) != 4 || last[0] || !last[2] || last[3] {
 		t.Fatalf("transitions %v", last)
+	}
+}
+
+// A known path with the wrong method is 405 with Allow, as JSON.
+func TestWrongMethodIs405(t *testing.T) {
+	s := NewServer(NewHealth(), nil, Auth{Loopback: true})
+	s.HandleAPI("GET /admin/v1/things/{id}", func(w http.ResponseWriter, r *http.Request) {})
+	s.HandleAPI("POST /admin/v1/things/{id}/poke", func(w http.ResponseWriter, r *http.Request) {})
+	cases := []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"DELETE", "/admin/v1/things/a", 405, "GET"},
+		{"GET", "/admin/v1/things/a/poke", 405, "POST"},
+		{"GET", "/admin/v1/nothing", 404, ""},
+		{"GET", "/admin/v1/things/a", 200, ""},
+	}
+	for _, tc := range cases {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.code || rec.Header().Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d allow %q, want %d %q", tc.method, tc.path, rec.Code, rec.Header().Get("Allow"), tc.code, tc.allow)
+		}
+		if rec.Code >= 400 && rec.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: error is not JSON", tc.method, tc.path)
+		}
 	}
 }

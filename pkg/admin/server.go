@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,10 +32,30 @@ func NewServer(health *Health, gatherer prometheus.Gatherer, auth Auth) *Server 
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	s.mux.Handle("/admin/v1/", auth.Wrap(s.api))
-	s.api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
-	})
+	s.api.HandleFunc("/", s.unmatched)
 	return s
+}
+
+// unmatched answers what no endpoint took: 405 with Allow when the path
+// exists under other methods, 404 otherwise, both as JSON errors.
+func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.api.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		WriteError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path+"; use "+strings.Join(allow, " or "))
+		return
+	}
+	WriteError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
 }
 
 // HandleAPI registers an /admin/v1 handler (pattern as for http.ServeMux,

@@ -49,9 +49,15 @@ func Parse(data []byte, opt Options) (*Runtime, error) {
 		case errors.Is(err, io.EOF):
 			return nil, &ConfigError{Problems: []string{"the document is empty"}}
 		case errors.As(err, &te):
-			return nil, &ConfigError{Problems: append(slices.Clone(te.Errors), compileProblems(&f, opt)...)}
+			var root yaml.Node
+			_ = yaml.Unmarshal(data, &root)
+			problems := make([]string, 0, len(te.Errors))
+			for _, e := range te.Errors {
+				problems = append(problems, withFieldPath(friendlyYAMLError(e), &root))
+			}
+			return nil, &ConfigError{Problems: append(problems, compileProblems(&f, opt)...)}
 		default:
-			return nil, &ConfigError{Problems: []string{err.Error()}}
+			return nil, &ConfigError{Problems: []string{friendlyYAMLError(err.Error())}}
 		}
 	}
 	rt, err := Compile(&f, opt)

@@ -147,8 +147,8 @@ func TestInvalidConfigs(t *testing.T) {
 		// R-P7
 		{"mixed api", strings.Replace(cfg("", "", ""), "cluster: c2", "cluster: c2\n        api: anthropic", 1), []string{`model "m1": routes: all routes of a model must speak the same api`}},
 		// Strict decoding of the rest of the document.
-		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{"field listn not found"}},
-		{"unknown route field", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        clustr: x", 1), []string{"field clustr not found"}},
+		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: admin, fleets, gateways, headers, listen, policies, store)`}},
+		{"unknown route field", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        clustr: x", 1), []string{`unknown field "clustr" in a route (known: api, bias,`}},
 		{"no gateways", "gateways: []\n", []string{"at least one gateway"}},
 		{"duplicate gateway", cfg("", "", "") + "  - id: gw1\n    models: [{name: x, routes: [a:b]}]\n    routes: [{key: a:b, cluster: c}]\n", []string{`gateway "gw1": id: defined twice`}},
 		{"duplicate route", strings.Replace(cfg("", "", ""), "azure:eu-west:m1\n        cluster", "openai:us-east:m1\n        cluster", 1), []string{"key: defined twice"}},
@@ -182,12 +182,21 @@ gateways:
     routes: [{key: "p:r:x", cluster: x}, {key: "p:r:y", cluster: y}]
 `, []string{"must agree"}},
 		{"syntax error", "gateways: [", []string{"yaml"}},
+		// The decoder's errors name the line the operator wrote and the
+		// field, never a Go type.
+		{"unclosed flow sequence", "gateways:\n  - id: g\n    models:\n      - name: m\n        routes: [a:b:c\n    routes: []\n", []string{"yaml: line 5: did not find expected ',' or ']'"}},
+		{"unclosed flow map", "listen:\n  x: 1\nstore: {backend: memory\n", []string{"yaml: line 3: did not find expected ',' or '}'"}},
+		{"wrong type names field", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        cost_per_mtok: cheap", 1), []string{`gateways[0].routes[0].cost_per_mtok: must be a number, got a string "cheap"`}},
+		{"list expected", strings.Replace(cfg("", "", ""), "routes: [openai:us-east:m1, azure:eu-west:m1]", "routes: openai:us-east:m1", 1), []string{`line 8: gateways[0].models[0].routes: must be a list, got a string`}},
 		{"empty", "", []string{"empty"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := problems(t, tc.doc)
 			all := strings.Join(ps, "\n")
+			if strings.Contains(all, "routes.") || strings.Contains(all, "float64") || strings.Contains(all, "[]string") {
+				t.Errorf("a problem names a Go type:\n%s", all)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(all, w) {
 					t.Errorf("no problem contains %q; got:\n%s", w, all)

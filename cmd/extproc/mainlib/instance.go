@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -145,8 +146,10 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	})
 
 	// Admin HTTP.
-	token := os.Getenv(rt.Admin.TokenEnv)
-	auth := admin.Auth{Token: token, Loopback: admin.IsLoopbackAddr(in.adminLn.Addr())}
+	// A token read from a secret file often ends with a newline; it could
+	// never match (R-L4).
+	token := strings.TrimSpace(os.Getenv(rt.Admin.TokenEnv))
+	auth := admin.Auth{Token: token, Loopback: admin.IsLoopbackAddr(in.adminLn.Addr()), Log: log}
 	if token == "" && !auth.Loopback {
 		log.Warn("[admin] no token is set ("+rt.Admin.TokenEnv+") and the admin listener is not loopback: /admin/v1 answers 403",
 			"addr", in.AdminAddr())
