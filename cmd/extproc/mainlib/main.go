@@ -11,6 +11,7 @@ import (
 	"io"
 
 	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"go.yaml.in/yaml/v3"
 )
 
 // Main runs extproc with args (without the program name) until ctx ends,
@@ -20,6 +21,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		switch args[0] {
 		case "validate":
 			return validate(args[1:], stdout, stderr)
+		case "config":
+			return printConfig(args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, versionString())
 			return nil
@@ -63,6 +66,28 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d gateway(s))\n", nameOr(*path), len(rt.Gateways))
 	return nil
+}
+
+// printConfig prints the effective configuration as YAML: the file (or the
+// embedded default) with every default applied and every policy resolved.
+func printConfig(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("extproc config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (default: the embedded default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rt, err := routes.LoadFile(*path)
+	if err != nil {
+		return err
+	}
+	out, err := yaml.Marshal(rt.Effective())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# effective config of %s\n", nameOr(*path))
+	_, err = stdout.Write(out)
+	return err
 }
 
 func nameOr(p string) string {

@@ -191,6 +191,11 @@ gateways:
 		t.Fatalf("embedded default: %v %s", err, out.String())
 	}
 	out.Reset()
+	if err := Main(context.Background(), []string{"config"}, &out, &errb); err != nil ||
+		!strings.Contains(out.String(), "effective config of embedded default config") || !strings.Contains(out.String(), "failure_threshold: 5") {
+		t.Fatalf("config: %v %s", err, out.String())
+	}
+	out.Reset()
 	if err := Main(context.Background(), []string{"version"}, &out, &errb); err != nil || !strings.HasPrefix(out.String(), "fusebox extproc") {
 		t.Fatalf("version: %v %q", err, out.String())
 	}
