@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -50,6 +51,36 @@ func TestSpecNames(t *testing.T) {
 		}
 		if strings.Join(got, ",") != labels {
 			t.Errorf("%s labels %v, want %s", name, got, labels)
+		}
+	}
+}
+
+// The README's metrics reference names every series fusebox exports.
+func TestREADMEListsEverySeries(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New()
+	m.InternalErrors.WithLabelValues("panic").Inc()
+	m.ConfigReloads.WithLabelValues("success").Inc()
+	m.StoreErrors.WithLabelValues("record").Inc()
+	m.Transitions.WithLabelValues("g", "r", "p", "gateway", "closed->open", "x").Inc()
+	m.State.WithLabelValues("g", "r", "p", "gateway").Set(1)
+	m.Outcomes.WithLabelValues("g", "r", "failure", "x").Inc()
+	m.Decisions.WithLabelValues("g", "", "passthrough").Inc()
+	m.ClusterNotFound.WithLabelValues("g", "c").Inc()
+	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "go_") || strings.HasPrefix(f.GetName(), "process_") {
+			continue
+		}
+		if !strings.Contains(string(readme), "| `"+f.GetName()+"` |") {
+			t.Errorf("README's metrics reference lacks %s", f.GetName())
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -31,5 +32,18 @@ func TestEffectiveRoundTrips(t *testing.T) {
 	out, _ := yaml.Marshal(rt.Effective())
 	if strings.Contains(string(out), "secret") {
 		t.Fatal("the effective config prints the Redis password")
+	}
+}
+
+// The README's field reference documents every circuit_breaker field.
+func TestREADMEDocumentsEveryPolicyField(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range PolicyFieldNames() {
+		if !strings.Contains(string(readme), "| `"+f+"` |") {
+			t.Errorf("README lacks circuit_breaker.%s", f)
+		}
 	}
 }
