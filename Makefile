@@ -4,7 +4,7 @@ PKGS      := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 30s
 
-.PHONY: build run test test-short bench bench-peers fuzz lint fmt e2e demo clean
+.PHONY: build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean
 
 build:
 	$(GO) build -o bin/extproc ./cmd/extproc
@@ -52,6 +52,13 @@ fmt:
 
 clean:
 	rm -rf bin
+
+# The cost Envoy sees: fusebox in its own process against a null CONTINUE
+# server, full lifecycles over gRPC, 32 concurrent streams (test/wirebench).
+bench-wire:
+	$(GO) build -o bin/extproc ./cmd/extproc
+	$(GO) build -o bin/nullproc ./test/wirebench/nullproc
+	$(GO) run ./test/wirebench -fusebox bin/extproc -null bin/nullproc
 
 # Peer comparison (sony/gobreaker) in its own module so the product's go.mod stays clean.
 bench-peers:

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -145,4 +146,21 @@ func bigChatBody() []byte {
 	}
 	sb.WriteString(`{"role":"user","content":"end"}],"model":"gpt-4o-mini","stream":true}`)
 	return []byte(sb.String())
+}
+
+// plain8 agrees with a byte-by-byte check on every byte value in every lane.
+func TestPlain8(t *testing.T) {
+	for lane := 0; lane < 8; lane++ {
+		for c := 0; c < 256; c++ {
+			var b [8]byte
+			for i := range b {
+				b[i] = 'a'
+			}
+			b[lane] = byte(c)
+			want := c != '"' && c != '\\' && c >= 0x20
+			if got := plain8(binary.LittleEndian.Uint64(b[:])); got != want {
+				t.Fatalf("lane %d byte %#x: plain8 %v, want %v", lane, c, got, want)
+			}
+		}
+	}
 }

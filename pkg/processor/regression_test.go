@@ -34,7 +34,9 @@ func TestInFlightStreamUsesReloadedPolicy(t *testing.T) {
 		t.Fatalf("cluster %q", got)
 	}
 	// Threshold 2 → 1 while the request is in flight.
-	e.reload(func(s string) string { return strings.Replace(s, "failure_threshold: 2, window_sec: 60", "failure_threshold: 1, window_sec: 60", 1) })
+	e.reload(func(s string) string {
+		return strings.Replace(s, "failure_threshold: 2, window_sec: 60", "failure_threshold: 1, window_sec: 60", 1)
+	})
 	c.respHeaders("500", true, attrs(0, "via_upstream"))
 	c.end()
 	if s := e.status("default", "openai:us:gpt"); s.State != "open" {

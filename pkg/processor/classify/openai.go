@@ -160,6 +160,9 @@ func (t *tally) openaiEventData(event, data []byte, now int64) {
 	if string(event) == "error" {
 		t.errored = true
 	}
+	if fastEnabled && len(event) == 0 && t.chatChunkFast(data, now) {
+		return
+	}
 	var ev openaiEvent
 	if err := json.Unmarshal(data, &ev); err != nil {
 		t.parseErrs++

@@ -1,5 +1,7 @@
 package classify
 
+import "bytes"
+
 // MaxEventBytes bounds one SSE event's data (and one line). A larger event
 // is skipped, so memory per stream stays bounded whatever the provider
 // sends.
@@ -29,9 +31,19 @@ func (p *sseParser) feed(b []byte) {
 				continue
 			}
 		}
-		i := 0
-		for i < len(b) && b[i] != '\n' && b[i] != '\r' {
-			i++
+		i := lineEnd(b)
+		if i < len(b) && len(p.line) == 0 && !p.skipLine {
+			// The whole line is in this chunk (the common case): read it
+			// in place, without copying it first.
+			if i > MaxEventBytes {
+				p.oversize++
+				p.skipData = true
+			} else {
+				p.onLine(b[:i])
+			}
+			p.afterCR = b[i] == '\r'
+			b = b[i+1:]
+			continue
 		}
 		if !p.skipLine {
 			if len(p.line)+i > MaxEventBytes {
@@ -50,6 +62,19 @@ func (p *sseParser) feed(b []byte) {
 	}
 }
 
+// lineEnd returns the index of the first CR or LF in b, len(b) if none.
+// Two vectorised byte searches beat one byte-by-byte loop over a chunk.
+func lineEnd(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		i = len(b)
+	}
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	return i
+}
+
 func (p *sseParser) endLine() {
 	if p.skipLine {
 		p.skipLine = false
@@ -58,6 +83,11 @@ func (p *sseParser) endLine() {
 	}
 	line := p.line
 	p.line = p.line[:0]
+	p.onLine(line)
+}
+
+// onLine handles one complete line (without its end).
+func (p *sseParser) onLine(line []byte) {
 	if len(line) == 0 {
 		p.dispatch()
 		return
@@ -66,13 +96,10 @@ func (p *sseParser) endLine() {
 		return // comment / keep-alive
 	}
 	field, value := line, []byte(nil)
-	for i, c := range line {
-		if c == ':' {
-			field, value = line[:i], line[i+1:]
-			if len(value) > 0 && value[0] == ' ' {
-				value = value[1:]
-			}
-			break
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
 		}
 	}
 	switch string(field) {

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func main() {
+	fusebox := flag.String("fusebox", "bin/extproc", "fusebox binary")
+	null := flag.String("null", "bin/nullproc", "null CONTINUE server binary")
+	requests := flag.Int("requests", 2000, "lifecycles per round and server")
+	rounds := flag.Int("rounds", 9, "alternating rounds")
+	conc := flag.Int("concurrency", 32, "concurrent streams")
+	flag.Parse()
+	rep, err := Run(*fusebox, *null, *requests, *rounds, *conc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wirebench:", err)
+		os.Exit(1)
+	}
+	rep.Print(os.Stdout)
+}
+
+// Result is one server's figures.
+type Result struct {
+	Name      string
+	Requests  int
+	CPU       time.Duration // server process CPU
+	Latencies []time.Duration
+	WallClock time.Duration
+	Messages  int
+}
+
+// CPUPerRequest is the server's CPU per lifecycle.
+func (r *Result) CPUPerRequest() time.Duration { return r.CPU / time.Duration(r.Requests) }
+
+// Pct returns the p-th percentile message latency.
+func (r *Result) Pct(p float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	slices.Sort(r.Latencies)
+	return r.Latencies[int(p*float64(len(r.Latencies)-1))]
+}
+
+// Report is both servers' figures.
+type Report struct {
+	Null, Fusebox *Result
+	// RoundRatios is fusebox's CPU per request over the null server's, per
+	// round: the machine is shared and noisy, so the median of paired
+	// rounds is the figure to quote.
+	RoundRatios []float64
+}
+
+// MedianRatio is the median of the per-round CPU ratios.
+func (rep *Report) MedianRatio() float64 {
+	r := slices.Clone(rep.RoundRatios)
+	slices.Sort(r)
+	if len(r) == 0 {
+		return 0
+	}
+	return r[len(r)/2]
+}
+
+// Print writes the report.
+func (rep *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%-8s %9s %14s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99")
+	for _, r := range []*Result{rep.Null, rep.Fusebox} {
+		fmt.Fprintf(w, "%-8s %9d %14v %12v %12v\n", r.Name, r.Requests, r.CPUPerRequest().Round(100*time.Nanosecond), r.Pct(0.5).Round(time.Microsecond), r.Pct(0.99).Round(time.Microsecond))
+	}
+	fmt.Fprintf(w, "fusebox/null: cpu %.2fx (median of %d paired rounds; all rounds pooled %.2fx), p50 %.2fx, p99 %.2fx\n",
+		rep.MedianRatio(), len(rep.RoundRatios),
+		float64(rep.Fusebox.CPUPerRequest())/float64(rep.Null.CPUPerRequest()),
+		float64(rep.Fusebox.Pct(0.5))/float64(rep.Null.Pct(0.5)),
+		float64(rep.Fusebox.Pct(0.99))/float64(rep.Null.Pct(0.99)))
+}
+
+// Run starts both servers and measures them in alternating rounds.
+func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error) {
+	fb, err := startFusebox(fuseboxBin)
+	if err != nil {
+		return nil, err
+	}
+	defer fb.stop()
+	nl, err := startNull(nullBin)
+	if err != nil {
+		return nil, err
+	}
+	defer nl.stop()
+	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}}
+	l := newLifecycle()
+	for _, s := range []*proc{nl, fb} { // warm up
+		if _, err := s.drive(l, 200, conc, nil); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < rounds; i++ {
+		var cpu [2]time.Duration
+		for j, p := range []struct {
+			s *proc
+			r *Result
+		}{{nl, rep.Null}, {fb, rep.Fusebox}} {
+			c0, err := procCPU(p.s.cmd.Process.Pid)
+			if err != nil {
+				return nil, err
+			}
+			t0 := time.Now()
+			lat, err := p.s.drive(l, requests, conc, p.r)
+			if err != nil {
+				return nil, err
+			}
+			c1, _ := procCPU(p.s.cmd.Process.Pid)
+			p.r.CPU += c1 - c0
+			cpu[j] = c1 - c0
+			p.r.WallClock += time.Since(t0)
+			p.r.Requests += requests
+			p.r.Latencies = append(p.r.Latencies, lat...)
+		}
+		if cpu[0] > 0 {
+			rep.RoundRatios = append(rep.RoundRatios, float64(cpu[1])/float64(cpu[0]))
+		}
+	}
+	return rep, nil
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	conn *grpc.ClientConn
+}
+
+func (p *proc) stop() {
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func startFusebox(bin string) (*proc, error) {
+	grpcAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-grpc-addr", grpcAddr, "-admin-addr", adminAddr, "-log-level", "warn")
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return connect(cmd, grpcAddr)
+}
+
+func startNull(bin string) (*proc, error) {
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("nullproc: %v", err)
+	}
+	return connect(cmd, strings.TrimSpace(strings.TrimPrefix(line, "listening")))
+}
+
+func connect(cmd *exec.Cmd, addr string) (*proc, error) {
+	p := &proc{cmd: cmd}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("%s did not listen on %s", cmd.Path, addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	p.conn = conn
+	return p, nil
+}
+
+// procCPU is a process's CPU time, every thread included (dead ones too):
+// utime+stime from /proc/<pid>/stat, in clock ticks of 10 ms. The rounds
+// are long enough for that resolution.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// drive runs n lifecycles over conc concurrent streams and returns every
+// message's latency.
+func (p *proc) drive(l *lifecycle, n, conc int, _ *Result) ([]time.Duration, error) {
+	client := extprocv3.NewExternalProcessorClient(p.conn)
+	var mu sync.Mutex
+	var all []time.Duration
+	var firstErr error
+	work := make(chan struct{}, n)
+	for i := 0; i < n; i++ {
+		work <- struct{}{}
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 64*n/conc+64)
+			for range work {
+				var err error
+				if lat, err = l.run(client, lat); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all, firstErr
+}
+
+// lifecycle is one request as Envoy sends it with the shipped modes.
+type lifecycle struct {
+	reqHeaders, reqBody, respHeaders *extprocv3.ProcessingRequest
+	chunks                           []*extprocv3.ProcessingRequest
+}
+
+func header(kv ...string) *corev3.HeaderMap {
+	m := &corev3.HeaderMap{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return m
+}
+
+func newLifecycle() *lifecycle {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"gpt-4o-mini","stream":true,"messages":[`)
+	for sb.Len() < 8<<10-64 {
+		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing"},`)
+	}
+	sb.WriteString(`{"role":"user","content":"end"}]}`)
+	attrs := map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{
+		"response.flags": structpb.NewNumberValue(0), "response.code_details": structpb.NewStringValue("via_upstream")}}}
+	l := &lifecycle{
+		reqHeaders: &extprocv3.ProcessingRequest{
+			ProtocolConfig:  &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
+			MetadataContext: &corev3.Metadata{},
+			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: header(
+				":method", "POST", ":path", "/v1/chat/completions", ":authority", "gw.local", ":scheme", "https",
+				"content-type", "application/json", "x-request-id", "0f7c", "x-forwarded-proto", "https",
+				"x-fusebox-gateway", "default", "user-agent", "wirebench")}},
+		},
+		reqBody: &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(sb.String()), EndOfStream: true}}},
+		respHeaders: &extprocv3.ProcessingRequest{
+			Request:    &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: header(":status", "200", "content-type", "text/event-stream")}},
+			Attributes: attrs,
+		},
+	}
+	for i := 0; i < 50; i++ {
+		chunk := fmt.Sprintf("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"token %d \"},\"finish_reason\":null}]}\n\n", i)
+		if i == 49 {
+			chunk = "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+		}
+		l.chunks = append(l.chunks, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(chunk), EndOfStream: i == 49}}})
+	}
+	return l
+}
+
+// run drives one lifecycle and appends each message's latency to lat.
+func (l *lifecycle) run(client extprocv3.ExternalProcessorClient, lat []time.Duration) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := client.Process(ctx)
+	if err != nil {
+		return lat, err
+	}
+	for _, m := range []*extprocv3.ProcessingRequest{l.reqHeaders, l.reqBody, l.respHeaders} {
+		t0 := time.Now()
+		if err := s.Send(m); err != nil {
+			return lat, err
+		}
+		if _, err := s.Recv(); err != nil {
+			return lat, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	// Envoy does not wait for each chunk's reply: the chunks are pipelined
+	// and each reply is timed from its own chunk's send.
+	sent := make([]time.Time, len(l.chunks))
+	errc := make(chan error, 1)
+	go func() {
+		for i, m := range l.chunks {
+			sent[i] = time.Now()
+			if err := s.Send(m); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	got := make([]time.Time, 0, len(l.chunks))
+	for range l.chunks {
+		if _, err := s.Recv(); err != nil {
+			return lat, err
+		}
+		got = append(got, time.Now())
+	}
+	if err := <-errc; err != nil {
+		return lat, err
+	}
+	for i := range got {
+		lat = append(lat, got[i].Sub(sent[i]))
+	}
+	_ = s.CloseSend()
+	if _, err := s.Recv(); err != io.EOF {
+		return lat, fmt.Errorf("want EOF at the end of the stream, got %v", err)
+	}
+	return lat, nil
+}

@@ -1,0 +1,69 @@
+// Command nullproc is the baseline of make bench-wire: an ext_proc server
+// that answers every message with the CONTINUE reply of its kind and does
+// nothing else, on the same gRPC stack as fusebox.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+}
+
+func (server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch req.Request.(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		}
+		if err := s.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func main() {
+	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
+	flag.Parse()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("listening", ln.Addr())
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, server{})
+	if err := gs.Serve(ln); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
