@@ -7,6 +7,12 @@ import (
 // continueReply returns the CONTINUE reply of the matching kind for req
 // (ENVOY.md: every message needs exactly one reply of its own kind), or nil
 // for a message that carries no request (nothing to answer).
+// responseBodyContinue answers a streamed response chunk, the most frequent
+// message by far (one per SSE chunk). It is shared by every stream: gRPC
+// marshals it before Send returns and protobuf marshalling of an unmodified
+// message is safe concurrently, so nobody may ever modify it.
+var responseBodyContinue = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+
 func continueReply(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -18,7 +24,7 @@ func continueReply(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingRespon
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		return responseBodyContinue
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 	}

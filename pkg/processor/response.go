@@ -117,7 +117,7 @@ func (st *stream) replyResponseHeaders(stopBody bool) *extprocv3.ProcessingRespo
 }
 
 func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	resp := responseBodyContinue
 	if !st.tracked || st.recorded || !st.respStarted {
 		return resp
 	}
