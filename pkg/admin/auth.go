@@ -1,8 +1,8 @@
 package admin
 
 import (
-	"log/slog"
 	"crypto/subtle"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"

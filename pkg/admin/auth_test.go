@@ -3,9 +3,9 @@ package admin
 import (
 	"bytes"
 	"log/slog"
-	"strings"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 

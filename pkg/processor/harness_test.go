@@ -329,5 +329,3 @@ func (e *env) forceOpen(gw, route string) {
 		e.t.Fatal(err)
 	}
 }
-
-func breakerID(gw, route string) breaker.ID { return breaker.RouteID(gw, route) }

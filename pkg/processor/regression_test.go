@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -252,6 +250,3 @@ func TestTrailersSkippedCompleteBodyIsSuccess(t *testing.T) {
 		t.Fatalf("client_cancel outcomes %v", v)
 	}
 }
-
-var _ = filterv3.ProcessingMode_NONE
-var _ = extprocv3.ProcessingRequest{}

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -332,5 +331,3 @@ func testFleetJudgesWithItsOwnPolicy(t *testing.T, f Factory) {
 		t.Fatal("fleet scope")
 	}
 }
-
-var _ = fmt.Sprint
