@@ -112,8 +112,11 @@ func number(n *yaml.Node) (float64, error) {
 	return f, nil
 }
 
-func scalarKind(n *yaml.Node) string {
-	switch n.Tag {
+func scalarKind(n *yaml.Node) string { return tagKind(n.Tag) }
+
+// tagKind names what a YAML tag holds, in the operator's words.
+func tagKind(tag string) string {
+	switch tag {
 	case "!!str":
 		return "a string"
 	case "!!int", "!!float":

@@ -89,18 +89,13 @@ func friendlyYAMLError(msg string) string {
 
 func yamlKind(tag string) string {
 	switch tag {
-	case "!!str":
-		return "a string"
-	case "!!int", "!!float":
-		return "a number"
-	case "!!bool":
-		return "a boolean"
 	case "!!seq":
 		return "a list"
 	case "!!map":
 		return "an object"
-	case "!!null":
-		return "null"
+	}
+	if k := tagKind(tag); k != "a scalar" {
+		return k
 	}
 	return strings.TrimPrefix(tag, "!!")
 }

@@ -309,22 +309,7 @@ func TestBinarySIGTERMExitsZero(t *testing.T) {
 // The config file is reloaded on change and on SIGHUP; a bad file is
 // refused and counted, the last good config stays.
 func TestReloadWiring(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fusebox.yaml")
-	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, good, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "1h"}, &syncBuffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = in.Wait() }()
+	in, path, good := startWithFile(t, "1h", &syncBuffer{})
 	metric := func(result string) bool {
 		_, body := get(t, "http://"+in.AdminAddr()+"/metrics", "")
 		return strings.Contains(body, `aig_config_reloads_total{result="`+result+`"} 1`)
@@ -372,22 +357,7 @@ func TestReloadWiring(t *testing.T) {
 
 // The poller applies a changed file on its own.
 func TestReloadPolling(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fusebox.yaml")
-	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, good, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "10ms"}, &syncBuffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = in.Wait() }()
+	in, path, good := startWithFile(t, "10ms", &syncBuffer{})
 	if err := os.WriteFile(path, []byte(strings.Replace(string(good), "failure_threshold: 5", "failure_threshold: 6", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -424,22 +394,8 @@ func TestValidateRefusesWhatStartRefuses(t *testing.T) {
 // R-P10: a reload keeps the start-only settings in force and warns, naming
 // each changed field.
 func TestReloadKeepsStartSettings(t *testing.T) {
-	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "fusebox.yaml")
-	if err := os.WriteFile(path, good, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	logs := &syncBuffer{}
-	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", "1h"}, logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = in.Wait() }()
+	in, path, good := startWithFile(t, "1h", logs)
 	before := in.Config.Load()
 	changed := strings.Replace(string(good), "failure_threshold: 5", "failure_threshold: 8", 1)
 	changed = strings.Replace(changed, "  grpc: 127.0.0.1:50051\n  admin: 127.0.0.1:8090\n", "  grpc: 127.0.0.1:1\n  admin: 127.0.0.1:2\nadmin: {token_env: OTHER_TOKEN}\n", 1)
@@ -463,4 +419,26 @@ func TestReloadKeepsStartSettings(t *testing.T) {
 			t.Errorf("no warning naming %s:\n%s", f, logs.String())
 		}
 	}
+}
+
+// startWithFile starts fusebox on a copy of the embedded default config
+// polled every interval; it returns the instance, the file and its text.
+func startWithFile(t *testing.T, interval string, logs io.Writer) (*Instance, string, []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fusebox.yaml")
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-reload-interval", interval}, logs)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = in.Wait() })
+	return in, path, good
 }

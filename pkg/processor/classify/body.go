@@ -128,7 +128,7 @@ func (t *tally) body(stream bool) Body {
 }
 
 // visibleText reports whether s holds a non-whitespace character.
-func visibleText(s string) bool {
+func visibleText[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case ' ', '\t', '\n', '\r', '\f', '\v':
@@ -136,7 +136,7 @@ func visibleText(s string) bool {
 			if s[i] < 0x80 {
 				return true
 			}
-			return hasVisibleRune(s[i:])
+			return hasVisibleRune(string(s[i:]))
 		}
 	}
 	return false

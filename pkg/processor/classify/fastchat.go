@@ -320,7 +320,7 @@ func (p *fastParser) choice(c *choiceFindings) bool {
 			return p.message(c)
 		case "text":
 			s, _, ok := p.optString()
-			c.visible = c.visible || visibleBytes(s)
+			c.visible = c.visible || visibleText(s)
 			return ok
 		case "finish_reason":
 			s, isNull, ok := p.optString()
@@ -347,11 +347,11 @@ func (p *fastParser) message(c *choiceFindings) bool {
 		switch string(k) {
 		case "content", "refusal":
 			s, _, ok := p.optString()
-			c.visible = c.visible || visibleBytes(s)
+			c.visible = c.visible || visibleText(s)
 			return ok
 		case "reasoning_content", "reasoning":
 			s, _, ok := p.optString()
-			c.reasoning = c.reasoning || visibleBytes(s)
+			c.reasoning = c.reasoning || visibleText(s)
 			return ok
 		case "tool_calls":
 			if p.null() {
@@ -385,19 +385,4 @@ func (p *fastParser) message(c *choiceFindings) bool {
 		}
 		return false
 	})
-}
-
-// visibleBytes is visibleText for bytes, without converting them.
-func visibleBytes(s []byte) bool {
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r', '\f', '\v':
-		default:
-			if s[i] < 0x80 {
-				return true
-			}
-			return hasVisibleRune(string(s[i:]))
-		}
-	}
-	return false
 }
