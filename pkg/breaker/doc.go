@@ -3,6 +3,10 @@
 // half-open probes, backoff, Retry-After blocks (R-A1), fleets, the injected
 // clock, the Store interface and its in-memory implementation.
 //
-// It must not know about Envoy, HTTP or configuration files: callers hand it
-// policies and outcomes and ask it for admissions.
+// Breaker state lives only inside a Store: callers install policies once per
+// configuration (Store.Install) and then speak to breakers by Key, with a
+// context and an error on every operation a remote store performs. The
+// contract every Store keeps is the suite in package storetest.
+//
+// It must not know about Envoy, HTTP or configuration files.
 package breaker

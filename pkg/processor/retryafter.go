@@ -13,7 +13,7 @@ import (
 const maxRetryAfter = 365 * 24 * time.Hour
 
 // retryAfterDeadline reads the provider's back-off hints (R-A1) and returns
-// the latest deadline they give, as unix ns, or 0 when none is usable:
+// the deadline they give, as unix ns, or 0 when none is usable:
 //   - retry-after-ms and x-ms-retry-after-ms: milliseconds (fractions allowed);
 //   - Retry-After: delay-seconds or an HTTP date.
 //
