@@ -22,6 +22,11 @@ var (
 	// errModelNull: "model" is null. A declared JSON request is refused
 	// for it; any other body names no model and passes through (R-D4).
 	errModelNull = errors.New(`"model" must be a string, got null`)
+	// errModelTwice: more than one top-level "model" key. Upstreams
+	// disagree on which one wins (encoding/json takes the last, others the
+	// first), so fusebox would route on one and the provider serve the
+	// other (R-L3).
+	errModelTwice = errors.New(`"model" is given more than once`)
 	errTooDeep   = errors.New("the body nests too deeply")
 )
 
@@ -41,6 +46,7 @@ func scanModel(b []byte) (modelField, error) {
 func scanModelInner(b []byte) (modelField, error) {
 	var m modelField
 	notString, null := false, false // the last "model" seen is not a string, or is null
+	models := 0
 	s := scanner{b: b}
 	s.ws()
 	if s.i >= len(b) || b[s.i] != '{' {
@@ -78,6 +84,7 @@ func scanModelInner(b []byte) (modelField, error) {
 				isModel = json.Unmarshal(b[ks:ke], &k) == nil && k == "model"
 			}
 			if isModel {
+				models++
 				if s.peek() != '"' {
 					vs := s.i
 					if err := s.value(1); err != nil {
@@ -109,6 +116,9 @@ func scanModelInner(b []byte) (modelField, error) {
 	s.ws()
 	if s.i != len(b) {
 		return m, errBadJSON
+	}
+	if models > 1 {
+		return modelField{}, errModelTwice
 	}
 	if notString {
 		return m, errModelNotStr

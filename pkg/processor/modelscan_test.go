@@ -17,7 +17,9 @@ func TestScanModel(t *testing.T) {
 	}{
 		{`{"model":"gpt-4o-mini","messages":[]}`, "gpt-4o-mini", true, nil},
 		{` { "messages" : [ {"role":"user","content":"hi \"model\": x"} ] , "model" : "m1" } `, "m1", true, nil},
-		{`{"model":"a","model":"b"}`, "b", true, nil},
+		{`{"model":"a","model":"b"}`, "", false, errModelTwice},
+		{`{"model":"a","m\u006fdel":"b"}`, "", false, errModelTwice},
+		{`{"x":{"model":"a"},"model":"b"}`, "b", true, nil},
 		{`{"messages":[{"model":"inner"}]}`, "", false, nil},
 		{`{"m\u006fdel":"esc"}`, "esc", true, nil},
 		{`{"model":"caf\u00e9"}`, "café", true, nil},
@@ -79,7 +81,7 @@ func FuzzScanModel(f *testing.F) {
 		if err == errTooDeep {
 			return
 		}
-		if (err == nil || err == errModelNotStr || err == errNotObject) != valid {
+		if (err == nil || err == errModelNotStr || err == errNotObject || err == errModelNull || err == errModelTwice) != valid {
 			t.Fatalf("scanModel err=%v but json.Valid=%v for %q", err, valid, b)
 		}
 		if err != nil {

@@ -41,7 +41,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	gw, ok := st.rt.Gateway(gateway)
 	if !ok {
 		st.s.metrics.Decisions.WithLabelValues("", "", ActionRejected).Inc()
-		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", gateway))
+		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", echo(gateway)))
 	}
 	st.gw = gw
 	if st.modelName != "" {
@@ -125,7 +125,7 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	f, err := scanModel(b.Body)
 	declaredJSON := isJSONContentType(st.contentType)
 	switch {
-	case err != nil && (declaredJSON || errors.Is(err, errModelNotStr)):
+	case err != nil && (declaredJSON || errors.Is(err, errModelNotStr) || errors.Is(err, errModelTwice)):
 		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionRejected).Inc()
 		return immediate(400, typeInvalidRequest, codeInvalid, "invalid JSON body: "+err.Error())
 	case err != nil || !f.Found:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -98,6 +99,7 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 	c := &compiler{opt: opt, templates: f.Policies}
 	rt := &Runtime{
 		Listen:   f.Listen,
+		Limits:   f.Limits.resolved(),
 		Admin:    f.Admin,
 		Store:    f.Store,
 		Headers:  f.Headers,
@@ -105,6 +107,7 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 		Fleets:   map[string]*Fleet{},
 	}
 	c.checkListen(f)
+	c.checkLimits(f)
 	c.checkStore(f)
 	c.checkHeaders(f)
 
@@ -178,6 +181,22 @@ func (c *compiler) checkListen(f *File) {
 	}
 }
 
+func (c *compiler) checkLimits(f *File) {
+	if v := f.Limits.MaxMessageBytes; v != nil && (*v < MinMaxMessageBytes || *v > 1<<30) {
+		c.errf("limits.max_message_bytes: must be in %d..%d (Envoy's 16 MiB request buffer plus framing must fit), got %d", MinMaxMessageBytes, 1<<30, *v)
+	}
+	if v := f.Limits.MaxConcurrentStreams; v != nil && (*v < 1 || *v > 10000000) {
+		c.errf("limits.max_concurrent_streams: must be in 1..10000000, got %d", *v)
+	}
+	t := f.Listen.TLS
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		c.errf("listen.tls: cert_file and key_file go together")
+	}
+	if t.ClientCAFile != "" && t.CertFile == "" {
+		c.errf("listen.tls.client_ca_file: needs cert_file and key_file (mutual TLS is TLS first)")
+	}
+}
+
 func (c *compiler) checkStore(f *File) {
 	switch f.Store.Backend {
 	case StoreMemory, StoreRedis:
@@ -202,6 +221,9 @@ func (c *compiler) checkHeaders(f *File) {
 	} {
 		if !validHeaderName(p.v) {
 			c.errf("headers.%s: %q is not a lower-case HTTP header name", p.field, p.v)
+		} else if reservedHeader(p.v) {
+			// R-L8: fusebox would rewrite or read a header Envoy owns.
+			c.errf("headers.%s: %q is reserved (host, content-length, x-envoy-* and pseudo-headers cannot be used)", p.field, p.v)
 		}
 		if other, dup := seen[p.v]; dup {
 			c.errf("headers.%s: %q is already used by headers.%s", p.field, p.v, other)
@@ -407,14 +429,16 @@ func (c *compiler) route(gw string, i int, rs *RouteSpec, rt *Runtime) *Route {
 		c.errf("%s: cluster: %q may hold only letters, digits and . _ - : / characters", rw, r.Cluster)
 	}
 	if rs.CostPerMtok != nil {
-		if *rs.CostPerMtok < 0 {
-			c.errf("%s: cost_per_mtok: must be ≥0, got %g", rw, *rs.CostPerMtok)
+		if v := *rs.CostPerMtok; v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			c.errf("%s: cost_per_mtok: must be a finite number ≥0, got %g", rw, v)
 		}
 		r.CostPerMtok = *rs.CostPerMtok
 	}
 	if rs.Bias != nil {
-		if *rs.Bias <= 0 {
-			c.errf("%s: bias: must be >0, got %g", rw, *rs.Bias)
+		// R-L8: NaN compares false with everything and would make the
+		// cheapest ordering depend on the sort's internals.
+		if v := *rs.Bias; !(v > 0) || math.IsInf(v, 0) {
+			c.errf("%s: bias: must be a finite number >0, got %g", rw, v)
 		}
 		r.Bias = *rs.Bias
 	}
@@ -431,6 +455,9 @@ func (c *compiler) route(gw string, i int, rs *RouteSpec, rt *Runtime) *Route {
 	}
 	if r.Path != "" && !strings.HasPrefix(r.Path, "/") {
 		c.errf("%s: path: must start with '/', got %q", rw, r.Path)
+	} else if !printableASCII(r.Path) {
+		// R-L8: a CR or LF here would be written into :path.
+		c.errf("%s: path: must be printable ASCII (no spaces or control characters), got %q", rw, r.Path)
 	}
 	if strings.ContainsAny(r.UpstreamModel, "\"\\\n\r") {
 		c.errf("%s: upstream_model: must not contain quotes, backslashes or newlines", rw)
@@ -478,6 +505,25 @@ func validClusterName(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// reservedHeader reports names fusebox must never read as its own or write:
+// what Envoy owns or what routing and framing depend on (R-L8).
+func reservedHeader(s string) bool {
+	switch s {
+	case "host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "authorization":
+		return true
+	}
+	return strings.HasPrefix(s, "x-envoy-")
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func validHeaderName(s string) bool {

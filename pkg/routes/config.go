@@ -5,6 +5,7 @@ package routes
 // immutable Runtime; nothing on the request path reads a File.
 type File struct {
 	Listen   Listen                 `yaml:"listen"`
+	Limits   LimitsSpec             `yaml:"limits"`
 	Admin    AdminConfig            `yaml:"admin"`
 	Store    StoreConfig            `yaml:"store"`
 	Headers  Headers                `yaml:"headers"`
@@ -15,8 +16,48 @@ type File struct {
 
 // Listen holds the two listener addresses.
 type Listen struct {
-	GRPC  string `yaml:"grpc"`
-	Admin string `yaml:"admin"`
+	GRPC  string    `yaml:"grpc"`
+	Admin string    `yaml:"admin"`
+	TLS   TLSConfig `yaml:"tls"`
+}
+
+// TLSConfig serves both listeners over TLS, and the ext_proc listener with
+// mutual TLS when a client CA is set (R-L5). Empty = plaintext. The files
+// are re-read when they change.
+type TLSConfig struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// LimitsSpec bounds what a peer can make fusebox hold (R-L1, R-L6).
+type LimitsSpec struct {
+	MaxMessageBytes      *int64 `yaml:"max_message_bytes"`
+	MaxConcurrentStreams *int64 `yaml:"max_concurrent_streams"`
+}
+
+// Limits are the resolved limits.
+type Limits struct {
+	MaxMessageBytes      int
+	MaxConcurrentStreams int
+}
+
+// Defaults and bounds of limits (SPEC §12).
+const (
+	DefaultMaxMessageBytes      = 32 << 20
+	MinMaxMessageBytes          = 16<<20 + 64<<10
+	DefaultMaxConcurrentStreams = 100000
+)
+
+func (l LimitsSpec) resolved() Limits {
+	out := Limits{MaxMessageBytes: DefaultMaxMessageBytes, MaxConcurrentStreams: DefaultMaxConcurrentStreams}
+	if l.MaxMessageBytes != nil {
+		out.MaxMessageBytes = int(*l.MaxMessageBytes)
+	}
+	if l.MaxConcurrentStreams != nil {
+		out.MaxConcurrentStreams = int(*l.MaxConcurrentStreams)
+	}
+	return out
 }
 
 // AdminConfig configures the admin API.

@@ -20,7 +20,9 @@ func (rt *Runtime) Effective() map[string]any {
 		return m
 	}
 	doc := map[string]any{
-		"listen":  map[string]any{"grpc": rt.Listen.GRPC, "admin": rt.Listen.Admin},
+		"listen": map[string]any{"grpc": rt.Listen.GRPC, "admin": rt.Listen.Admin, "tls": map[string]any{
+			"cert_file": rt.Listen.TLS.CertFile, "key_file": rt.Listen.TLS.KeyFile, "client_ca_file": rt.Listen.TLS.ClientCAFile}},
+		"limits":  map[string]any{"max_message_bytes": rt.Limits.MaxMessageBytes, "max_concurrent_streams": rt.Limits.MaxConcurrentStreams},
 		"admin":   map[string]any{"token_env": rt.Admin.TokenEnv},
 		"headers": map[string]any{"gateway": rt.Headers.Gateway, "model": rt.Headers.Model, "residency": rt.Headers.Residency, "cluster": rt.Headers.Cluster, "route": rt.Headers.Route, "fallbacks": rt.Headers.Fallbacks},
 	}

@@ -12,6 +12,7 @@ import (
 // with.
 type Runtime struct {
 	Listen   Listen
+	Limits   Limits
 	Admin    AdminConfig
 	Store    StoreConfig
 	Headers  Headers

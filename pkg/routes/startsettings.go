@@ -11,13 +11,14 @@ import (
 // changed one.
 type StartSettings struct {
 	Listen Listen
+	Limits Limits
 	Admin  AdminConfig
 	Store  StoreConfig
 }
 
 // StartSettingsOf returns rt's start-only settings.
 func StartSettingsOf(rt *Runtime) StartSettings {
-	return StartSettings{Listen: rt.Listen, Admin: rt.Admin, Store: rt.Store}
+	return StartSettings{Listen: rt.Listen, Limits: rt.Limits, Admin: rt.Admin, Store: rt.Store}
 }
 
 // Changed names every start-only field that differs between s and o, in
@@ -38,7 +39,7 @@ func (s StartSettings) Changed(o StartSettings) []string {
 				f := a.Type().Field(i)
 				name := f.Tag.Get("yaml")
 				if name == "" || name == "-" {
-					name = f.Name
+					name = snake(f.Name)
 				}
 				walk(fmt.Sprintf("%s.%s", prefix, name), a.Field(i), b.Field(i))
 			}
@@ -46,7 +47,25 @@ func (s StartSettings) Changed(o StartSettings) []string {
 		walk(prefix, va, vb)
 	}
 	diff("listen", s.Listen, o.Listen)
+	diff("limits", s.Limits, o.Limits)
 	diff("admin", s.Admin, o.Admin)
 	diff("store", s.Store, o.Store)
 	return out
+}
+
+// snake spells a Go field name as its YAML key (MaxMessageBytes →
+// max_message_bytes).
+func snake(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			if i > 0 {
+				b = append(b, '_')
+			}
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return string(b)
 }

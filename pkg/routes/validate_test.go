@@ -147,7 +147,7 @@ func TestInvalidConfigs(t *testing.T) {
 		// R-P7
 		{"mixed api", strings.Replace(cfg("", "", ""), "cluster: c2", "cluster: c2\n        api: anthropic", 1), []string{`model "m1": routes: all routes of a model must speak the same api`}},
 		// Strict decoding of the rest of the document.
-		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: admin, fleets, gateways, headers, listen, policies, store)`}},
+		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: admin, fleets, gateways, headers, limits, listen, policies, store)`}},
 		{"unknown route field", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        clustr: x", 1), []string{`unknown field "clustr" in a route (known: api, bias,`}},
 		{"no gateways", "gateways: []\n", []string{"at least one gateway"}},
 		{"duplicate gateway", cfg("", "", "") + "  - id: gw1\n    models: [{name: x, routes: [a:b]}]\n    routes: [{key: a:b, cluster: c}]\n", []string{`gateway "gw1": id: defined twice`}},
@@ -159,7 +159,21 @@ func TestInvalidConfigs(t *testing.T) {
 		{"empty cluster", strings.Replace(cfg("", "", ""), "cluster: c1", `cluster: ""`, 1), []string{"cluster: must not be empty"}},
 		{"bad cluster", strings.Replace(cfg("", "", ""), "cluster: c1", `cluster: "c 1"`, 1), []string{"cluster:"}},
 		{"negative cost", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        cost_per_mtok: -1", 1), []string{"cost_per_mtok"}},
-		{"zero bias", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        bias: 0", 1), []string{"bias: must be >0"}},
+		{"zero bias", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        bias: 0", 1), []string{"bias: must be a finite number >0"}},
+		// R-L8: names and values that would be written into Envoy's headers.
+		{"nan bias", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        bias: .nan", 1), []string{"bias: must be a finite number >0, got NaN"}},
+		{"inf cost", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        cost_per_mtok: .inf", 1), []string{"cost_per_mtok: must be a finite number"}},
+		{"path with CRLF", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        path: \"/v1/x\\r\\nx-evil: 1\"", 1), []string{"path: must be printable ASCII"}},
+		{"path with space", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        path: \"/v1/a b\"", 1), []string{"path: must be printable ASCII"}},
+		{"cluster header is host", "headers: {cluster: host}\n" + cfg("", "", ""), []string{`headers.cluster: "host" is reserved`}},
+		{"route header is content-length", "headers: {route: content-length}\n" + cfg("", "", ""), []string{`headers.route: "content-length" is reserved`}},
+		{"header is x-envoy", "headers: {model: x-envoy-original-path}\n" + cfg("", "", ""), []string{`headers.model: "x-envoy-original-path" is reserved`}},
+		{"header is pseudo", "headers: {cluster: \":path\"}\n" + cfg("", "", ""), []string{`headers.cluster: ":path" is not a lower-case HTTP header name`}},
+		// R-L1, R-L6, R-L5.
+		{"message limit below the buffer", "limits: {max_message_bytes: 4194304}\n" + cfg("", "", ""), []string{"limits.max_message_bytes: must be in"}},
+		{"streams zero", "limits: {max_concurrent_streams: 0}\n" + cfg("", "", ""), []string{"limits.max_concurrent_streams"}},
+		{"tls cert without key", "listen: {tls: {cert_file: a.pem}}\n" + cfg("", "", ""), []string{"listen.tls: cert_file and key_file go together"}},
+		{"client ca without cert", "listen: {tls: {client_ca_file: ca.pem}}\n" + cfg("", "", ""), []string{"listen.tls.client_ca_file"}},
 		{"bad api", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        api: gemini", 1), []string{"api: must be openai or anthropic"}},
 		{"bad path", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        path: v1/x", 1), []string{"path: must start with '/'"}},
 		{"unknown fleet", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        fleet: ghost", 1), []string{`fleet: unknown fleet "ghost"`}},
