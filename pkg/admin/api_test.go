@@ -65,6 +65,9 @@ func newAPIEnv(t *testing.T, token string) *apiEnv {
 func (e *apiEnv) do(method, path, body string) (int, map[string]any) {
 	e.t.Helper()
 	req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

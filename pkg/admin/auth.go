@@ -17,6 +17,8 @@ type Auth struct {
 	// Log receives one line per refused request, with the client's address
 	// (never the token it sent). Nil: slog.Default().
 	Log *slog.Logger
+	// Refused, when set, counts each refusal by what was refused.
+	Refused func(what string)
 }
 
 // IsLoopbackAddr reports whether a listener address is a loopback one.
@@ -25,9 +27,12 @@ func IsLoopbackAddr(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// Wrap returns next behind the token check.
+// Wrap returns next behind the R-L4 guards and the token check.
 func (a Auth) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.guard(w, r) {
+			return
+		}
 		if a.Token == "" {
 			if !a.Loopback {
 				WriteError(w, http.StatusForbidden, "the admin API is served only on a loopback listener when no token is set")
@@ -37,10 +42,8 @@ func (a Auth) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		if !a.tokenMatches(r.Header.Get("Authorization")) {
-			a.log().Warn("[admin] refused: missing or wrong bearer token",
-				"client", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fusebox"`)
-			WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			a.refuse(w, r, "admin_auth", http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -33,6 +33,7 @@ func TestAuth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest("GET", "/admin/v1/x", nil)
+			req.Host = "127.0.0.1:8090"
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
 			}
@@ -98,7 +99,9 @@ func TestWrongMethodIs405(t *testing.T) {
 	}
 	for _, tc := range cases {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		req := httptest.NewRequest(tc.method, tc.path, nil)
+		req.Host = "localhost:8090"
+		s.ServeHTTP(rec, req)
 		if rec.Code != tc.code || rec.Header().Get("Allow") != tc.allow {
 			t.Errorf("%s %s: %d allow %q, want %d %q", tc.method, tc.path, rec.Code, rec.Header().Get("Allow"), tc.code, tc.allow)
 		}

@@ -22,7 +22,20 @@ type Metrics struct {
 	// InternalErrors counts panics and store errors absorbed on the request
 	// path (R-D7); not in the SPEC's fixed list, so it has its own name.
 	InternalErrors *prometheus.CounterVec // kind
+	// Refused counts what a limit turned away (R-L1, R-L4, R-L6).
+	Refused *prometheus.CounterVec // what
 }
+
+// Values of fusebox_refused_total{what}.
+const (
+	RefusedMessageTooLarge = "message_too_large"
+	RefusedStreamLimit     = "stream_limit"
+	RefusedAdminBody       = "admin_body_too_large"
+	RefusedAdminOrigin     = "admin_cross_origin"
+	RefusedAdminHost       = "admin_host"
+	RefusedAdminType       = "admin_content_type"
+	RefusedAdminAuth       = "admin_auth"
+)
 
 // New creates the collectors on a fresh registry that also carries the Go
 // and process collectors.
@@ -75,13 +88,20 @@ func New() *Metrics {
 			Name: "fusebox_internal_errors_total",
 			Help: "Panics and store errors absorbed on the request path without failing the request.",
 		}, []string{"kind"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_refused_total",
+			Help: "Requests and streams a limit turned away, by what was refused.",
+		}, []string{"what"}),
 	}
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
-		m.InternalErrors,
+		m.InternalErrors, m.Refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")
 	m.ConfigReloads.WithLabelValues("error")
+	for _, w := range []string{RefusedMessageTooLarge, RefusedStreamLimit, RefusedAdminBody, RefusedAdminOrigin, RefusedAdminHost, RefusedAdminType, RefusedAdminAuth} {
+		m.Refused.WithLabelValues(w)
+	}
 	return m
 }

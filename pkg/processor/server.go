@@ -46,6 +46,11 @@ type Server struct {
 	testHook func(*extprocv3.ProcessingRequest)
 	// finishHook runs before a stream's end is recorded (tests).
 	finishHook func()
+
+	maxStreams int64
+	streams    atomic.Int64
+	// tooLargeLogged limits the message_too_large log to one line a minute.
+	tooLargeLogged atomic.Int64
 }
 
 // Options configure a Server.
@@ -55,6 +60,8 @@ type Options struct {
 	Clock   breaker.Clock
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
+	// MaxStreams bounds the streams served at once (R-L6); 0 = no bound.
+	MaxStreams int
 }
 
 // NewServer returns the ext_proc service.
@@ -68,7 +75,8 @@ func NewServer(o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = metrics.New()
 	}
-	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{}}
+	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
+		maxStreams: int64(o.MaxStreams)}
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}
@@ -78,8 +86,14 @@ func NewServer(o Options) *Server {
 
 // Process serves one ext_proc stream (one HTTP request).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
+		s.streams.Add(-1)
+		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
+		return status.Errorf(codes.ResourceExhausted, "fusebox serves at most %d streams at once (limits.max_concurrent_streams)", s.maxStreams)
+	}
+	defer s.streams.Add(-1)
 	if !s.isRouteRole(stream) {
-		return passThrough(stream)
+		return s.recvErr(passThrough(stream))
 	}
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
@@ -91,7 +105,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
 			}
-			return err
+			return s.recvErr(err)
 		}
 		resp := s.handle(st, req)
 		if resp == nil {
@@ -125,6 +139,20 @@ func (s *Server) handle(st *stream, req *extprocv3.ProcessingRequest) (resp *ext
 		s.testHook(req)
 	}
 	return st.handle(req)
+}
+
+// recvErr counts and logs a message that was over the size limit (R-L1):
+// gRPC refuses it before fusebox sees it, and Envoy then lets the request
+// through unprocessed (failure_mode_allow), so it must never be silent.
+func (s *Server) recvErr(err error) error {
+	if status.Code(err) == codes.ResourceExhausted {
+		s.metrics.Refused.WithLabelValues(metrics.RefusedMessageTooLarge).Inc()
+		now := time.Now().Unix()
+		if last := s.tooLargeLogged.Load(); now-last >= 60 && s.tooLargeLogged.CompareAndSwap(last, now) {
+			s.log.Error("an ext_proc message was over limits.max_message_bytes: the request went on without fusebox (counted in fusebox_refused_total{what=\"message_too_large\"}); raise the limit above Envoy's buffer", "error", err.Error())
+		}
+	}
+	return err
 }
 
 // finish ends a stream. Recording at the stream's end runs under the same

@@ -2,10 +2,12 @@ package mainlib
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -21,9 +23,12 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/fusebox-llm/fusebox/pkg/tlsfiles"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Instance is a running fusebox.
@@ -128,13 +133,27 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		in.grpcLn.Close()
 		return nil, fmt.Errorf("listen.admin: %w", err)
 	}
+	grpcCreds, adminTLS, err := listenerTLS(rt, log)
+	if err != nil {
+		in.grpcLn.Close()
+		in.adminLn.Close()
+		return nil, err
+	}
+	if adminTLS != nil {
+		in.adminLn = tls.NewListener(in.adminLn, adminTLS)
+	}
+	if grpcCreds == nil && !admin.IsLoopbackAddr(in.grpcLn.Addr()) {
+		log.Warn("listen.grpc is not loopback and listen.tls is not set: anyone who reaches it can report outcomes; bind it to loopback or set listen.tls with client_ca_file",
+			"addr", in.GRPCAddr())
+	}
 
 	// gRPC: ext_proc plus grpc.health.v1, which follows the readiness.
-	in.grpcSrv = grpc.NewServer()
+	in.grpcSrv = grpc.NewServer(grpcOptions(rt.Limits, grpcCreds)...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
 	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
+		MaxStreams: rt.Limits.MaxConcurrentStreams,
 	}))
 	in.Health.OnChange(func(serving bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
@@ -149,14 +168,18 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	// A token read from a secret file often ends with a newline; it could
 	// never match (R-L4).
 	token := strings.TrimSpace(os.Getenv(rt.Admin.TokenEnv))
-	auth := admin.Auth{Token: token, Loopback: admin.IsLoopbackAddr(in.adminLn.Addr()), Log: log}
-	if token == "" && !auth.Loopback {
+	auth := admin.Auth{Token: token, Loopback: admin.IsLoopbackAddr(in.adminLn.Addr()), Log: log,
+		Refused: func(what string) { in.Metrics.Refused.WithLabelValues(what).Inc() }}
+	switch {
+	case token == "" && !auth.Loopback:
 		log.Warn("[admin] no token is set ("+rt.Admin.TokenEnv+") and the admin listener is not loopback: /admin/v1 answers 403",
 			"addr", in.AdminAddr())
+	case token != "" && len(token) < 16:
+		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
 	(&admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log}).Register(adm)
-	in.httpSrv = &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
+	in.httpSrv = adminHTTPServer(adm)
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	in.cancelBg = cancel
@@ -189,6 +212,58 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	log.Info("fusebox serving", "grpc", in.GRPCAddr(), "admin", in.AdminAddr(), "config", nameOr(f.Config),
 		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString())
 	return in, nil
+}
+
+// adminHTTPServer bounds what one admin client can hold (R-L6): idle
+// keep-alive connections close after a minute, slow requests and slow
+// readers are cut.
+func adminHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// grpcOptions are the ext_proc listener's limits (R-L1, R-L6): the largest
+// message Envoy's config can send, a bound on streams per connection,
+// keepalive enforcement and closing idle connections.
+func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(l.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(uint32(min(l.MaxConcurrentStreams, math.MaxUint32))),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
+	}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	return opts
+}
+
+// listenerTLS builds the listeners' TLS from listen.tls (R-L5): the same
+// certificate on both, client certificates required on ext_proc when a
+// client CA is set. The files are re-read when they change.
+func listenerTLS(rt *routes.Runtime, log *slog.Logger) (credentials.TransportCredentials, *tls.Config, error) {
+	t := rt.Listen.TLS
+	if t.CertFile == "" {
+		return nil, nil, nil
+	}
+	src := &tlsfiles.Source{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile,
+		OnReload: func(err error) {
+			if err != nil {
+				log.Error("[tls] re-reading the certificate files failed; the last good ones stay in use", "error", err)
+				return
+			}
+			log.Info("[tls] certificate files re-read")
+		}}
+	if err := src.Load(); err != nil {
+		return nil, nil, err
+	}
+	return credentials.NewTLS(src.ServerConfig(true, "h2")), src.ServerConfig(false, "http/1.1"), nil
 }
 
 // startProblems are what start-up refuses beyond the config's own
