@@ -34,10 +34,19 @@ type Reloader struct {
 	// with them (R-P10); nil = no check.
 	Started *StartSettings
 
+	// Settle is how long a changed file must stay unchanged before a poll
+	// applies it (R-L7); 0 = two seconds. SIGHUP does not wait.
+	Settle time.Duration
+	// Now is the clock of the settle time (tests); nil = time.Now.
+	Now func() time.Time
+
 	mu       sync.Mutex
 	lastSize int64
 	lastMod  time.Time
 	warned   map[string]bool
+	// pending is a change seen by a poll and not applied yet.
+	pending     string // content hash
+	pendingFrom time.Time
 }
 
 // Report logs the warnings and R-P2 fallbacks of a Runtime just put in force;
@@ -88,25 +97,35 @@ func (r *Reloader) Reload() error {
 }
 
 func (r *Reloader) reload() error {
+	r.pending = ""
 	data, err := os.ReadFile(r.Path)
-	if err == nil {
-		sum := sha256.Sum256(data)
-		if cur := r.Holder.Load(); cur != nil && cur.Hash == hex.EncodeToString(sum[:]) {
-			return nil // same document: nothing to do
-		}
-		var rt *Runtime
-		if rt, err = Parse(data, Options{}); err == nil {
-			r.keepStartSettings(rt)
-			r.Holder.Store(rt)
-			r.report(rt)
-			r.log().Info("[config] reloaded", "path", r.Path, "gateways", len(rt.Gateways), "hash", rt.Hash[:12])
-			r.result(ReloadSuccess)
-			return nil
-		}
+	if err != nil {
+		r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
+		r.result(ReloadError)
+		return err
 	}
-	r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
-	r.result(ReloadError)
-	return err
+	return r.apply(data)
+}
+
+// apply compiles data and puts it in force; on error the Runtime in force
+// is kept.
+func (r *Reloader) apply(data []byte) error {
+	sum := sha256.Sum256(data)
+	if cur := r.Holder.Load(); cur != nil && cur.Hash == hex.EncodeToString(sum[:]) {
+		return nil // same document: nothing to do
+	}
+	rt, err := Parse(data, Options{})
+	if err != nil {
+		r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
+		r.result(ReloadError)
+		return err
+	}
+	r.keepStartSettings(rt)
+	r.Holder.Store(rt)
+	r.report(rt)
+	r.log().Info("[config] reloaded", "path", r.Path, "gateways", len(rt.Gateways), "hash", rt.Hash[:12])
+	r.result(ReloadSuccess)
+	return nil
 }
 
 // keepStartSettings gives rt the start-only settings in force (R-P10): a
@@ -129,8 +148,10 @@ func (r *Reloader) result(s string) {
 	}
 }
 
-// Check reloads when the file's size or modification time changed since the
-// last look. It reports whether a reload was attempted.
+// Check is one poll. A file whose size or modification time changed is not
+// applied at once: it must keep the same content across polls for Settle,
+// so that a file written in place in parts is never half-applied (R-L7).
+// It reports whether a reload was attempted.
 func (r *Reloader) Check() (attempted bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -138,11 +159,41 @@ func (r *Reloader) Check() (attempted bool, err error) {
 	if err != nil {
 		return false, nil // a file being replaced may be briefly absent
 	}
-	if st.Size() == r.lastSize && st.ModTime().Equal(r.lastMod) {
+	if r.pending == "" && st.Size() == r.lastSize && st.ModTime().Equal(r.lastMod) {
 		return false, nil
 	}
-	r.lastSize, r.lastMod = st.Size(), st.ModTime()
-	return true, r.reload()
+	data, err := os.ReadFile(r.Path)
+	if err != nil {
+		return false, nil
+	}
+	sum := sha256.Sum256(data)
+	hash := hex.EncodeToString(sum[:])
+	now := r.now()
+	if hash != r.pending || st.Size() != r.lastSize || !st.ModTime().Equal(r.lastMod) {
+		// New content (or still being written): start the settle time.
+		r.pending, r.pendingFrom = hash, now
+		r.lastSize, r.lastMod = st.Size(), st.ModTime()
+		return false, nil
+	}
+	if now.Sub(r.pendingFrom) < r.settle() {
+		return false, nil
+	}
+	r.pending = ""
+	return true, r.apply(data)
+}
+
+func (r *Reloader) settle() time.Duration {
+	if r.Settle > 0 {
+		return r.Settle
+	}
+	return 2 * time.Second
+}
+
+func (r *Reloader) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 // Prime records the file's current metadata so that the first Check does not

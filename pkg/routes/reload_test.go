@@ -33,8 +33,19 @@ func TestReloadGoodBadGood(t *testing.T) {
 	h := NewHolder(rt)
 	var mu sync.Mutex
 	results := map[string]int{}
-	r := &Reloader{Path: path, Holder: h, OnResult: func(s string) { mu.Lock(); results[s]++; mu.Unlock() }}
+	clock := t0
+	r := &Reloader{Path: path, Holder: h, OnResult: func(s string) { mu.Lock(); results[s]++; mu.Unlock() }, Now: func() time.Time { return clock }}
 	r.Prime()
+	// poll is the poller: the first sighting of a change waits, the poll
+	// after the settle time applies it.
+	poll := func() (bool, error) {
+		t.Helper()
+		if attempted, err := r.Check(); attempted {
+			return attempted, err
+		}
+		clock = clock.Add(2 * time.Second)
+		return r.Check()
+	}
 
 	if attempted, _ := r.Check(); attempted {
 		t.Fatal("unchanged file must not reload")
@@ -43,7 +54,7 @@ func TestReloadGoodBadGood(t *testing.T) {
 
 	// Good → bad: refused, the last good config stays.
 	write(strings.Replace(baseYAML, "failure_threshold: 10", "failure_threshold: 0", 1), t0.Add(time.Second))
-	attempted, err := r.Check()
+	attempted, err := poll()
 	if !attempted || err == nil {
 		t.Fatalf("bad file: attempted=%v err=%v", attempted, err)
 	}
@@ -54,7 +65,7 @@ func TestReloadGoodBadGood(t *testing.T) {
 	// Bad → good: swapped.
 	good := strings.Replace(baseYAML, "failure_threshold: 10", "failure_threshold: 4", 1)
 	write(good, t0.Add(2*time.Second))
-	if attempted, err := r.Check(); !attempted || err != nil {
+	if attempted, err := poll(); !attempted || err != nil {
 		t.Fatalf("good file: attempted=%v err=%v", attempted, err)
 	}
 	second := h.Load()
@@ -164,4 +175,62 @@ func FuzzStatusCodes(f *testing.F) {
 			}
 		}
 	})
+}
+
+// R-L7: a file written in place in two parts, 1.5 s apart, is never
+// applied half-written; the poll applies it once it has settled, and SIGHUP
+// at once.
+func TestReloadWaitsForTheFileToSettle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(path, []byte(baseYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHolder(rt)
+	clock := time.Unix(1_700_000_000, 0)
+	r := &Reloader{Path: path, Holder: h, Now: func() time.Time { return clock }}
+	r.Prime()
+	full := baseYAML + "  - id: second\n    circuit_breaker: {enabled: true}\n    models: [{name: m, routes: [\"p:r:m\"]}]\n    routes: [{key: \"p:r:m\", cluster: c}]\n"
+	mod := time.Unix(1_700_000_100, 0)
+	writeAt := func(doc string) {
+		mod = mod.Add(time.Second)
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Chtimes(path, mod, mod)
+	}
+	// The dangerous half is one that is valid on its own: here, the
+	// document without its second gateway.
+	writeAt(baseYAML + "# part one of two\n")
+	for i := 0; i < 2; i++ { // polls at 0 s and 1 s see part one
+		if attempted, _ := r.Check(); attempted {
+			t.Fatal("a file seen changed for under the settle time was applied")
+		}
+		clock = clock.Add(time.Second)
+	}
+	clock = clock.Add(-500 * time.Millisecond) // part two lands 1.5 s after part one
+	writeAt(full)
+	for i := 0; i < 2; i++ {
+		if attempted, _ := r.Check(); attempted {
+			t.Fatal("applied before settling")
+		}
+		clock = clock.Add(time.Second)
+	}
+	if attempted, err := r.Check(); !attempted || err != nil {
+		t.Fatalf("settled file: attempted=%v err=%v", attempted, err)
+	}
+	if _, ok := h.Load().Gateways["second"]; !ok {
+		t.Fatal("the whole file is not in force")
+	}
+	// SIGHUP does not wait.
+	writeAt(baseYAML)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.Load().Gateways["second"]; ok {
+		t.Fatal("SIGHUP did not apply at once")
+	}
 }
