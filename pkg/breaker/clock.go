@@ -38,36 +38,130 @@ func (c *FakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 func (c *FakeClock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
 
 // CoarseClock is a wall clock read from memory, refreshed every resolution
-// by one goroutine. Breakers work in milliseconds and seconds, and on a
-// virtual machine time.Now costs more than a whole decision (about 55 ns
-// against 10 ns on the CI machine), so the request path reads this instead.
+// by one goroutine while it is being read. Breakers work in milliseconds and
+// seconds, and on a virtual machine time.Now costs more than a whole
+// decision (about 55 ns against 10 ns on the CI machine), so the request
+// path reads this instead.
+//
+// It costs nothing while idle (R-L9): the refreshing ticker stops after
+// idleAfter without a read, and the first read after that reads the system
+// clock itself and wakes the ticker, so a value is never staler than the
+// resolution.
 type CoarseClock struct {
-	ns   atomic.Int64
+	// word is the time in unix ns with its two low bits used as flags:
+	// bit 1 the ticker is refreshing it, bit 0 a read happened since the
+	// last tick. One atomic load answers a read.
+	word atomic.Int64
+	wake chan struct{}
 	stop chan struct{}
 	once sync.Once
+	res  time.Duration
+	idle time.Duration
 }
+
+const (
+	clkRead    = 1
+	clkRunning = 2
+	clkFlags   = clkRead | clkRunning
+)
 
 // NewCoarseClock starts a CoarseClock; Stop ends its goroutine.
 func NewCoarseClock(resolution time.Duration) *CoarseClock {
-	c := &CoarseClock{stop: make(chan struct{})}
-	c.ns.Store(time.Now().UnixNano())
-	go func() {
-		t := time.NewTicker(resolution)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case now := <-t.C:
-				c.ns.Store(now.UnixNano())
-			}
-		}
-	}()
+	return newCoarseClock(resolution, time.Second)
+}
+
+func newCoarseClock(resolution, idleAfter time.Duration) *CoarseClock {
+	c := &CoarseClock{wake: make(chan struct{}, 1), stop: make(chan struct{}), res: resolution, idle: idleAfter}
+	c.word.Store(time.Now().UnixNano() &^ clkFlags)
+	go c.run()
 	return c
 }
 
-// Now returns the time of the last tick.
-func (c *CoarseClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+func (c *CoarseClock) run() {
+	for {
+		// Parked: no ticker, no wake-ups, until a read asks for one.
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		}
+		t := time.NewTicker(c.res)
+		quiet := time.Duration(0)
+	ticking:
+		for {
+			select {
+			case <-c.stop:
+				t.Stop()
+				return
+			case now := <-t.C:
+				old := c.word.Swap(now.UnixNano()&^clkFlags | clkRunning)
+				if old&clkRead != 0 {
+					quiet = 0
+					continue
+				}
+				if quiet += c.res; quiet >= c.idle {
+					break ticking
+				}
+			}
+		}
+		t.Stop()
+		// Clear running unless a read marked the word since the last
+		// tick; then keep ticking.
+		for {
+			w := c.word.Load()
+			if w&clkRead != 0 {
+				c.word.Store(w &^ clkRead)
+				select {
+				case c.wake <- struct{}{}:
+				default:
+				}
+				break
+			}
+			if c.word.CompareAndSwap(w, w&^clkRunning) {
+				break
+			}
+		}
+	}
+}
+
+// Now returns the time of the last tick; after an idle spell, the system
+// clock. The common case (ticking, already marked read) is one atomic load
+// and small enough to inline.
+func (c *CoarseClock) Now() time.Time {
+	if w := c.word.Load(); w&clkFlags == clkFlags {
+		return time.Unix(0, w&^clkFlags)
+	}
+	return c.slowNow()
+}
+
+func (c *CoarseClock) slowNow() time.Time {
+	w := c.word.Load()
+	if w&clkRunning != 0 {
+		c.word.Or(clkRead) // once per tick: readers otherwise only load
+		return time.Unix(0, w&^clkFlags)
+	}
+	now := time.Now()
+	for {
+		w = c.word.Load()
+		if w&clkRunning != 0 {
+			return now
+		}
+		if c.word.CompareAndSwap(w, now.UnixNano()&^clkFlags|clkRunning|clkRead) {
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+			return now
+		}
+	}
+}
+
+// Exact reads the system clock without waking the ticker: for background
+// work (the sweep) that must not keep an idle process ticking.
+func (c *CoarseClock) Exact() time.Time { return time.Now() }
+
+// Ticking reports whether the refreshing goroutine is awake (tests).
+func (c *CoarseClock) Ticking() bool { return c.word.Load()&clkRunning != 0 }
 
 // Stop ends the refreshing goroutine.
 func (c *CoarseClock) Stop() { c.once.Do(func() { close(c.stop) }) }

@@ -101,8 +101,13 @@ var ErrUnknown = errors.New("breaker: not installed")
 
 // RunSweeper sweeps st every interval (≤ 1 s keeps R-S2) until ctx ends.
 // A sweep error (a shared store that is down) is reported to onErr and the
-// sweep goes on.
+// sweep goes on. A clock with an Exact method (CoarseClock) is read through
+// it, so that the sweep never keeps an idle clock ticking (R-L9).
 func RunSweeper(ctx context.Context, st Store, clock Clock, interval time.Duration, onErr func(error)) {
+	now := clock.Now
+	if e, ok := clock.(interface{ Exact() time.Time }); ok {
+		now = e.Exact
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -110,7 +115,7 @@ func RunSweeper(ctx context.Context, st Store, clock Clock, interval time.Durati
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := st.Sweep(ctx, clock.Now().UnixNano()); err != nil && onErr != nil {
+			if err := st.Sweep(ctx, now().UnixNano()); err != nil && onErr != nil {
 				onErr(err)
 			}
 		}

@@ -3,6 +3,7 @@ package mainlib
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -300,10 +301,39 @@ func TestBinarySIGTERMExitsZero(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// R-L9: idle, it uses under 0.5 % of a core (the clock parks one
+	// second after the last read).
+	time.Sleep(1500 * time.Millisecond)
+	c0 := threadsCPU(t, cmd.Process.Pid)
+	time.Sleep(2 * time.Second)
+	if used := threadsCPU(t, cmd.Process.Pid) - c0; used > 10*time.Millisecond {
+		t.Errorf("idle for 2 s, fusebox used %v of CPU (over 0.5%% of a core)", used)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
 	}
+}
+
+// threadsCPU sums the CPU time of a process's threads, in nanoseconds
+// (/proc/<pid>/task/*/schedstat); threads do not exit while it idles.
+func threadsCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Skipf("no schedstat for pid %d", pid)
+	}
+	var sum time.Duration
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var ns int64
+		fmt.Sscan(string(b), &ns)
+		sum += time.Duration(ns)
+	}
+	return sum
 }
 
 // The config file is reloaded on change and on SIGHUP; a bad file is
