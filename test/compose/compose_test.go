@@ -15,11 +15,16 @@ const root = "../.."
 
 func load(t *testing.T, content []byte) (*types.Project, error) {
 	t.Helper()
+	return loadEnv(t, content, types.Mapping{"FUSEBOX_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef"})
+}
+
+func loadEnv(t *testing.T, content []byte, env types.Mapping) (*types.Project, error) {
+	t.Helper()
 	abs, _ := filepath.Abs(root)
 	return loader.LoadWithContext(context.Background(), types.ConfigDetails{
 		WorkingDir:  abs,
 		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(abs, "docker-compose.yaml"), Content: content}},
-		Environment: types.Mapping{},
+		Environment: env,
 	}, func(o *loader.Options) { o.SetProjectName("fusebox", true) })
 }
 
@@ -74,5 +79,35 @@ func TestComposeMisspeltFieldFails(t *testing.T) {
 		if _, err := load(t, []byte(bad)); err == nil {
 			t.Errorf("misspelling %q → %q was accepted", tc.old, tc.new)
 		}
+	}
+}
+
+// R-L5: every published port is bound to loopback, and fusebox does not
+// start without an admin token chosen by the operator.
+func TestComposeExposesNothingBeyondTheHost(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := load(t, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Services {
+		for _, port := range s.Ports {
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("%s publishes %s on %q, not 127.0.0.1", s.Name, port.Published, port.HostIP)
+			}
+		}
+	}
+	fb, _ := p.GetService("fusebox")
+	if tok := fb.Environment["FUSEBOX_ADMIN_TOKEN"]; tok == nil || *tok == "change-me" {
+		t.Fatalf("token %v", tok)
+	}
+	if strings.Contains(string(raw), "change-me") {
+		t.Fatal("a default token is still in the compose file")
+	}
+	if _, err := loadEnv(t, raw, types.Mapping{}); err == nil || !strings.Contains(err.Error(), "FUSEBOX_ADMIN_TOKEN") {
+		t.Fatalf("compose started without a token: %v", err)
 	}
 }
