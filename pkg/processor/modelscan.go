@@ -27,7 +27,7 @@ var (
 	// first), so fusebox would route on one and the provider serve the
 	// other (R-L3).
 	errModelTwice = errors.New(`"model" is given more than once`)
-	errTooDeep   = errors.New("the body nests too deeply")
+	errTooDeep    = errors.New("the body nests too deeply")
 )
 
 const maxDepth = 512
