@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -107,6 +108,26 @@ func TestWrongMethodIs405(t *testing.T) {
 		}
 		if rec.Code >= 400 && rec.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("%s %s: error is not JSON", tc.method, tc.path)
+		}
+	}
+}
+
+// /debug/pprof is behind the admin token.
+func TestPprofNeedsTheToken(t *testing.T) {
+	s := NewServer(NewHealth(), nil, Auth{Token: "0123456789abcdef0123", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	for _, tc := range []struct {
+		auth string
+		code int
+	}{{"", 401}, {"Bearer nope", 401}, {"Bearer 0123456789abcdef0123", 200}} {
+		req := httptest.NewRequest("GET", "/debug/pprof/goroutine?debug=1", nil)
+		req.Host = "fusebox.internal:8090"
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != tc.code {
+			t.Fatalf("%q: %d, want %d", tc.auth, rec.Code, tc.code)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,15 @@ func NewServer(health *Health, gatherer prometheus.Gatherer, auth Auth) *Server 
 	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	s.mux.Handle("/admin/v1/", auth.Wrap(s.api))
+	// Profiles, behind the same guards and token as the API: they reveal
+	// the process's memory and can cost CPU.
+	prof := http.NewServeMux()
+	prof.HandleFunc("/debug/pprof/", pprof.Index)
+	prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.mux.Handle("/debug/pprof/", auth.Wrap(prof))
 	s.api.HandleFunc("/", s.unmatched)
 	return s
 }

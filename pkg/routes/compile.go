@@ -41,6 +41,17 @@ type Options struct {
 
 // Parse decodes and compiles a YAML (or JSON) document.
 func Parse(data []byte, opt Options) (*Runtime, error) {
+	f, err := decodeFile(data, opt)
+	if err != nil {
+		return nil, err
+	}
+	return compileHashed(f, data, opt)
+}
+
+// decodeFile decodes a document strictly. Its errors name the line, the
+// YAML path and the field, and come with the compiler's problems over what
+// did decode.
+func decodeFile(data []byte, opt Options) (*File, error) {
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -61,7 +72,11 @@ func Parse(data []byte, opt Options) (*Runtime, error) {
 			return nil, &ConfigError{Problems: []string{friendlyYAMLError(err.Error())}}
 		}
 	}
-	rt, err := Compile(&f, opt)
+	return &f, nil
+}
+
+func compileHashed(f *File, data []byte, opt Options) (*Runtime, error) {
+	rt, err := Compile(f, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +256,7 @@ func (c *compiler) specProblems(where string, s *PolicySpec) {
 	for _, e := range s.errs {
 		c.errf("%s: %s", where, e.String())
 	}
-	if !c.opt.Lenient {
+	if !c.opt.Lenient && !s.lenient {
 		for _, e := range s.codeErrs {
 			c.errf("%s: %s", where, e.String())
 		}
@@ -262,13 +277,17 @@ func (c *compiler) resolve(where string, base breaker.Policy, s *PolicySpec) *br
 				c.errf("%s: circuit_breaker.policy: unknown policy template %q", where, s.Policy)
 			case t != nil:
 				t.applyTo(&p)
-				fell = append(fell, t.codeErrs...)
+				if c.opt.Lenient || t.lenient {
+					fell = append(fell, t.codeErrs...)
+				}
 			}
 		}
 		s.applyTo(&p)
-		fell = append(fell, s.codeErrs...)
+		if c.opt.Lenient || s.lenient {
+			fell = append(fell, s.codeErrs...)
+		}
 	}
-	if c.opt.Lenient {
+	if len(fell) > 0 {
 		for _, e := range fell {
 			switch e.field {
 			case "failure_status_codes":
@@ -284,7 +303,7 @@ func (c *compiler) resolve(where string, base breaker.Policy, s *PolicySpec) *br
 	}
 	pp := &p
 	pp.Finish()
-	if c.opt.Lenient {
+	if len(fell) > 0 {
 		for _, e := range fell {
 			c.fallbacks = append(c.fallbacks, Fallback{Where: where, Field: e.field, Problem: e.msg, PolicyVersion: pp.Version})
 		}
@@ -306,7 +325,10 @@ func quiet(s *PolicySpec) *PolicySpec {
 
 func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
 	gw := fmt.Sprintf("gateway %q", gs.ID)
-	g := &Gateway{ID: gs.ID, Models: map[string]*Model{}, Routes: map[string]*Route{}}
+	g := &Gateway{ID: gs.ID, Source: gs.source, Doc: gs.doc, Models: map[string]*Model{}, Routes: map[string]*Route{}}
+	if g.Source == "" {
+		g.Source = SourceFile
+	}
 	g.Policy = c.resolve(gw, breaker.DefaultPolicy(), gs.CircuitBreaker)
 
 	for i := range gs.Routes {

@@ -107,6 +107,11 @@ type GatewaySpec struct {
 	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
 	Models         []ModelSpec `yaml:"models"`
 	Routes         []RouteSpec `yaml:"routes"`
+
+	// source and doc are where the gateway comes from ("file" or
+	// "admin") and its document as written, in JSON (R-API2).
+	source string
+	doc    []byte
 }
 
 // ModelSpec maps a client-facing model name to its routes.

@@ -46,6 +46,10 @@ type PolicySpec struct {
 	codeErrs []fieldError
 	line     int
 	silent   bool
+	// lenient: decoded from stored config written by someone else; a
+	// malformed status list falls back to the default (R-P2) instead of
+	// failing the load.
+	lenient bool
 }
 
 type fieldError struct {

@@ -33,6 +33,9 @@ type Reloader struct {
 	// Started holds the file's start-only settings as the process started
 	// with them (R-P10); nil = no check.
 	Started *StartSettings
+	// Manager, when set, composes the file with the admin overlays and
+	// puts the result in force (R-API2a: a reload never drops an overlay).
+	Manager *Manager
 
 	// Settle is how long a changed file must stay unchanged before a poll
 	// applies it (R-L7); 0 = two seconds. SIGHUP does not wait.
@@ -114,14 +117,19 @@ func (r *Reloader) apply(data []byte) error {
 	if cur := r.Holder.Load(); cur != nil && cur.Hash == hex.EncodeToString(sum[:]) {
 		return nil // same document: nothing to do
 	}
-	rt, err := Parse(data, Options{})
+	var rt *Runtime
+	var err error
+	if r.Manager != nil {
+		rt, err = r.Manager.ApplyFile(data, r.keepStartSettings)
+	} else if rt, err = Parse(data, Options{}); err == nil {
+		r.keepStartSettings(rt)
+		r.Holder.Store(rt)
+	}
 	if err != nil {
 		r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
 		r.result(ReloadError)
 		return err
 	}
-	r.keepStartSettings(rt)
-	r.Holder.Store(rt)
 	r.report(rt)
 	r.log().Info("[config] reloaded", "path", r.Path, "gateways", len(rt.Gateways), "hash", rt.Hash[:12])
 	r.result(ReloadSuccess)

@@ -50,6 +50,11 @@ func (f *Fleet) BreakerKey() string { return "fleet:" + f.Name }
 // Gateway is one compiled tenant.
 type Gateway struct {
 	ID string
+	// Source is "file" or "admin" (an overlay, R-API2a).
+	Source string
+	// Doc is the gateway's document as written, in JSON with the config
+	// file's field names: what GET returns and PATCH merges onto.
+	Doc []byte
 	// Policy is the gateway-level resolved policy (template → gateway).
 	Policy *breaker.Policy
 	Models map[string]*Model

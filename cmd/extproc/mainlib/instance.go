@@ -80,14 +80,24 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		return nil, err
 	}
 	log := newLogger(f, stderr)
-	rt, err := routes.LoadFile(f.Config)
+	data, err := routes.ReadFile(f.Config)
 	if err != nil {
 		return nil, err
 	}
-	if problems := startProblems(rt); len(problems) > 0 {
+	fileRT, err := routes.Parse(data, routes.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if problems := startProblems(fileRT); len(problems) > 0 {
 		return nil, &routes.ConfigError{Problems: problems}
 	}
-	fileSettings := routes.StartSettingsOf(rt)
+	fileSettings := routes.StartSettingsOf(fileRT)
+	// The effective config: the file overlaid by admin changes (R-API2a).
+	mgr := &routes.Manager{Store: &routes.FileOverlays{Path: fileRT.Store.Memory.PersistPath}, Log: log}
+	rt, err := mgr.Open(ctx, data)
+	if err != nil {
+		return nil, err
+	}
 	if f.GRPCAddr != "" {
 		rt.Listen.GRPC = f.GRPCAddr
 	}
@@ -109,10 +119,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
 
 	reloader := &routes.Reloader{
-		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings,
+		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings, Manager: mgr,
 		OnResult:   func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
 		OnFallback: func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
 	}
+	mgr.Holder, mgr.Report = in.Config, reloader.Report
 	reloader.Report(rt)
 
 	in.Clock, in.stopClk = o.clock, func() {}
@@ -178,7 +189,9 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
-	(&admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log}).Register(adm)
+	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log}
+	api.Register(adm)
+	(&admin.Gateways{Manager: mgr, API: api}).Register(adm)
 	in.httpSrv = adminHTTPServer(adm)
 
 	bgCtx, cancel := context.WithCancel(context.Background())

@@ -236,3 +236,86 @@ func TestTokenIsTrimmed(t *testing.T) {
 		t.Fatalf("trimmed token refused: %d %s", code, body)
 	}
 }
+
+// roundTrip500 runs one request to gpt-4o-mini whose upstream answers 500,
+// and returns the route it went to.
+func roundTrip500(t *testing.T, conn *grpc.ClientConn) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := &corev3.HeaderMap{}
+	for _, kv := range [][2]string{{":method", "POST"}, {"x-fusebox-model", "gpt-4o-mini"}} {
+		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: kv[0], RawValue: []byte(kv[1])})
+	}
+	_ = s.Send(&extprocv3.ProcessingRequest{
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
+		Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs, EndOfStream: true}},
+	})
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := ""
+	for _, h := range r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.Header.Key == "x-fusebox-route" {
+			route = string(h.Header.RawValue)
+		}
+	}
+	resp := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("500")}}}
+	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: resp, EndOfStream: true}}})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.CloseSend()
+	_, _ = s.Recv()
+	return route
+}
+
+func send(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// R-API2: a PATCH takes effect on the very next decision, and survives a
+// restart.
+func TestPatchTakesEffectAtOnceAndSurvivesRestart(t *testing.T) {
+	persist := filepath.Join(t.TempDir(), "overlays.json")
+	edit := func(doc string) string {
+		return strings.Replace(doc, "backend: memory\n", fmt.Sprintf("backend: memory\n  memory: {persist_path: %q}\n", persist), 1)
+	}
+	in := startEdited(t, edit, &syncBuffer{})
+	base := "http://" + in.AdminAddr() + "/admin/v1/gateways/default"
+	if code, body := send(t, "PATCH", base, `{"circuit_breaker": {"enabled": true, "failure_threshold": 1}}`); code != 200 || !strings.Contains(body, `"source":"admin"`) {
+		t.Fatalf("patch: %d %s", code, body)
+	}
+	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	first := roundTrip500(t, conn)
+	code, body := get(t, base+"/circuit-breaker", "")
+	if code != 200 || !strings.Contains(body, `"`+first+`":{"state":"open"`) {
+		t.Fatalf("one failure after the PATCH did not open %s: %s", first, body)
+	}
+	if next := roundTrip500(t, conn); next == first {
+		t.Fatal("the next request still went to the open route")
+	}
+	// A restart on the same file and persist_path keeps the change.
+	in2 := startEdited(t, edit, &syncBuffer{})
+	if code, body := get(t, "http://"+in2.AdminAddr()+"/admin/v1/gateways/default", ""); code != 200 || !strings.Contains(body, `"failure_threshold":1`) || !strings.Contains(body, `"source":"admin"`) {
+		t.Fatalf("after restart: %d %s", code, body)
+	}
+}

@@ -1,0 +1,199 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+)
+
+// Gateways serves the admin config API (R-API2, R-API2a): read, change and
+// revert every gateway's document; changes are overlays on the file, kept by
+// the Manager's store and in force at once.
+type Gateways struct {
+	Manager *routes.Manager
+	API     *API
+}
+
+// Register adds the config endpoints to s.
+func (g *Gateways) Register(s *Server) {
+	s.HandleAPI("GET /admin/v1/gateways", g.list)
+	s.HandleAPI("GET /admin/v1/gateways/{id}", g.get)
+	s.HandleAPI("PUT /admin/v1/gateways/{id}", g.put)
+	s.HandleAPI("PATCH /admin/v1/gateways/{id}", g.patch)
+	s.HandleAPI("DELETE /admin/v1/gateways/{id}", g.delete)
+	s.HandleAPI("DELETE /admin/v1/gateways/{id}/overlay", g.revert)
+}
+
+// document is a gateway's document with its source.
+func document(gw *routes.Gateway) map[string]any {
+	var doc map[string]any
+	if err := json.Unmarshal(gw.Doc, &doc); err != nil || doc == nil {
+		doc = map[string]any{"id": gw.ID}
+	}
+	doc["source"] = gw.Source
+	return doc
+}
+
+func (g *Gateways) list(w http.ResponseWriter, r *http.Request) {
+	rt := g.Manager.Holder.Load()
+	out := make([]map[string]any, 0, len(rt.GatewayIDs))
+	for _, id := range rt.GatewayIDs {
+		out = append(out, document(rt.Gateways[id]))
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+func (g *Gateways) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	gw, ok := g.Manager.Holder.Load().Gateways[id]
+	if !ok {
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("gateway %q not found", id))
+		return
+	}
+	WriteJSON(w, http.StatusOK, document(gw))
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			WriteError(w, http.StatusRequestEntityTooLarge, "the body is over 1 MiB")
+		} else {
+			WriteError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+func (g *Gateways) put(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	before, existed := g.Manager.Holder.Load().Gateways[id]
+	gw, err := g.Manager.Put(r.Context(), id, body)
+	if g.answer(w, err) {
+		code := http.StatusOK
+		if !existed {
+			code = http.StatusCreated
+		}
+		g.logChange(r, "put", id, before, gw)
+		WriteJSON(w, code, document(gw))
+	}
+}
+
+func (g *Gateways) patch(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	before := g.Manager.Holder.Load().Gateways[id]
+	gw, err := g.Manager.Patch(r.Context(), id, body)
+	if g.answer(w, err) {
+		g.logChange(r, "patch", id, before, gw)
+		WriteJSON(w, http.StatusOK, document(gw))
+	}
+}
+
+func (g *Gateways) delete(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	before := g.Manager.Holder.Load().Gateways[id]
+	if g.answer(w, g.Manager.Delete(r.Context(), id)) {
+		g.logChange(r, "delete", id, before, nil)
+		WriteJSON(w, http.StatusOK, map[string]any{"id": id, "deleted": true, "source": routes.SourceAdmin})
+	}
+}
+
+func (g *Gateways) revert(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	before := g.Manager.Holder.Load().Gateways[id]
+	gw, err := g.Manager.RevertOverlay(r.Context(), id)
+	if !g.answer(w, err) {
+		return
+	}
+	g.logChange(r, "revert", id, before, gw)
+	if gw == nil {
+		WriteJSON(w, http.StatusOK, map[string]any{"id": id, "deleted": true, "source": routes.SourceFile})
+		return
+	}
+	WriteJSON(w, http.StatusOK, document(gw))
+}
+
+// answer writes the error of a change, if any: 400 naming the field for an
+// invalid document, 404 for an unknown gateway, 503 when the change could
+// not be stored. It reports whether the change was made.
+func (g *Gateways) answer(w http.ResponseWriter, err error) bool {
+	var ce *routes.ConfigError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &ce):
+		WriteError(w, http.StatusBadRequest, strings.Join(ce.Problems, "; "))
+	case errors.Is(err, routes.ErrNotFound):
+		WriteError(w, http.StatusNotFound, "gateway or overlay not found")
+	default:
+		WriteError(w, http.StatusServiceUnavailable, err.Error())
+	}
+	return false
+}
+
+// logChange writes the one [admin] line of a change: who (the client's
+// address), what (the action and every field path that changed), never a
+// token or a body.
+func (g *Gateways) logChange(r *http.Request, action, id string, before, after *routes.Gateway) {
+	var a, b any
+	if before != nil {
+		_ = json.Unmarshal(before.Doc, &a)
+	}
+	if after != nil {
+		_ = json.Unmarshal(after.Doc, &b)
+	}
+	var changed []string
+	diffPaths("", a, b, &changed)
+	sort.Strings(changed)
+	if len(changed) > 20 {
+		changed = append(changed[:20], fmt.Sprintf("… %d more", len(changed)-20))
+	}
+	g.API.Log.Info("[admin] gateway "+action, "client", r.RemoteAddr, "gateway", id, "fields", strings.Join(changed, ","))
+}
+
+// diffPaths lists the paths at which two JSON values differ.
+func diffPaths(path string, a, b any, out *[]string) {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		keys := map[string]bool{}
+		for k := range am {
+			keys[k] = true
+		}
+		for k := range bm {
+			keys[k] = true
+		}
+		for k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			diffPaths(p, am[k], bm[k], out)
+		}
+		return
+	}
+	ab, _ := json.Marshal(a)
+	bb, _ := json.Marshal(b)
+	if string(ab) != string(bb) {
+		if path == "" {
+			path = "(whole document)"
+		}
+		*out = append(*out, path)
+	}
+}

@@ -1,0 +1,300 @@
+package routes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrNotFound: no such gateway (or no overlay to revert).
+var ErrNotFound = errors.New("not found")
+
+// Manager owns the effective config: the file (or the embedded default)
+// overlaid by admin changes, kept per gateway (R-API2a). Every change is
+// serialised, validated as a whole config before anything changes, stored,
+// and put in force at once (the next decision uses it).
+type Manager struct {
+	Holder *Holder
+	Store  OverlayStore
+	Log    *slog.Logger
+	// Report is told of every Runtime an admin change puts in force
+	// (warnings, R-P2 fallbacks); the file reloader reports its own.
+	Report func(*Runtime)
+
+	mu   sync.Mutex
+	file []byte
+	ovs  map[string]Overlay
+}
+
+// Open loads the stored overlays and composes them with the file document.
+// An overlay that no longer fits the file is left out of the effective
+// config (and logged), never a reason not to start.
+func (m *Manager) Open(ctx context.Context, file []byte) (*Runtime, error) {
+	ovs, err := m.Store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rt, bad, err := compose(file, ovs, "")
+	if err != nil {
+		return nil, err
+	}
+	m.logBad(bad)
+	m.file, m.ovs = file, ovs
+	return rt, nil
+}
+
+func (m *Manager) log() *slog.Logger {
+	if m.Log != nil {
+		return m.Log
+	}
+	return slog.Default()
+}
+
+func (m *Manager) logBad(bad map[string]error) {
+	for id, err := range bad {
+		m.log().Error("[config] a stored admin change to a gateway does not fit the config and is left out; fix or delete it through the admin API",
+			"gateway", id, "error", err.Error())
+	}
+}
+
+// ApplyFile composes a new file document with the overlays and puts it in
+// force; prepare runs first (to keep start-only settings). On error nothing
+// changes.
+func (m *Manager) ApplyFile(data []byte, prepare func(*Runtime)) (*Runtime, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, bad, err := compose(data, m.ovs, "")
+	if err != nil {
+		return nil, err
+	}
+	m.logBad(bad)
+	if prepare != nil {
+		prepare(rt)
+	}
+	m.Holder.Store(rt)
+	m.file = data
+	return rt, nil
+}
+
+// Put creates or replaces gateway id with doc (a JSON object with the config
+// file's field names; "source" is ignored, "id" must be id when given).
+func (m *Manager) Put(ctx context.Context, id string, doc []byte) (*Gateway, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	obj, err := jsonObject(doc)
+	if err != nil {
+		return nil, err
+	}
+	return m.change(ctx, id, obj)
+}
+
+// Patch applies an RFC 7396 merge patch to gateway id's document: objects
+// merge, arrays replace, null removes a field (so the inherited value
+// applies); id cannot change.
+func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g, ok := m.Holder.Load().Gateways[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	p, err := jsonObject(patch)
+	if err != nil {
+		return nil, err
+	}
+	var base any
+	if err := json.Unmarshal(g.Doc, &base); err != nil {
+		return nil, err
+	}
+	merged, _ := mergePatch(base, p).(map[string]any)
+	return m.change(ctx, id, merged)
+}
+
+// change validates and applies a new document for gateway id.
+func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*Gateway, error) {
+	delete(obj, "source")
+	if v, ok := obj["id"]; ok && v != id {
+		return nil, &ConfigError{Problems: []string{fmt.Sprintf("id: the id of a gateway cannot change (it is %q)", id)}}
+	}
+	obj["id"] = id
+	doc, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	return m.commit(ctx, id, &Overlay{Doc: doc, UpdatedAt: time.Now().UTC()})
+}
+
+// Delete removes gateway id: a file gateway gets a tombstone, an admin one
+// loses its overlay.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.Holder.Load().Gateways[id]; !ok {
+		return ErrNotFound
+	}
+	var o *Overlay
+	if m.inFile(id) {
+		o = &Overlay{Tombstone: true, UpdatedAt: time.Now().UTC()}
+	}
+	_, err := m.commit(ctx, id, o)
+	return err
+}
+
+// RevertOverlay removes gateway id's overlay: the file's gateway (if any)
+// is in force again. It returns that gateway, or nil when the file has none.
+func (m *Manager) RevertOverlay(ctx context.Context, id string) (*Gateway, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.ovs[id]; !ok {
+		return nil, ErrNotFound
+	}
+	return m.commit(ctx, id, nil)
+}
+
+func (m *Manager) inFile(id string) bool {
+	f, err := decodeFile(m.file, Options{})
+	if err != nil {
+		return false
+	}
+	for _, g := range f.Gateways {
+		if g.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// commit composes the config with overlay o for id (nil: none), and only
+// when it compiles stores it and puts it in force.
+func (m *Manager) commit(ctx context.Context, id string, o *Overlay) (*Gateway, error) {
+	next := make(map[string]Overlay, len(m.ovs)+1)
+	for k, v := range m.ovs {
+		next[k] = v
+	}
+	if o == nil {
+		delete(next, id)
+	} else {
+		next[id] = *o
+	}
+	rt, bad, err := compose(m.file, next, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := bad[id]; err != nil {
+		return nil, err
+	}
+	cur := m.Holder.Load()
+	rt.Listen, rt.Limits, rt.Admin, rt.Store = cur.Listen, cur.Limits, cur.Admin, cur.Store
+	if err := m.Store.Save(ctx, id, o); err != nil {
+		return nil, fmt.Errorf("storing the change: %w", err)
+	}
+	m.Holder.Store(rt)
+	m.ovs = next
+	if m.Report != nil {
+		m.Report(rt)
+	}
+	return rt.Gateways[id], nil
+}
+
+// compose decodes the file, applies the overlays and compiles the result.
+// Overlays that do not fit are left out and returned in bad (strict names
+// the one an admin request changes: it is decoded strictly). The error is
+// the file's own, or the strict overlay's.
+func compose(file []byte, ovs map[string]Overlay, strict string) (*Runtime, map[string]error, error) {
+	build := func(use map[string]Overlay) (*Runtime, map[string]error, error) {
+		f, err := decodeFile(file, Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		bad := overlaid(f, file, use, strict)
+		rt, err := compileHashed(f, file, Options{})
+		return rt, bad, err
+	}
+	rt, bad, err := build(ovs)
+	if err == nil {
+		return rt, bad, nil
+	}
+	// Find the overlays that break the config, one at a time.
+	ids := make([]string, 0, len(ovs))
+	for id := range ovs {
+		if _, known := bad[id]; !known {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	if len(ids) == 0 {
+		return nil, nil, err
+	}
+	if _, _, ferr := build(nil); ferr != nil {
+		return nil, nil, ferr // the file itself does not compile
+	}
+	keep := map[string]Overlay{}
+	for _, id := range ids {
+		if _, _, e := build(map[string]Overlay{id: ovs[id]}); e != nil {
+			bad[id] = e
+			continue
+		}
+		keep[id] = ovs[id]
+	}
+	if e, ok := bad[strict]; ok && strict != "" {
+		return nil, nil, e
+	}
+	rt, more, err := build(keep)
+	if err != nil {
+		return nil, nil, err
+	}
+	for id, e := range more {
+		bad[id] = e
+	}
+	return rt, bad, nil
+}
+
+// jsonObject decodes a request body that must be one JSON object.
+func jsonObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &ConfigError{Problems: []string{"body: not JSON: " + err.Error()}}
+	}
+	if dec.More() {
+		return nil, &ConfigError{Problems: []string{"body: trailing data after the JSON object"}}
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, &ConfigError{Problems: []string{"body: must be a JSON object"}}
+	}
+	return obj, nil
+}
+
+// mergePatch applies an RFC 7396 JSON merge patch.
+func mergePatch(target, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	t, ok := target.(map[string]any)
+	if !ok {
+		t = map[string]any{}
+	} else {
+		c := make(map[string]any, len(t))
+		for k, v := range t {
+			c[k] = v
+		}
+		t = c
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(t, k)
+			continue
+		}
+		t[k] = mergePatch(t[k], v)
+	}
+	return t
+}
