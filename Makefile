@@ -13,12 +13,14 @@ run:
 	$(GO) run ./cmd/extproc
 
 # The whole suite: vet, then every test with the race detector, then the
-# modules kept apart from the product's go.mod (compose validation, peer
+# modules kept apart from the product's go.mod (compose validation, the
+# operations kit checked with Prometheus's and Kubernetes' own parsers, peer
 # benchmarks).
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd test/compose && $(GO) test -count=1 ./...
+	cd test/deploy && $(GO) test -count=1 ./...
 	cd test/bench && $(GO) vet ./...
 
 # See fusebox route around an outage and recover, without Envoy (about 45 s).

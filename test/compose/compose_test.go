@@ -37,7 +37,7 @@ func TestComposeFileIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"envoy", "fusebox", "redis", "providers", "prometheus"} {
+	for _, name := range []string{"envoy", "fusebox", "redis", "providers", "prometheus", "grafana"} {
 		if _, err := p.GetService(name); err != nil {
 			t.Errorf("service %s: %v", name, err)
 		}

@@ -1,0 +1,240 @@
+package deploy
+
+import (
+	"log/slog"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const root = "../.."
+
+func read(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// exported is every series fusebox exports.
+func exported(t *testing.T) map[string]bool {
+	m := metrics.New()
+	m.InternalErrors.WithLabelValues("panic")
+	m.StoreErrors.WithLabelValues("record")
+	m.Transitions.WithLabelValues("g", "r", "p", "gateway", "closed->open", "x")
+	m.State.WithLabelValues("g", "r", "p", "gateway")
+	m.Outcomes.WithLabelValues("g", "r", "failure", "x")
+	m.Decisions.WithLabelValues("g", "", "routed")
+	m.ClusterNotFound.WithLabelValues("g", "c")
+	m.MessageDuration.WithLabelValues("request_headers").Observe(0)
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{"up": true}
+	for _, f := range fams {
+		out[f.GetName()] = true
+		if f.GetType().String() == "HISTOGRAM" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				out[f.GetName()+s] = true
+			}
+		}
+	}
+	return out
+}
+
+var seriesName = regexp.MustCompile(`\b(aig_[a-z_]+|fusebox_[a-z_]+|up)\b`)
+
+func checkNames(t *testing.T, where, expr string, known map[string]bool) {
+	t.Helper()
+	names := seriesName.FindAllString(expr, -1)
+	if len(names) == 0 {
+		t.Errorf("%s: %q uses no fusebox series", where, expr)
+	}
+	for _, n := range names {
+		if !known[n] {
+			t.Errorf("%s: %q names %s, which fusebox does not export", where, expr, n)
+		}
+	}
+}
+
+func parseRules(b []byte) (*rulefmt.RuleGroups, []error) {
+	return rulefmt.Parse(b, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+}
+
+// The alert rules parse with Prometheus's own parser (PromQL included) and
+// cover what an operator must hear about.
+func TestAlertRules(t *testing.T) {
+	groups, errs := parseRules(read(t, "deploy/prometheus/alerts.yml"))
+	if len(errs) > 0 {
+		t.Fatalf("rulefmt: %v", errs)
+	}
+	known := exported(t)
+	have := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			have[r.Alert] = true
+			checkNames(t, r.Alert, r.Expr, known)
+			if r.Annotations["summary"] == "" {
+				t.Errorf("%s has no summary", r.Alert)
+			}
+		}
+	}
+	for _, a := range []string{"FuseboxBreakerOpenTooLong", "FuseboxModelAllRoutesOpen", "FuseboxFailFast", "FuseboxConfigReloadFailed", "FuseboxStoreErrors", "FuseboxClusterNotFound"} {
+		if !have[a] {
+			t.Errorf("no alert %s", a)
+		}
+	}
+	// A broken rule is refused: the check can fail.
+	bad := bytes.Replace(read(t, "deploy/prometheus/alerts.yml"), []byte("expr: increase(aig_config_reloads_total"), []byte("expr: increase(aig_config_reloads_total[[["), 1)
+	if _, errs := parseRules(bad); len(errs) == 0 {
+		t.Fatal("a broken expression was accepted")
+	}
+}
+
+// The Grafana dashboard is valid JSON whose every query names series
+// fusebox exports, with the panels an operator needs.
+func TestGrafanaDashboard(t *testing.T) {
+	var d struct {
+		UID    string
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(read(t, "deploy/grafana/fusebox-dashboard.json"), &d); err != nil {
+		t.Fatal(err)
+	}
+	known := exported(t)
+	joined := ""
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			checkNames(t, p.Title, tg.Expr, known)
+			joined += tg.Expr + "\n"
+		}
+	}
+	for _, s := range []string{"aig_circuit_breaker_state", "aig_circuit_breaker_transitions_total", "aig_circuit_breaker_outcomes_total",
+		"aig_circuit_breaker_decisions_total", "aig_extproc_message_duration_seconds_bucket", "aig_extproc_streams_active"} {
+		if !strings.Contains(joined, s) {
+			t.Errorf("the dashboard does not show %s", s)
+		}
+	}
+	// Provisioned next to Prometheus in docker-compose.yaml.
+	compose := string(read(t, "docker-compose.yaml"))
+	if !strings.Contains(compose, "./deploy/grafana/fusebox-dashboard.json:") || !strings.Contains(compose, "./deploy/grafana/provisioning:") {
+		t.Error("docker-compose.yaml does not provision the dashboard")
+	}
+}
+
+// strict decodes a manifest into a Kubernetes API type, refusing unknown
+// fields (a misspelt field would otherwise be silently dropped).
+func strict(t *testing.T, b []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		t.Fatalf("%T: %v", into, err)
+	}
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(root, "deploy/kubernetes/*.yaml"))
+	if len(files) < 4 {
+		t.Fatalf("manifests: %v", files)
+	}
+	var dep appsv1.Deployment
+	configs := map[string]corev1.ConfigMap{}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		var meta struct{ Kind string }
+		if err := yaml.Unmarshal(b, &meta); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		switch meta.Kind {
+		case "Deployment":
+			strict(t, b, &dep)
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			strict(t, b, &cm)
+			configs[cm.Name] = cm
+		case "Service":
+			var s corev1.Service
+			strict(t, b, &s)
+		default:
+			t.Errorf("%s: unexpected kind %q", f, meta.Kind)
+		}
+	}
+	// A misspelt field fails the strict decode.
+	b := bytes.Replace(read(t, "deploy/kubernetes/deployment.yaml"), []byte("readinessProbe:"), []byte("readinesProbe:"), 1)
+	if err := yaml.UnmarshalStrict(b, &appsv1.Deployment{}); err == nil {
+		t.Fatal("a misspelt field was accepted")
+	}
+
+	// fusebox is a sidecar of Envoy on loopback, ready on /readyz, scraped.
+	pod := dep.Spec.Template
+	var fb, envoy *corev1.Container
+	for i := range pod.Spec.Containers {
+		switch pod.Spec.Containers[i].Name {
+		case "fusebox":
+			fb = &pod.Spec.Containers[i]
+		case "envoy":
+			envoy = &pod.Spec.Containers[i]
+		}
+	}
+	if fb == nil || envoy == nil {
+		t.Fatal("the pod must run envoy and fusebox")
+	}
+	if fb.ReadinessProbe == nil || fb.ReadinessProbe.HTTPGet == nil || fb.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Error("fusebox readiness must be /readyz")
+	}
+	if pod.Annotations["prometheus.io/scrape"] != "true" || pod.Annotations["prometheus.io/port"] != "8090" {
+		t.Error("no scrape annotations")
+	}
+	for _, vm := range fb.VolumeMounts {
+		if vm.MountPath == "/etc/fusebox" && vm.SubPath != "" {
+			t.Error("the fusebox config must be mounted as a directory: a subPath mount never sees ConfigMap updates")
+		}
+	}
+	tokenFromSecret := false
+	for _, e := range fb.Env {
+		if e.Name == "FUSEBOX_ADMIN_TOKEN" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			tokenFromSecret = true
+		}
+		if e.Value != "" && strings.Contains(strings.ToLower(e.Name), "token") {
+			t.Error("a token written into the manifest")
+		}
+	}
+	if !tokenFromSecret {
+		t.Error("the admin token must come from a Secret")
+	}
+
+	// The fusebox config in the ConfigMap loads, with gRPC on loopback.
+	rt, err := routes.Parse([]byte(configs["fusebox-config"].Data["fusebox.yaml"]), routes.Options{})
+	if err != nil {
+		t.Fatalf("fusebox-config: %v", err)
+	}
+	if !strings.HasPrefix(rt.Listen.GRPC, "127.0.0.1:") {
+		t.Errorf("ext_proc must listen on loopback in the pod, got %s", rt.Listen.GRPC)
+	}
+	// Envoy's config is the shipped envoy.yaml with fusebox on loopback.
+	want := strings.Replace(string(read(t, "envoy/envoy.yaml")), "socket_address: {address: fusebox, port_value: 50051}", "socket_address: {address: 127.0.0.1, port_value: 50051}", 1)
+	if got := configs["envoy-config"].Data["envoy.yaml"]; got != want {
+		t.Error("deploy/kubernetes/envoy-config.yaml has drifted from envoy/envoy.yaml (regenerate it)")
+	}
+}
