@@ -342,3 +342,32 @@ func TestOverlaysSurviveReloadAndRestart(t *testing.T) {
 		t.Fatalf("lenient overlay: %+v, fallbacks %v", p, fallbacks)
 	}
 }
+
+// A wrong type in each field is a 400 that names the field, and changes
+// nothing.
+func TestGatewayConfigWrongTypeInEveryField(t *testing.T) {
+	e := newCfgEnv(t, "", "")
+	before := e.holder.Load()
+	var bodies []struct{ body, field string }
+	for _, f := range routes.PolicyFieldNames() {
+		bodies = append(bodies, struct{ body, field string }{fmt.Sprintf(`{"circuit_breaker": {%q: {"x": 1}}}`, f), "circuit_breaker." + f})
+	}
+	for _, f := range []string{"key", "cluster", "cost_per_mtok", "bias", "residency", "upstream_model", "path", "api", "self_hosted", "fleet"} {
+		bodies = append(bodies, struct{ body, field string }{
+			fmt.Sprintf(`{"routes": [{"key": "openai:us:gpt", "cluster": "c1", %q: {"x": 1}}, {"key": "azure:eu:gpt", "cluster": "c2"}]}`, f), f})
+	}
+	for _, f := range []string{"name", "order", "routes"} {
+		bodies = append(bodies, struct{ body, field string }{
+			fmt.Sprintf(`{"models": [{"name": "gpt", "routes": ["openai:us:gpt"], %q: {"x": 1}}]}`, f), f})
+	}
+	bodies = append(bodies, struct{ body, field string }{`{"models": {"x": 1}}`, "models"}, struct{ body, field string }{`{"routes": "x"}`, "routes"})
+	for _, b := range bodies {
+		code, v := e.do("PATCH", "/admin/v1/gateways/default", b.body)
+		if code != 400 || !strings.Contains(fmt.Sprint(field(v, "error")), b.field) {
+			t.Errorf("%s: %d %v, want 400 naming %s", b.body, code, v, b.field)
+		}
+	}
+	if e.holder.Load() != before {
+		t.Fatal("a wrong type changed the config")
+	}
+}
