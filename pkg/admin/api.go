@@ -21,6 +21,8 @@ type API struct {
 	Store  breaker.Store
 	Clock  breaker.Clock
 	Log    *slog.Logger
+	// History feeds the routes' sparklines (may be nil).
+	History *breaker.History
 }
 
 // Register adds the API's routes to s.
@@ -52,7 +54,7 @@ func (a *API) gatewayCircuitBreaker(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) gatewayRoutes(w http.ResponseWriter, r *http.Request) {
 	if g, ok := a.gateway(w, r); ok {
-		WriteJSON(w, http.StatusOK, GatewayRoutes(g, a.Store, a.now()))
+		WriteJSON(w, http.StatusOK, GatewayRoutes(g, a.Store, a.History, a.now()))
 	}
 }
 

@@ -14,7 +14,12 @@ type RouteRow struct {
 	Cluster  string `json:"cluster"`
 	Provider string `json:"provider"`
 	Model    string `json:"model"`
+	// FailureThreshold is the route's policy's, for "failures/threshold".
+	FailureThreshold int `json:"failure_threshold"`
 	breaker.Status
+	// History is the route's outcomes per 10 s over the last 5 minutes,
+	// oldest first (the dashboard's sparkline).
+	History []breaker.HistoryPoint `json:"history"`
 }
 
 // statusOf returns a breaker's status from the store. A breaker the store
@@ -51,7 +56,7 @@ func GatewayCircuitBreaker(g *routes.Gateway, st breaker.Store, now int64) map[s
 // GatewayRoutes is the R-API3 array: every route of the gateway, models in
 // file order and each model's candidates in routing order, then routes no
 // model uses.
-func GatewayRoutes(g *routes.Gateway, st breaker.Store, now int64) []RouteRow {
+func GatewayRoutes(g *routes.Gateway, st breaker.Store, h *breaker.History, now int64) []RouteRow {
 	rows := make([]RouteRow, 0, len(g.RouteList))
 	seen := map[string]bool{}
 	add := func(r *routes.Route, model string) {
@@ -59,9 +64,10 @@ func GatewayRoutes(g *routes.Gateway, st breaker.Store, now int64) []RouteRow {
 			return
 		}
 		seen[r.Key] = true
+		id := breaker.RouteID(g.ID, r.Key)
 		rows = append(rows, RouteRow{
-			Route: r.Key, Cluster: r.Cluster, Provider: r.Provider, Model: model,
-			Status: statusOf(st, breaker.RouteID(g.ID, r.Key), r.Policy, now),
+			Route: r.Key, Cluster: r.Cluster, Provider: r.Provider, Model: model, FailureThreshold: r.Policy.FailureThreshold,
+			Status: statusOf(st, id, r.Policy, now), History: h.Points(id, now),
 		})
 	}
 	for _, name := range g.ModelNames {

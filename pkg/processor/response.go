@@ -186,6 +186,7 @@ func (st *stream) record(res breaker.Result, now int64) {
 	m := st.s.metrics.Outcomes
 	if route.Applied {
 		m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
+		st.s.history.Add(st.target.Route.ID(), route.Outcome.Class, now)
 	}
 	if fleet.Applied {
 		m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), fleet.Outcome.Class.String(), fleet.Outcome.Reason).Inc()

@@ -49,6 +49,7 @@ type Server struct {
 
 	maxStreams int64
 	streams    atomic.Int64
+	history    *breaker.History
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 }
@@ -62,6 +63,9 @@ type Options struct {
 	Log     *slog.Logger
 	// MaxStreams bounds the streams served at once (R-L6); 0 = no bound.
 	MaxStreams int
+	// History, when set, keeps each route's recent outcomes for the
+	// dashboard's sparklines.
+	History *breaker.History
 }
 
 // NewServer returns the ext_proc service.
@@ -76,7 +80,7 @@ func NewServer(o Options) *Server {
 		o.Metrics = metrics.New()
 	}
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
-		maxStreams: int64(o.MaxStreams)}
+		maxStreams: int64(o.MaxStreams), history: o.History}
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}
@@ -273,6 +277,13 @@ func (s *Server) install(rt *routes.Runtime) {
 	}
 	for _, id := range removed {
 		s.metrics.State.DeleteLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope))
+	}
+	if len(removed) > 0 {
+		keep := make(map[breaker.ID]bool, len(specs))
+		for _, sp := range specs {
+			keep[sp.ID] = true
+		}
+		s.history.Retain(keep)
 	}
 	s.compMu.Lock()
 	s.prev.Store(s.comp.Load())

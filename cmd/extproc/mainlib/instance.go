@@ -131,6 +131,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		cc := breaker.NewCoarseClock(time.Millisecond)
 		in.Clock, in.stopClk = cc, cc.Stop
 	}
+	history := breaker.NewHistory()
 	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
 	in.Store = breaker.NewMemory(reporter.Report)
 	if rt.Store.Memory.PersistPath == "" {
@@ -164,7 +165,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
 	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
-		MaxStreams: rt.Limits.MaxConcurrentStreams,
+		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history,
 	}))
 	in.Health.OnChange(func(serving bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
@@ -189,7 +190,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
-	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log}
+	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history}
 	api.Register(adm)
 	(&admin.Gateways{Manager: mgr, API: api}).Register(adm)
 	in.httpSrv = adminHTTPServer(adm)

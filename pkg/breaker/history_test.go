@@ -1,0 +1,32 @@
+package breaker
+
+import "testing"
+
+func TestHistory(t *testing.T) {
+	h := NewHistory()
+	id := RouteID("g", "p:r:m")
+	t0 := int64(1_800_000_000) * 1e9
+	h.Add(id, Success, t0)
+	h.Add(id, Failure, t0+5e9)
+	h.Add(id, Failure, t0+12e9)
+	h.Add(id, Neither, t0+12e9)
+	pts := h.Points(id, t0+15e9)
+	if len(pts) != HistoryBuckets {
+		t.Fatalf("%d points", len(pts))
+	}
+	last, prev := pts[len(pts)-1], pts[len(pts)-2]
+	if prev.Success != 1 || prev.Failure != 1 || last.Failure != 1 || last.Neither != 1 || last.At != 1_800_000_010 {
+		t.Fatalf("prev %+v last %+v", prev, last)
+	}
+	// Periods older than the ring are forgotten, not wrapped around.
+	later := t0 + int64((HistoryBuckets+1)*HistoryBucketSec)*1e9 + 1e9
+	for _, p := range h.Points(id, later) {
+		if p.Success+p.Failure+p.Neither != 0 {
+			t.Fatalf("stale period %+v", p)
+		}
+	}
+	h.Retain(map[ID]bool{})
+	if p := h.Points(id, t0+15e9); p[len(p)-1].Failure != 0 {
+		t.Fatal("Retain kept a removed breaker")
+	}
+}
