@@ -131,3 +131,17 @@ func TestPprofNeedsTheToken(t *testing.T) {
 		}
 	}
 }
+
+// The dashboard's files are served without a token and cannot be framed.
+func TestDashboardServed(t *testing.T) {
+	s := NewServer(NewHealth(), nil, Auth{Token: "0123456789abcdef0123"})
+	s.RegisterDashboard()
+	for path, want := range map[string]string{"/dashboard": "Circuit Breaker", "/dashboard/app.js": "sessionStorage", "/dashboard/style.css": ".state-open"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", path, nil)
+		s.ServeHTTP(rec, req)
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), want) || rec.Header().Get("X-Frame-Options") != "DENY" {
+			t.Fatalf("%s: %d %q", path, rec.Code, rec.Header())
+		}
+	}
+}

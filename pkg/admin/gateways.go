@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"regexp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,15 +31,21 @@ func (g *Gateways) Register(s *Server) {
 	s.HandleAPI("DELETE /admin/v1/gateways/{id}/overlay", g.revert)
 }
 
-// document is a gateway's document with its source.
+// document is a gateway's document with its source and, read-only, the
+// gateway-level policy in force once templates and defaults apply (so an
+// editor can show what an unset field means). Both are ignored when sent
+// back.
 func document(gw *routes.Gateway) map[string]any {
 	var doc map[string]any
 	if err := json.Unmarshal(gw.Doc, &doc); err != nil || doc == nil {
 		doc = map[string]any{"id": gw.ID}
 	}
 	doc["source"] = gw.Source
+	doc["effective"] = map[string]any{"circuit_breaker": gw.Policy}
 	return doc
 }
+
+var reLineSuffix = regexp.MustCompile(` \(line \d+\)`)
 
 func (g *Gateways) list(w http.ResponseWriter, r *http.Request) {
 	rt := g.Manager.Holder.Load()
@@ -138,7 +145,9 @@ func (g *Gateways) answer(w http.ResponseWriter, err error) bool {
 	case err == nil:
 		return true
 	case errors.As(err, &ce):
-		WriteError(w, http.StatusBadRequest, strings.Join(ce.Problems, "; "))
+		// Line numbers point into a YAML spelling of the JSON body: they
+		// would mean nothing to the sender.
+		WriteError(w, http.StatusBadRequest, reLineSuffix.ReplaceAllString(strings.Join(ce.Problems, "; "), ""))
 	case errors.Is(err, routes.ErrNotFound):
 		WriteError(w, http.StatusNotFound, "gateway or overlay not found")
 	default:

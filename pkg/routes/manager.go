@@ -119,6 +119,7 @@ func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway,
 // change validates and applies a new document for gateway id.
 func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*Gateway, error) {
 	delete(obj, "source")
+	delete(obj, "effective") // read-only views of GET
 	if v, ok := obj["id"]; ok && v != id {
 		return nil, &ConfigError{Problems: []string{fmt.Sprintf("id: the id of a gateway cannot change (it is %q)", id)}}
 	}

@@ -193,6 +193,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history}
 	api.Register(adm)
 	(&admin.Gateways{Manager: mgr, API: api}).Register(adm)
+	adm.RegisterDashboard()
 	in.httpSrv = adminHTTPServer(adm)
 
 	bgCtx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,232 @@
+// fusebox dashboard: plain JS, no build step. The admin token lives in this
+// tab's session storage and travels only in the Authorization header.
+"use strict";
+
+const REFRESH_MS = 2000;
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function token() { return sessionStorage.getItem("fusebox-token") || ""; }
+
+async function api(method, path, body) {
+  const headers = { "Authorization": "Bearer " + token() };
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch("/admin/v1" + path, init);
+  let data = null;
+  try { data = await resp.json(); } catch (e) { /* empty body */ }
+  if (!resp.ok) {
+    const err = new Error((data && data.error) || resp.statusText);
+    err.status = resp.status;
+    throw err;
+  }
+  return data;
+}
+
+function fmtTime(sec) {
+  if (sec == null) return "—";
+  return new Date(sec * 1000).toLocaleTimeString();
+}
+
+function recovery(row, now) {
+  if (row.forced && row.open_until == null && row.state === "open") return "forced open (until closed by hand)";
+  const parts = [];
+  if (row.state === "open" && row.open_until != null) {
+    parts.push("open for " + Math.max(0, Math.ceil(row.open_until - now)) + " s more");
+  }
+  if (row.blocked_until != null && row.blocked_until > now) {
+    parts.push("blocked for " + Math.ceil(row.blocked_until - now) + " s (Retry-After)");
+  }
+  if (row.state === "half_open") parts.push("probing");
+  return parts.join("; ") || "—";
+}
+
+function stateCell(row, now) {
+  const td = document.createElement("td");
+  const blocked = row.blocked_until != null && row.blocked_until > now;
+  const key = row.state === "closed" && blocked ? "blocked" : row.state;
+  td.className = "state state-" + key;
+  td.textContent = row.state + (row.forced ? " (forced)" : "") + (blocked && row.state === "closed" ? " (blocked)" : "");
+  td.dataset.state = row.state;
+  return td;
+}
+
+function sparkline(history) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  const w = 4, h = 24;
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("width", String(history.length * w));
+  svg.setAttribute("height", String(h));
+  const max = Math.max(1, ...history.map(p => p.success + p.failure + p.neither));
+  const title = document.createElementNS(ns, "title");
+  const tot = history.reduce((a, p) => [a[0] + p.success, a[1] + p.failure, a[2] + p.neither], [0, 0, 0]);
+  title.textContent = `last 5 min: ${tot[0]} success, ${tot[1]} failure, ${tot[2]} neither`;
+  svg.appendChild(title);
+  history.forEach((p, i) => {
+    let y = h;
+    for (const cls of ["success", "failure", "neither"]) {
+      const bh = Math.round((p[cls] / max) * h);
+      if (bh === 0) continue;
+      y -= bh;
+      const r = document.createElementNS(ns, "rect");
+      r.setAttribute("x", String(i * w)); r.setAttribute("y", String(y));
+      r.setAttribute("width", String(w - 1)); r.setAttribute("height", String(bh));
+      r.setAttribute("class", cls);
+      svg.appendChild(r);
+    }
+  });
+  return svg;
+}
+
+function cell(text) { const td = document.createElement("td"); td.textContent = text; return td; }
+
+function renderRoutes(card, gw, rows) {
+  const now = Date.now() / 1000;
+  const tbody = $("table.routes tbody", card);
+  tbody.replaceChildren();
+  for (const row of rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.route = row.route;
+    tr.append(cell(row.route), stateCell(row, now), cell(row.reason || "—"),
+      cell(row.failures + " / " + row.failure_threshold), cell(fmtTime(row.opened_at)),
+      cell(recovery(row, now)), cell(String(row.probes_in_flight)), cell(String(row.generation)));
+    const spark = document.createElement("td");
+    spark.appendChild(sparkline(row.history || []));
+    tr.appendChild(spark);
+    const actions = document.createElement("td");
+    actions.className = "actions";
+    for (const action of ["force-open", "force-close", "reset"]) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = action;
+      b.dataset.action = action;
+      b.addEventListener("click", async () => {
+        if (!confirm(`${action} ${row.route} in gateway ${gw}?`)) return;
+        try {
+          await api("POST", `/gateways/${encodeURIComponent(gw)}/routes/${encodeURIComponent(row.route)}/${action}`, {});
+          refresh();
+        } catch (e) { showMessage(`${action} ${row.route}: ${e.message}`); }
+      });
+      actions.appendChild(b);
+    }
+    tr.appendChild(actions);
+    tbody.appendChild(tr);
+  }
+}
+
+function showMessage(text) { $("#message").textContent = text; }
+
+// fillEditor shows the gateway's own settings, with the value in force as
+// the placeholder of what it leaves unset, unless the operator is editing.
+function fillEditor(card, doc) {
+  const form = $("form.editor", card);
+  if (form.dataset.dirty === "1") return;
+  const own = doc.circuit_breaker || {};
+  const eff = (doc.effective && doc.effective.circuit_breaker) || {};
+  form.elements.enabled.checked = own.enabled != null ? own.enabled === true : eff.enabled === true;
+  for (const f of ["failure_threshold", "window_sec", "cooldown_ms"]) {
+    form.elements[f].value = own[f] != null ? own[f] : "";
+    form.elements[f].placeholder = eff[f] != null ? eff[f] + " (inherited)" : "inherited";
+  }
+  for (const el of form.elements) delete el.dataset.changed;
+}
+
+function fieldOf(message) {
+  const m = /circuit_breaker\.([a-z_]+)/.exec(message);
+  return m ? m[1] : null;
+}
+
+async function save(card, gw) {
+  const form = $("form.editor", card);
+  for (const e of form.querySelectorAll(".error")) e.textContent = "";
+  // Only what the operator changed is sent: an untouched field keeps what
+  // the gateway says (or inherits).
+  const cb = {};
+  if (form.elements.enabled.dataset.changed) cb.enabled = form.elements.enabled.checked;
+  for (const f of ["failure_threshold", "window_sec", "cooldown_ms"]) {
+    if (!form.elements[f].dataset.changed) continue;
+    const v = form.elements[f].value.trim();
+    // Empty: back to the inherited value (merge patch null). Anything else
+    // is sent as typed, so the API's validation is the one that speaks.
+    cb[f] = v === "" ? null : (/^-?\d+(\.\d+)?$/.test(v) ? Number(v) : v);
+  }
+  const status = $(".save-status", card);
+  status.textContent = "saving…";
+  try {
+    await api("PATCH", "/gateways/" + encodeURIComponent(gw), { circuit_breaker: cb });
+    status.textContent = "saved";
+    form.dataset.dirty = "0";
+    refresh();
+  } catch (e) {
+    status.textContent = "not saved";
+    const f = fieldOf(e.message);
+    const slot = f && $(`.error[data-for="${f}"]`, card);
+    if (slot) slot.textContent = e.message; else showMessage(e.message);
+  }
+}
+
+const cards = new Map();
+
+function cardFor(gw) {
+  if (cards.has(gw)) return cards.get(gw);
+  const card = $("#gateway-card").content.firstElementChild.cloneNode(true);
+  card.dataset.gateway = gw;
+  $(".gateway-name", card).textContent = "Gateway " + gw;
+  const form = $("form.editor", card);
+  form.addEventListener("input", ev => { form.dataset.dirty = "1"; ev.target.dataset.changed = "1"; });
+  form.addEventListener("submit", ev => { ev.preventDefault(); save(card, gw); });
+  $("details", card).addEventListener("toggle", () => refresh());
+  $("#gateways").appendChild(card);
+  cards.set(gw, card);
+  return card;
+}
+
+let busy = false;
+async function refresh() {
+  if (busy || !token()) return;
+  busy = true;
+  try {
+    const gateways = await api("GET", "/gateways");
+    showMessage("");
+    for (const doc of gateways) {
+      const card = cardFor(doc.id);
+      fillEditor(card, doc);
+      if ($("details", card).open) {
+        renderRoutes(card, doc.id, await api("GET", `/gateways/${encodeURIComponent(doc.id)}/routes`));
+      }
+    }
+    const fleets = await api("GET", "/fleets");
+    const names = Object.keys(fleets);
+    $("#fleets-section").hidden = names.length === 0;
+    const tbody = $("#fleets tbody");
+    tbody.replaceChildren();
+    const now = Date.now() / 1000;
+    for (const name of names) {
+      const row = fleets[name];
+      const tr = document.createElement("tr");
+      tr.dataset.fleet = name;
+      tr.append(cell(name), stateCell(row, now), cell(row.reason || "—"), cell(String(row.failures)),
+        cell(fmtTime(row.opened_at)), cell(recovery(row, now)), cell(String(row.probes_in_flight)), cell(String(row.generation)));
+      tbody.appendChild(tr);
+    }
+    $("#token-status").textContent = "connected";
+  } catch (e) {
+    if (e.status === 401) $("#token-status").textContent = "token refused";
+    else showMessage(e.message);
+  } finally {
+    busy = false;
+  }
+}
+
+$("#token-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  sessionStorage.setItem("fusebox-token", $("#token").value.trim());
+  $("#token").value = "";
+  refresh();
+});
+
+setInterval(refresh, REFRESH_MS);
+refresh();
