@@ -1,0 +1,271 @@
+-- fusebox breaker state machine, run atomically inside Redis (one call per
+-- operation). The transition is decided here, so replicas sharing Redis act
+-- on one state and the half-open probe bound is global. It mirrors
+-- pkg/breaker/machine.go; the contract suite (pkg/breaker/storetest) holds
+-- both to the same behaviour.
+--
+-- KEYS[1]  the breaker's state (a JSON object), hash-tagged by the caller.
+-- ARGV[1]  operation: rec | acq | rel | adv | fo | fc | rst
+-- ARGV[2]  now, unix milliseconds (the caller's clock: see doc.go). Lua
+--          numbers are doubles and cjson keeps 14 digits: milliseconds stay
+--          exact, nanoseconds would not.
+-- ARGV[3..] the installed policy, then the operation's arguments.
+local key = KEYS[1]
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+local P = {
+  active = ARGV[3] == "1", shadow = ARGV[4] == "1",
+  threshold = tonumber(ARGV[5]), window_sec = tonumber(ARGV[6]), cooldown = tonumber(ARGV[7]),
+  sliding = ARGV[8] == "1", consecutive = tonumber(ARGV[9]), rate = tonumber(ARGV[10]),
+  rate_sec = tonumber(ARGV[11]), min_req = tonumber(ARGV[12]), slow_ms = tonumber(ARGV[13]),
+  slow_rate = tonumber(ARGV[14]), max_probes = tonumber(ARGV[15]), probe_timeout = tonumber(ARGV[16]),
+  mult = tonumber(ARGV[17]), max_cooldown = tonumber(ARGV[18]), version = ARGV[19],
+  ttl_ms = tonumber(ARGV[20]),
+}
+local A = 21 -- first operation argument
+
+local raw = redis.call("GET", key)
+local s
+if raw then
+  s = cjson.decode(raw)
+else
+  s = {st = 0, gen = 1, reason = "", oa = 0, ra = 0, rc = 0, ou = 0, fo = 0, fu = 0, bu = 0,
+       cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0}
+end
+local events = {}
+
+-- Sliding windows: buckets of `width` seconds, at most 120 of them, keyed by
+-- bucket number (as in machine.go's sliding).
+local function geom(size)
+  local width = math.floor((size + 119) / 120)
+  local n = math.floor((size + width - 1) / width)
+  return width, n
+end
+local function idx_of(t, width) return math.floor(math.floor(t / 1000) / width) end
+
+local function win_prune(w, size)
+  local width, n = geom(size)
+  local cur = idx_of(now, width)
+  for k, _ in pairs(w) do
+    if cur - tonumber(k) >= n then w[k] = nil end
+  end
+end
+
+local function win_add(w, size, c, f, sl)
+  win_prune(w, size)
+  local width = geom(size)
+  local k = tostring(idx_of(now, width))
+  local b = w[k] or {0, 0, 0}
+  b[1] = b[1] + c; b[2] = b[2] + f; b[3] = b[3] + sl
+  w[k] = b
+end
+
+local function win_totals(w, size)
+  win_prune(w, size)
+  local c, f, sl = 0, 0, 0
+  for _, b in pairs(w) do c = c + b[1]; f = f + b[2]; sl = sl + b[3] end
+  return c, f, sl
+end
+
+local function failures()
+  if P.sliding then
+    local _, f = win_totals(s.fw, P.window_sec)
+    return f
+  end
+  if s.te ~= 0 and now >= s.te then s.tc = 0; s.te = 0 end
+  return s.tc
+end
+
+local function lease_count()
+  local n = 0
+  for _, _ in pairs(s.ls) do n = n + 1 end
+  return n
+end
+
+local function emit(from, reason)
+  local c, f = win_totals(s.rw, P.rate_sec)
+  local ou = 0
+  if s.st == 1 then ou = s.ou end
+  table.insert(events, {from = from, to = s.st, reason = reason, failures = failures(), ou = ou,
+    forever = (s.fo == 1 and s.fu == 0) and 1 or 0, oa = s.oa, rc = s.rc, calls = c, fails = f, gen = s.gen})
+end
+
+local function cooldown_for(k)
+  local cd = P.cooldown
+  if P.mult > 1 then
+    local i = 1
+    while i < k and cd < P.max_cooldown do cd = cd * P.mult; i = i + 1 end
+    if cd > P.max_cooldown then cd = P.max_cooldown end
+  end
+  return math.floor(cd)
+end
+
+local function open(reason)
+  local from = s.st
+  s.st = 1; s.reason = reason; s.oa = now; s.ra = 0; s.rc = 0
+  s.ou = now + cooldown_for(1)
+  s.gen = s.gen + 1
+  emit(from, reason)
+end
+
+local function reopen(reason)
+  local from = s.st
+  s.st = 1; s.reason = reason; s.ra = now; s.rc = s.rc + 1
+  s.ou = now + cooldown_for(s.rc + 1)
+  s.ls = {}
+  s.gen = s.gen + 1
+  emit(from, reason)
+end
+
+local function close(reason)
+  local from = s.st
+  s.st = 0; s.reason = ""; s.oa = 0; s.ra = 0; s.rc = 0; s.ou = 0
+  s.cons = 0; s.tc = 0; s.te = 0; s.fw = {}; s.rw = {}; s.ls = {}
+  if from ~= 0 then
+    s.gen = s.gen + 1
+    emit(from, reason)
+  end
+end
+
+local function advance()
+  if s.fo == 1 then
+    if s.fu ~= 0 and now >= s.fu then
+      s.fo = 0; s.fu = 0
+      close("force_expired")
+    end
+  elseif s.st == 1 and now >= s.ou then
+    s.st = 2; s.ls = {}; s.gen = s.gen + 1
+    emit(1, "cooldown_elapsed")
+  end
+  for id, exp in pairs(s.ls) do
+    if exp <= now then s.ls[id] = nil end
+  end
+  if s.bu ~= 0 and now >= s.bu then s.bu = 0 end
+end
+
+local function check_rates()
+  if s.st ~= 0 or (P.rate <= 0 and P.slow_ms <= 0) then return end
+  local c, f, sl = win_totals(s.rw, P.rate_sec)
+  if c < P.min_req then return end
+  if P.rate > 0 and f * 100 >= P.rate * c then
+    open("failure_rate")
+  elseif P.slow_ms > 0 and sl * 100 >= P.slow_rate * c then
+    open("slow_call_rate")
+  end
+end
+
+-- verdict: 0 healthy, else the recovery time (math.huge = never).
+local function recovery_at()
+  local rec = 0
+  if s.fo == 1 then
+    if s.fu ~= 0 then rec = s.fu else rec = -1 end
+  elseif s.st == 1 then
+    rec = s.ou
+  elseif s.st == 2 and P.max_probes > 0 and lease_count() >= P.max_probes then
+    local e = 0
+    for _, exp in pairs(s.ls) do if e == 0 or exp < e then e = exp end end
+    rec = e
+  end
+  if rec ~= -1 and s.bu > now and s.bu > rec then rec = s.bu end
+  return rec
+end
+
+local res = {ok = 1, lease = 0, stale = 0}
+
+if op == "rec" then
+  -- A: class (0 neither, 1 success, 2 failure), reason, slow, open_now,
+  --    admission gen, lease, retry-after deadline (0 = none), route scope
+  --    (1: Retry-After may block), status, block on Retry-After, max retry-after s
+  local class = tonumber(ARGV[A]); local reason = ARGV[A + 1]; local slow = ARGV[A + 2] == "1"
+  local open_now = ARGV[A + 3] == "1"; local agen = tonumber(ARGV[A + 4]); local lease = ARGV[A + 5]
+  local ra = tonumber(ARGV[A + 6]); local route_scope = ARGV[A + 7] == "1"; local status = tonumber(ARGV[A + 8])
+  local block = ARGV[A + 9] == "1"; local max_ra = tonumber(ARGV[A + 10])
+  if lease ~= "0" then s.ls[lease] = nil end
+  advance()
+  if route_scope and ra ~= 0 and block and (status == 429 or status == 503) then
+    local limit = now + max_ra * 1000
+    if ra > limit then ra = limit end
+    if ra > s.bu and ra > now then s.bu = ra end
+  end
+  if agen ~= s.gen then
+    res.stale = 1
+  elseif s.st == 0 then
+    if class ~= 0 then
+      local failed = class == 2
+      win_add(s.rw, P.rate_sec, 1, failed and 1 or 0, slow and 1 or 0)
+      if not failed then
+        s.cons = 0
+        check_rates()
+      else
+        s.cons = s.cons + 1
+        local count
+        if P.sliding then
+          win_add(s.fw, P.window_sec, 0, 1, 0)
+          local _, f = win_totals(s.fw, P.window_sec)
+          count = f
+        else
+          if s.te ~= 0 and now >= s.te then s.tc = 0; s.te = 0 end
+          if s.tc == 0 then s.te = now + 2 * P.window_sec * 1000 end
+          s.tc = s.tc + 1
+          count = s.tc
+        end
+        if open_now or count >= P.threshold or (P.consecutive > 0 and s.cons >= P.consecutive) then
+          open(reason)
+        else
+          check_rates()
+        end
+      end
+    end
+  elseif s.st == 2 then
+    if class == 1 then close("probe_success") elseif class == 2 then reopen(reason) end
+  end
+elseif op == "acq" then
+  local force = ARGV[A] == "1"
+  advance()
+  if P.shadow or not P.active then
+    -- admitted, no slot
+  elseif s.st == 2 and s.fo == 0 and P.max_probes > 0 and s.bu <= now then
+    if lease_count() < P.max_probes then
+      s.nl = s.nl + 1
+      s.ls[tostring(s.nl)] = now + P.probe_timeout
+      res.lease = s.nl
+    elseif not force then
+      res.ok = 0
+    end
+  elseif not force then
+    if recovery_at() ~= 0 then res.ok = 0 end
+  end
+elseif op == "rel" then
+  s.ls[ARGV[A]] = nil
+elseif op == "adv" then
+  advance()
+elseif op == "fo" then
+  local d = tonumber(ARGV[A])
+  local from = s.st
+  s.fo = 1; s.fu = 0
+  if d > 0 then s.fu = now + d end
+  s.st = 1; s.reason = "forced"
+  if from == 0 then s.oa = now; s.ra = 0; s.rc = 0 end
+  s.ou = s.fu
+  s.ls = {}
+  s.gen = s.gen + 1
+  if from ~= 1 then emit(from, "forced") end
+elseif op == "fc" or op == "rst" then
+  s.fo = 0; s.fu = 0
+  if op == "rst" then s.bu = 0 end
+  local from = s.st
+  close(op == "rst" and "reset" or "force_close")
+  if from == 0 then s.gen = s.gen + 1 end
+end
+
+redis.call("SET", key, cjson.encode(s), "PX", P.ttl_ms)
+
+local c, f, sl = win_totals(s.rw, P.rate_sec)
+local earliest = 0
+for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = exp end end
+res.st = s.st; res.gen = s.gen; res.reason = s.reason; res.oa = s.oa; res.ra = s.ra; res.rc = s.rc
+res.ou = s.ou; res.fo = s.fo; res.fu = s.fu; res.bu = s.bu; res.cons = s.cons
+res.failures = failures(); res.calls = c; res.fails = f; res.slow = sl
+res.leases = lease_count(); res.earliest = earliest
+res.events = events
+return cjson.encode(res)
