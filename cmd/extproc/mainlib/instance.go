@@ -287,7 +287,7 @@ func listenerTLS(rt *routes.Runtime, log *slog.Logger) (credentials.TransportCre
 func startProblems(rt *routes.Runtime) []string {
 	var out []string
 	if rt.Store.Backend != routes.StoreMemory {
-		out = append(out, fmt.Sprintf("store.backend: %q is not available in this build; use memory", rt.Store.Backend))
+		out = append(out, fmt.Sprintf("store.backend: %q: the Redis store exists (pkg/breaker/redisstore) but fusebox does not run on it yet (the replica view is not built); use memory", rt.Store.Backend))
 	}
 	return out
 }

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -88,12 +87,17 @@ func policyArgs(p *breaker.Policy) []any {
 	// A breaker's state outlives its windows and cooldowns; it expires a
 	// day after its last change.
 	ttl := int64(24 * time.Hour / time.Millisecond)
-	return []any{
+	args := []any{
 		b(p.Active()), b(p.Mode == breaker.ModeShadow), p.FailureThreshold, p.WindowSec, p.CooldownMs,
 		b(p.Window == breaker.WindowSliding), p.ConsecutiveFailures, p.FailureRatePercent, p.RateWindowSec,
 		p.MinimumRequests, p.SlowCallMs, p.SlowCallRatePercent, p.HalfOpenMaxProbes, p.ProbeTimeoutMs,
 		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl,
 	}
+	// Formatted once, at install, not on every call.
+	for i, a := range args {
+		args[i] = fmt.Sprint(a)
+	}
+	return args
 }
 
 // Install implements breaker.Store. Policies live in each replica's config;
@@ -137,41 +141,57 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 
 // result is what the script returns.
 type result struct {
-	OK       int             `json:"ok"`
-	Lease    uint64          `json:"lease"`
-	Stale    int             `json:"stale"`
-	St       int             `json:"st"`
-	Gen      uint64          `json:"gen"`
-	Reason   string          `json:"reason"`
-	OA       int64           `json:"oa"`
-	RA       int64           `json:"ra"`
-	RC       int             `json:"rc"`
-	OU       int64           `json:"ou"`
-	FO       int             `json:"fo"`
-	FU       int64           `json:"fu"`
-	BU       int64           `json:"bu"`
-	Cons     int             `json:"cons"`
-	Failures int             `json:"failures"`
-	Calls    int64           `json:"calls"`
-	Fails    int64           `json:"fails"`
-	Slow     int64           `json:"slow"`
-	Leases   int             `json:"leases"`
-	Earliest int64           `json:"earliest"`
-	Events   json.RawMessage `json:"events"`
+	OK, Stale, St, RC, FO, Cons, Failures, Leases    int
+	Lease, Gen                                       uint64
+	Reason                                           string
+	OA, RA, OU, FU, BU, Calls, Fails, Slow, Earliest int64
+	Events                                           []event
 }
 
 type event struct {
-	From     int    `json:"from"`
-	To       int    `json:"to"`
-	Reason   string `json:"reason"`
-	Failures int    `json:"failures"`
-	OU       int64  `json:"ou"`
-	Forever  int    `json:"forever"`
-	OA       int64  `json:"oa"`
-	RC       int    `json:"rc"`
-	Calls    int64  `json:"calls"`
-	Fails    int64  `json:"fails"`
-	Gen      uint64 `json:"gen"`
+	From, To, Failures, Forever, RC int
+	Reason                          string
+	OU, OA, Calls, Fails            int64
+	Gen                             uint64
+}
+
+const replyFields, eventFields = 20, 11
+
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func asString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
+
+// parseReply reads the script's flat reply.
+func parseReply(vals []any) (*result, error) {
+	if len(vals) < replyFields || (len(vals)-replyFields)%eventFields != 0 {
+		return nil, fmt.Errorf("redisstore: a reply of %d values", len(vals))
+	}
+	i := func(k int) int64 { return asInt(vals[k]) }
+	r := &result{
+		OK: int(i(0)), Lease: uint64(i(1)), Stale: int(i(2)), St: int(i(3)), Gen: uint64(i(4)), Reason: asString(vals[5]),
+		OA: i(6), RA: i(7), RC: int(i(8)), OU: i(9), FO: int(i(10)), FU: i(11), BU: i(12), Cons: int(i(13)),
+		Failures: int(i(14)), Calls: i(15), Fails: i(16), Slow: i(17), Leases: int(i(18)), Earliest: i(19),
+	}
+	for k := replyFields; k < len(vals); k += eventFields {
+		e := func(j int) int64 { return asInt(vals[k+j]) }
+		r.Events = append(r.Events, event{From: int(e(0)), To: int(e(1)), Reason: asString(vals[k+2]), Failures: int(e(3)),
+			OU: e(4), Forever: int(e(5)), OA: e(6), RC: int(e(7)), Calls: e(8), Fails: e(9), Gen: uint64(e(10))})
+	}
+	return r, nil
 }
 
 const ms = int64(time.Millisecond)
@@ -188,24 +208,21 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 	e.emitMu.Lock()
 	defer e.emitMu.Unlock()
 	e.lastNow.Store(now)
-	raw, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Text()
+	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
 	}
-	var r result
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return nil, fmt.Errorf("redisstore %s: %w", op, err)
+	r, err := parseReply(vals)
+	if err != nil {
+		return nil, err
 	}
-	e.view.Store(&r)
-	if s.onEvent != nil && len(r.Events) > 2 { // "{}" is Lua's empty table
-		var evs []event
-		if err := json.Unmarshal(r.Events, &evs); err == nil {
-			for _, ev := range evs {
-				s.onEvent(s.event(e, ev, now))
-			}
+	e.view.Store(r)
+	if s.onEvent != nil {
+		for _, ev := range r.Events {
+			s.onEvent(s.event(e, ev, now))
 		}
 	}
-	return &r, nil
+	return r, nil
 }
 
 func (s *Store) event(e *entry, ev event, now int64) breaker.Event {

@@ -1,0 +1,58 @@
+package redisstore
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewClient returns a client for a store URL (store.redis.url):
+//   - redis://[user:pass@]host:port/db, or rediss:// for TLS: one server;
+//   - ...?addrs=host2:port,host3:port (or repeated addr=): a Redis Cluster
+//     seeded with every address;
+//   - ...?master_name=NAME[&addr=...]: Sentinel, failing over to the
+//     master Sentinel names.
+//
+// Every form gives a redis.UniversalClient, so the store does not care
+// which one runs.
+func NewClient(raw string) (redis.UniversalClient, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("store.redis.url: %w", err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, fmt.Errorf("store.redis.url: must be redis:// or rediss://, got %q", u.Scheme)
+	}
+	q := u.Query()
+	if addrs := q.Get("addrs"); addrs != "" {
+		// SPEC's spelling; go-redis reads repeated addr= parameters.
+		q.Del("addrs")
+		for _, a := range strings.Split(addrs, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				q.Add("addr", a)
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	switch {
+	case q.Has("master_name"):
+		o, err := redis.ParseFailoverURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("store.redis.url (sentinel): %w", err)
+		}
+		return redis.NewFailoverClient(o), nil
+	case q.Has("addr"):
+		o, err := redis.ParseClusterURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("store.redis.url (cluster): %w", err)
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("store.redis.url: %w", err)
+	}
+	return redis.NewClient(o), nil
+}
