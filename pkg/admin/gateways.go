@@ -1,12 +1,12 @@
 package admin
 
 import (
-	"regexp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 

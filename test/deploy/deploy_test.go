@@ -1,9 +1,9 @@
 package deploy
 
 import (
-	"log/slog"
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
