@@ -47,6 +47,7 @@ type machine struct {
 	forcedUntil  int64 // 0 = no end
 	blockedUntil int64 // Retry-After block; 0 = none
 	consecutive  int
+	slowBy       string // the signal of the latest slow call (R-T4..R-T6)
 	tumble       tumbling
 	failWin      sliding // R-W2 failures over window_sec (sliding policies only)
 	rateWin      sliding // R-T2/R-T4 over rate_window_sec
@@ -320,7 +321,15 @@ func (m *machine) applyLocked(now int64, p *Policy, o Outcome, evs *events) {
 			return
 		}
 		failed := o.Class == Failure
-		m.rateWin.add(now, true, failed, o.Slow)
+		if o.Counted {
+			// Already counted (call and slow) when it stalled.
+			m.rateWin.add(now, false, failed, false)
+		} else {
+			m.rateWin.add(now, true, failed, o.Slow)
+		}
+		if o.Slow {
+			m.slowBy = o.SlowBy
+		}
 		if !failed {
 			m.consecutive = 0
 			m.checkRates(now, p, evs) // R-T2, R-T4: after every outcome
@@ -360,7 +369,7 @@ func (m *machine) applyLocked(now int64, p *Policy, o Outcome, evs *events) {
 // checkRates evaluates the failure-rate (R-T2) and slow-call-rate (R-T4)
 // triggers over the rate window.
 func (m *machine) checkRates(now int64, p *Policy, evs *events) {
-	if m.state != Closed || (p.FailureRatePercent <= 0 && p.SlowCallMs <= 0) {
+	if m.state != Closed || (p.FailureRatePercent <= 0 && !p.TracksSlow()) {
 		return
 	}
 	calls, fails, slow := m.rateWin.totals(now)
@@ -370,9 +379,34 @@ func (m *machine) checkRates(now int64, p *Policy, evs *events) {
 	switch {
 	case p.FailureRatePercent > 0 && float64(fails)*100 >= p.FailureRatePercent*float64(calls):
 		m.open(now, p, ReasonFailureRate, evs)
-	case p.SlowCallMs > 0 && float64(slow)*100 >= p.SlowCallRatePercent*float64(calls):
-		m.open(now, p, ReasonSlowCallRate, evs)
+	case p.TracksSlow() && slow > 0 && float64(slow)*100 >= p.SlowCallRatePercent*float64(calls):
+		m.open(now, p, slowReason(m.slowBy), evs)
 	}
+}
+
+func slowReason(by string) string {
+	switch by {
+	case "stall":
+		return ReasonSlowCallRateStall
+	case "baseline":
+		return ReasonSlowCallRateBaseline
+	}
+	return ReasonSlowCallRate
+}
+
+// stalled counts an attempt that is still running as a slow call the
+// moment its stream stalls (R-T5), and evaluates the slow-call rate.
+func (m *machine) stalled(now int64) {
+	var evs events
+	m.mu.Lock()
+	p := m.policy
+	if p.Active() && m.state == Closed && p.StallMs > 0 {
+		m.rateWin.add(now, true, false, true)
+		m.slowBy = "stall"
+		m.checkRates(now, p, &evs)
+		m.publish()
+	}
+	m.unlock(&evs)
 }
 
 // advance makes due time-driven transitions: forced-open expiry, open →

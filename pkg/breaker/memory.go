@@ -136,6 +136,15 @@ func (s *Memory) Record(_ context.Context, k Key, now int64, adm Admission, r Re
 	return m.record(now, adm, r), nil
 }
 
+// Stalled implements Store.
+func (s *Memory) Stalled(_ context.Context, k Key, now int64) error {
+	m, err := s.get(k)
+	if err == nil {
+		m.stalled(now)
+	}
+	return err
+}
+
 // ForceOpen implements Store.
 func (s *Memory) ForceOpen(_ context.Context, k Key, now int64, d time.Duration) error {
 	m, err := s.get(k)

@@ -51,6 +51,10 @@ const (
 	ReasonOpenStatus      = "open_status"
 	ReasonFailureRate     = "failure_rate"
 	ReasonSlowCallRate    = "slow_call_rate"
+	// The slow-call rate, named by the signal that made the calls slow
+	// (R-T5, R-T6); plain slow_call_rate is slow_call_ms.
+	ReasonSlowCallRateStall    = "slow_call_rate:stall"
+	ReasonSlowCallRateBaseline = "slow_call_rate:baseline"
 	ReasonSuccess         = "success"
 	ReasonClientError     = "client_error"
 	ReasonStatusNotListed = "status_not_listed"
@@ -86,6 +90,15 @@ type Result struct {
 	// RetryAfterUnixNano is the deadline of a Retry-After (or retry-after-ms
 	// / x-ms-retry-after-ms) on a 429 or 503; 0 when none (R-A1).
 	RetryAfterUnixNano int64
+	// MaxGapMs is the longest gap between two visible tokens of a stream,
+	// 0 when unknown (R-T5).
+	MaxGapMs int64
+	// BaselineMs is the route's recent p50 latency of successes when the
+	// attempt was judged, 0 when there is none yet (R-T6).
+	BaselineMs int64
+	// Counted: the attempt was already counted in the rate window as a
+	// stalled call while it ran (R-T5); its outcome must not count it again.
+	Counted bool
 }
 
 // Outcome is a Result judged by one policy.
@@ -95,11 +108,24 @@ type Outcome struct {
 	Slow   bool
 	// OpenNow: the status is in open_on_status_codes (R-T3).
 	OpenNow bool
+	// SlowBy names the signal that made it slow: "" (slow_call_ms),
+	// "stall" or "baseline".
+	SlowBy string
+	// Counted: see Result.Counted.
+	Counted bool
 }
 
 // Judge classifies r under p.
 func (p *Policy) Judge(r Result) Outcome {
-	o := Outcome{Slow: p.SlowCallMs > 0 && r.ElapsedMs > p.SlowCallMs}
+	o := Outcome{Counted: r.Counted}
+	switch {
+	case p.SlowCallMs > 0 && r.ElapsedMs > p.SlowCallMs:
+		o.Slow = true
+	case p.StallMs > 0 && r.MaxGapMs > p.StallMs:
+		o.Slow, o.SlowBy = true, "stall"
+	case p.BaselineMultiplier > 0 && r.BaselineMs > 0 && r.ElapsedMs >= 0 && float64(r.ElapsedMs) > p.BaselineMultiplier*float64(r.BaselineMs):
+		o.Slow, o.SlowBy = true, "baseline"
+	}
 	switch r.Kind {
 	case KindAnswered:
 		o.Class, o.Reason = Success, ReasonSuccess

@@ -56,6 +56,8 @@ type Policy struct {
 	MinimumRequests     int     `json:"minimum_requests"`
 	SlowCallMs          int64   `json:"slow_call_ms"`
 	SlowCallRatePercent float64 `json:"slow_call_rate_percent"`
+	StallMs             int64   `json:"stall_ms"`
+	BaselineMultiplier  float64 `json:"slow_call_baseline_multiplier"`
 	HalfOpenMaxProbes   int     `json:"half_open_max_probes"`
 	ProbeTimeoutMs      int64   `json:"probe_timeout_ms"`
 	BackoffMultiplier   float64 `json:"backoff_multiplier"`
@@ -90,6 +92,8 @@ func DefaultPolicy() Policy {
 		MinimumRequests:     5,
 		SlowCallMs:          0,
 		SlowCallRatePercent: 50,
+		StallMs:             0,
+		BaselineMultiplier:  0,
 		HalfOpenMaxProbes:   1,
 		ProbeTimeoutMs:      120000,
 		BackoffMultiplier:   1,
@@ -116,6 +120,11 @@ func (p *Policy) Finish() *Policy {
 	sum := sha256.Sum256(b)
 	p.Version = hex.EncodeToString(sum[:4])
 	return p
+}
+
+// TracksSlow reports whether any slow-call signal is on (R-T4..R-T6).
+func (p *Policy) TracksSlow() bool {
+	return p.SlowCallMs > 0 || p.StallMs > 0 || p.BaselineMultiplier > 0
 }
 
 // Active reports whether the breaker is consulted at all (R-M1).

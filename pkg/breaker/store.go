@@ -41,6 +41,9 @@ type Store interface {
 	Release(ctx context.Context, k Key, adm Admission) error
 	// Record judges one attempt with the installed policy and applies it.
 	Record(ctx context.Context, k Key, now int64, adm Admission, r Result) (Recorded, error)
+	// Stalled counts a running attempt as a slow call the moment its
+	// stream stalls (R-T5); its outcome is later recorded with Counted.
+	Stalled(ctx context.Context, k Key, now int64) error
 	ForceOpen(ctx context.Context, k Key, now int64, d time.Duration) error
 	ForceClose(ctx context.Context, k Key, now int64) error
 	Reset(ctx context.Context, k Key, now int64) error

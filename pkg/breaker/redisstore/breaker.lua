@@ -20,9 +20,9 @@ local P = {
   rate_sec = tonumber(ARGV[11]), min_req = tonumber(ARGV[12]), slow_ms = tonumber(ARGV[13]),
   slow_rate = tonumber(ARGV[14]), max_probes = tonumber(ARGV[15]), probe_timeout = tonumber(ARGV[16]),
   mult = tonumber(ARGV[17]), max_cooldown = tonumber(ARGV[18]), version = ARGV[19],
-  ttl_ms = tonumber(ARGV[20]),
+  ttl_ms = tonumber(ARGV[20]), tracks_slow = ARGV[21] == "1", stall = tonumber(ARGV[22]),
 }
-local A = 21 -- first operation argument
+local A = 23 -- first operation argument
 
 local raw = redis.call("GET", key)
 local s
@@ -30,7 +30,7 @@ if raw then
   s = cmsgpack.unpack(raw) -- MessagePack: cheaper than JSON in Redis's Lua
 else
   s = {st = 0, gen = 1, reason = "", oa = 0, ra = 0, rc = 0, ou = 0, fo = 0, fu = 0, bu = 0,
-       cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0}
+       cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = ""}
 end
 local events = {}
 
@@ -150,13 +150,15 @@ local function advance()
 end
 
 local function check_rates()
-  if s.st ~= 0 or (P.rate <= 0 and P.slow_ms <= 0) then return end
+  if s.st ~= 0 or (P.rate <= 0 and not P.tracks_slow) then return end
   local c, f, sl = win_totals(s.rw, P.rate_sec)
   if c < P.min_req then return end
   if P.rate > 0 and f * 100 >= P.rate * c then
     open("failure_rate")
-  elseif P.slow_ms > 0 and sl * 100 >= P.slow_rate * c then
-    open("slow_call_rate")
+  elseif P.tracks_slow and sl > 0 and sl * 100 >= P.slow_rate * c then
+    local r = "slow_call_rate"
+    if s.sb == "stall" then r = "slow_call_rate:stall" elseif s.sb == "baseline" then r = "slow_call_rate:baseline" end
+    open(r)
   end
 end
 
@@ -186,6 +188,7 @@ if op == "rec" then
   local open_now = ARGV[A + 3] == "1"; local agen = tonumber(ARGV[A + 4]); local lease = ARGV[A + 5]
   local ra = tonumber(ARGV[A + 6]); local route_scope = ARGV[A + 7] == "1"; local status = tonumber(ARGV[A + 8])
   local block = ARGV[A + 9] == "1"; local max_ra = tonumber(ARGV[A + 10])
+  local slow_by = ARGV[A + 11]; local counted = ARGV[A + 12] == "1"
   if lease ~= "0" then s.ls[lease] = nil end
   advance()
   if route_scope and ra ~= 0 and block and (status == 429 or status == 503) then
@@ -198,7 +201,12 @@ if op == "rec" then
   elseif s.st == 0 then
     if class ~= 0 then
       local failed = class == 2
-      win_add(s.rw, P.rate_sec, 1, failed and 1 or 0, slow and 1 or 0)
+      if counted then
+        win_add(s.rw, P.rate_sec, 0, failed and 1 or 0, 0)
+      else
+        win_add(s.rw, P.rate_sec, 1, failed and 1 or 0, slow and 1 or 0)
+      end
+      if slow then s.sb = slow_by end
       if not failed then
         s.cons = 0
         check_rates()
@@ -240,6 +248,13 @@ elseif op == "acq" then
     end
   elseif not force then
     if recovery_at() ~= 0 then res.ok = 0 end
+  end
+elseif op == "stl" then
+  advance()
+  if P.active and s.st == 0 and P.stall > 0 then
+    win_add(s.rw, P.rate_sec, 1, 0, 1)
+    s.sb = "stall"
+    check_rates()
   end
 elseif op == "rel" then
   s.ls[ARGV[A]] = nil

@@ -91,7 +91,7 @@ func policyArgs(p *breaker.Policy) []any {
 		b(p.Active()), b(p.Mode == breaker.ModeShadow), p.FailureThreshold, p.WindowSec, p.CooldownMs,
 		b(p.Window == breaker.WindowSliding), p.ConsecutiveFailures, p.FailureRatePercent, p.RateWindowSec,
 		p.MinimumRequests, p.SlowCallMs, p.SlowCallRatePercent, p.HalfOpenMaxProbes, p.ProbeTimeoutMs,
-		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl,
+		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl, b(p.TracksSlow()), p.StallMs,
 	}
 	// Formatted once, at install, not on every call.
 	for i, a := range args {
@@ -361,11 +361,20 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	}
 	res, err := s.run(ctx, e, "rec", now, class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
 		strconv.FormatUint(adm.Lease, 10), ra, b01(e.id.Scope == breaker.ScopeGateway), r.Status,
-		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec)
+		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted))
 	if err != nil {
 		return breaker.Recorded{Outcome: o, Applied: true}, err
 	}
 	return breaker.Recorded{Outcome: o, Stale: res.Stale == 1, Applied: true}, nil
+}
+
+// Stalled implements breaker.Store.
+func (s *Store) Stalled(ctx context.Context, k breaker.Key, now int64) error {
+	e, err := s.get(k)
+	if err == nil {
+		_, err = s.run(ctx, e, "stl", now)
+	}
+	return err
 }
 
 // ForceOpen implements breaker.Store.

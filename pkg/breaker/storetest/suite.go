@@ -39,6 +39,8 @@ func Run(t *testing.T, f Factory) {
 		{"OffBreaker", testOffBreaker},
 		{"InstallAddsKeepsAndRemoves", testInstallAddsKeepsAndRemoves},
 		{"FleetJudgesWithItsOwnPolicy", testFleetJudgesWithItsOwnPolicy},
+		{"StallCountsAtOnce", testStallCountsAtOnce},
+		{"BaselineSlowCalls", testBaselineSlowCalls},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
@@ -329,5 +331,70 @@ func testFleetJudgesWithItsOwnPolicy(t *testing.T, f Factory) {
 	}
 	if s, _ := st.Status(ctx, keys[2], now); s.Scope != breaker.ScopeGlobal {
 		t.Fatal("fleet scope")
+	}
+}
+
+// R-T5: a stream that stalls is a slow call the moment it stalls, not when
+// it ends; its outcome does not count it twice; the transition names the
+// signal.
+func testStallCountsAtOnce(t *testing.T, f Factory) {
+	r := newRig(t, f, pol(func(p *breaker.Policy) {
+		p.FailureThreshold = 100
+		p.StallMs = 1000
+		p.SlowCallRatePercent = 50
+		p.MinimumRequests = 3
+	}))
+	r.ok()
+	r.ok()
+	adm, _ := r.acquire(false) // a stream that will stall
+	if err := r.st.Stalled(ctx, r.k, r.now()); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.status(); s.WindowCalls != 3 || s.WindowSlowCalls != 1 || s.State != "closed" {
+		t.Fatalf("after one stall: %+v", s)
+	}
+	// It ends later, answered: counted once, as one call.
+	r.record(adm, breaker.Result{Kind: breaker.KindAnswered, Status: 200, MaxGapMs: 5000, Counted: true})
+	if s := r.status(); s.WindowCalls != 3 || s.WindowSlowCalls != 1 {
+		t.Fatalf("the stalled attempt was counted twice: %+v", s)
+	}
+	// Another stall while still running: 2 slow of 4 opens, at once.
+	if err := r.st.Stalled(ctx, r.k, r.now()); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.status(); s.State != "open" || s.Reason != breaker.ReasonSlowCallRateStall {
+		t.Fatalf("want open on slow_call_rate:stall, got %+v", s)
+	}
+	// Without stall_ms nothing is counted.
+	r2 := newRig(t, f, pol(nil))
+	if err := r2.st.Stalled(ctx, r2.k, r2.now()); err != nil {
+		t.Fatal(err)
+	}
+	if s := r2.status(); s.WindowCalls != 0 {
+		t.Fatalf("stall counted without stall_ms: %+v", s)
+	}
+}
+
+// R-T6: an attempt slower than k × the route's baseline is slow; the
+// transition says so.
+func testBaselineSlowCalls(t *testing.T, f Factory) {
+	r := newRig(t, f, pol(func(p *breaker.Policy) {
+		p.FailureThreshold = 100
+		p.BaselineMultiplier = 3
+		p.SlowCallRatePercent = 50
+		p.MinimumRequests = 4
+	}))
+	fast := breaker.Result{Kind: breaker.KindAnswered, Status: 200, ElapsedMs: 250, BaselineMs: 100}
+	slow := breaker.Result{Kind: breaker.KindAnswered, Status: 200, ElapsedMs: 350, BaselineMs: 100}
+	nobase := breaker.Result{Kind: breaker.KindAnswered, Status: 200, ElapsedMs: 5000}
+	r.send(fast)
+	r.send(nobase) // no baseline yet: never slow by it
+	r.send(slow)
+	if s := r.status(); s.State != "closed" || s.WindowSlowCalls != 1 {
+		t.Fatalf("%+v", s)
+	}
+	r.send(slow)
+	if s := r.status(); s.State != "open" || s.Reason != breaker.ReasonSlowCallRateBaseline {
+		t.Fatalf("want open on slow_call_rate:baseline, got %+v", s)
 	}
 }
