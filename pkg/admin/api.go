@@ -23,6 +23,8 @@ type API struct {
 	Log    *slog.Logger
 	// History feeds the routes' sparklines (may be nil).
 	History *breaker.History
+	// Baseline reports a route's latency baseline (may be nil).
+	Baseline func(breaker.ID, int64) int64
 }
 
 // Register adds the API's routes to s.
@@ -54,7 +56,7 @@ func (a *API) gatewayCircuitBreaker(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) gatewayRoutes(w http.ResponseWriter, r *http.Request) {
 	if g, ok := a.gateway(w, r); ok {
-		WriteJSON(w, http.StatusOK, GatewayRoutes(g, a.Store, a.History, a.now()))
+		WriteJSON(w, http.StatusOK, GatewayRoutes(g, a.Store, a.History, a.Baseline, a.now()))
 	}
 }
 

@@ -16,6 +16,9 @@ type RouteRow struct {
 	Model    string `json:"model"`
 	// FailureThreshold is the route's policy's, for "failures/threshold".
 	FailureThreshold int `json:"failure_threshold"`
+	// LatencyBaselineMs is the route's p50 of successes over 15 minutes
+	// (R-T6), 0 when it has none (or no slow_call_baseline_multiplier).
+	LatencyBaselineMs int64 `json:"latency_baseline_ms"`
 	breaker.Status
 	// History is the route's outcomes per 10 s over the last 5 minutes,
 	// oldest first (the dashboard's sparkline).
@@ -56,7 +59,7 @@ func GatewayCircuitBreaker(g *routes.Gateway, st breaker.Store, now int64) map[s
 // GatewayRoutes is the R-API3 array: every route of the gateway, models in
 // file order and each model's candidates in routing order, then routes no
 // model uses.
-func GatewayRoutes(g *routes.Gateway, st breaker.Store, h *breaker.History, now int64) []RouteRow {
+func GatewayRoutes(g *routes.Gateway, st breaker.Store, h *breaker.History, baseline func(breaker.ID, int64) int64, now int64) []RouteRow {
 	rows := make([]RouteRow, 0, len(g.RouteList))
 	seen := map[string]bool{}
 	add := func(r *routes.Route, model string) {
@@ -69,6 +72,9 @@ func GatewayRoutes(g *routes.Gateway, st breaker.Store, h *breaker.History, now 
 			Route: r.Key, Cluster: r.Cluster, Provider: r.Provider, Model: model, FailureThreshold: r.Policy.FailureThreshold,
 			Status: statusOf(st, id, r.Policy, now), History: h.Points(id, now),
 		})
+		if baseline != nil {
+			rows[len(rows)-1].LatencyBaselineMs = baseline(id, now)
+		}
 	}
 	for _, name := range g.ModelNames {
 		for _, r := range g.Models[name].Candidates(nil) {

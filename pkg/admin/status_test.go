@@ -77,7 +77,7 @@ func TestStatusSnapshots(t *testing.T) {
 		}
 	}
 
-	rows := GatewayRoutes(g, st, nil, now)
+	rows := GatewayRoutes(g, st, nil, nil, now)
 	var order []string
 	for _, r := range rows {
 		order = append(order, r.Route)

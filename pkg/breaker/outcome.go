@@ -117,7 +117,7 @@ type Outcome struct {
 
 // Judge classifies r under p.
 func (p *Policy) Judge(r Result) Outcome {
-	o := Outcome{Counted: r.Counted}
+	o := Outcome{Counted: r.Counted && p.StallMs > 0}
 	switch {
 	case p.SlowCallMs > 0 && r.ElapsedMs > p.SlowCallMs:
 		o.Slow = true

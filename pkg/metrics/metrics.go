@@ -24,6 +24,8 @@ type Metrics struct {
 	InternalErrors *prometheus.CounterVec // kind
 	// Refused counts what a limit turned away (R-L1, R-L4, R-L6).
 	Refused *prometheus.CounterVec // what
+	// RouteBaseline is a route's latency baseline (R-T6).
+	RouteBaseline *prometheus.GaugeVec // gateway, route
 }
 
 // Values of fusebox_refused_total{what}.
@@ -88,6 +90,10 @@ func New() *Metrics {
 			Name: "fusebox_internal_errors_total",
 			Help: "Panics and store errors absorbed on the request path without failing the request.",
 		}, []string{"kind"}),
+		RouteBaseline: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fusebox_route_latency_baseline_seconds",
+			Help: "A route's p50 latency of successes over the last 15 minutes (R-T6), for routes with slow_call_baseline_multiplier.",
+		}, []string{"gateway", "route"}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_refused_total",
 			Help: "Requests and streams a limit turned away, by what was refused.",
@@ -95,7 +101,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
-		m.InternalErrors, m.Refused,
+		m.InternalErrors, m.Refused, m.RouteBaseline,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")

@@ -60,6 +60,12 @@ gateways:
         circuit_breaker: {slow_call_ms: 1000, slow_call_rate_percent: 50, minimum_requests: 2, failure_threshold: 100}
       - name: mixed
         routes: ["openai:us:mx", "azure:eu:mx"]
+      - name: stally
+        routes: ["openai:us:stl", "azure:eu:stl"]
+        circuit_breaker: {stall_ms: 5000, slow_call_rate_percent: 60, minimum_requests: 2, failure_threshold: 100}
+      - name: basem
+        routes: ["openai:us:bas", "azure:eu:bas"]
+        circuit_breaker: {slow_call_baseline_multiplier: 2, slow_call_rate_percent: 50, minimum_requests: 6, rate_window_sec: 10, failure_threshold: 100}
     routes:
       - {key: "openai:us:gpt", cluster: c_openai_us, cost_per_mtok: 5, residency: [us]}
       - {key: "azure:eu:gpt", cluster: c_azure_eu, cost_per_mtok: 1, residency: [eu], upstream_model: gpt-deploy, path: "/openai/deployments/gpt/chat/completions?api-version=2024-10-21"}
@@ -76,6 +82,10 @@ gateways:
       - {key: "azure:eu:st", cluster: c_st2}
       - {key: "openai:us:slow", cluster: c_slow1}
       - {key: "azure:eu:slow", cluster: c_slow2}
+      - {key: "openai:us:stl", cluster: c_stl1}
+      - {key: "azure:eu:stl", cluster: c_stl2}
+      - {key: "openai:us:bas", cluster: c_bas1}
+      - {key: "azure:eu:bas", cluster: c_bas2}
       - {key: "openai:us:mx", cluster: c_mx1, circuit_breaker: {mode: shadow, failure_threshold: 1}}
       - {key: "azure:eu:mx", cluster: c_mx2}
       - {key: "self:a:llama", cluster: c_llama_a, fleet: gpu, self_hosted: true}

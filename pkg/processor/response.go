@@ -134,6 +134,10 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRes
 		st.classifier.Write(b.Body, st.now())
 		if b.EndOfStream {
 			st.onResponseEnd()
+		} else if stall := st.chosen.Policy.StallMs; stall > 0 && st.classifier.Streaming() {
+			if lp := st.classifier.LastProgress(); lp > 0 {
+				st.s.stalls.touch(st, lp, stall*1e6)
+			}
 		}
 	}
 	return resp
@@ -179,7 +183,21 @@ func (st *stream) record(res breaker.Result, now int64) {
 		return
 	}
 	st.recorded = true
+	if st.stall != nil {
+		st.s.stalls.forget(st)
+	}
+	res.Counted = st.stallCounted.Load()
+	base := st.comp.bases[st.chosen]
+	if base != nil {
+		res.BaselineMs = base.p50(now)
+	}
 	route, fleet, err := st.target.Record(context.Background(), st.s.store, now, st.adm, res)
+	if base != nil && route.Applied && route.Outcome.Class == breaker.Success {
+		base.add(res.ElapsedMs, now)
+		if res.BaselineMs > 0 {
+			st.s.metrics.RouteBaseline.WithLabelValues(st.gw.ID, st.chosen.Key).Set(float64(res.BaselineMs) / 1e3)
+		}
+	}
 	if err != nil && err != breaker.ErrUnknown {
 		st.s.metrics.StoreErrors.WithLabelValues("record").Inc()
 	}

@@ -50,6 +50,8 @@ type Server struct {
 	maxStreams int64
 	streams    atomic.Int64
 	history    *breaker.History
+	stalls     stallWatch
+	baselines  *baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 }
@@ -80,7 +82,7 @@ func NewServer(o Options) *Server {
 		o.Metrics = metrics.New()
 	}
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
-		maxStreams: int64(o.MaxStreams), history: o.History}
+		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines()}
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}
@@ -225,6 +227,9 @@ func passThrough(stream extprocv3.ExternalProcessor_ProcessServer) error {
 type compiled struct {
 	rt      *routes.Runtime
 	targets map[*routes.Route]*breaker.Target
+	// bases are the latency baselines of routes with
+	// slow_call_baseline_multiplier (R-T6), looked up once here.
+	bases map[*routes.Route]*baseline
 }
 
 // install puts rt's breakers and policies into the store (R-P9, R-P11). It
@@ -264,9 +269,12 @@ func (s *Server) install(rt *routes.Runtime) {
 			keys[i] = breaker.KeyOf(sp.ID)
 		}
 	}
-	c := &compiled{rt: rt, targets: make(map[*routes.Route]*breaker.Target, len(refs))}
+	c := &compiled{rt: rt, targets: make(map[*routes.Route]*breaker.Target, len(refs)), bases: map[*routes.Route]*baseline{}}
 	for _, rf := range refs {
 		t := &breaker.Target{Route: keys[rf.idx]}
+		if rf.r.Policy.BaselineMultiplier > 0 {
+			c.bases[rf.r] = s.baselines.get(specs[rf.idx].ID)
+		}
 		if rf.r.Fleet != nil {
 			t.Fleet, t.HasFleet = keys[fleetAt[rf.r.Fleet.Name]], true
 		}
@@ -284,6 +292,7 @@ func (s *Server) install(rt *routes.Runtime) {
 			keep[sp.ID] = true
 		}
 		s.history.Retain(keep)
+		s.baselines.retain(keep)
 	}
 	s.compMu.Lock()
 	s.prev.Store(s.comp.Load())
@@ -301,10 +310,13 @@ func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 	if c := s.prev.Load(); c != nil && c.rt == rt {
 		return c
 	}
-	c := &compiled{rt: rt, targets: map[*routes.Route]*breaker.Target{}}
+	c := &compiled{rt: rt, targets: map[*routes.Route]*breaker.Target{}, bases: map[*routes.Route]*baseline{}}
 	for _, g := range rt.Gateways {
 		for _, r := range g.RouteList {
 			t := &breaker.Target{Route: breaker.KeyOf(breaker.RouteID(g.ID, r.Key))}
+			if r.Policy.BaselineMultiplier > 0 {
+				c.bases[r] = s.baselines.get(breaker.RouteID(g.ID, r.Key))
+			}
 			if r.Fleet != nil {
 				t.Fleet, t.HasFleet = breaker.KeyOf(breaker.FleetID(r.Fleet.Name)), true
 			}

@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"sync/atomic"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -47,6 +49,12 @@ type stream struct {
 	head        breaker.Result // the result as the headers gave it
 	sniff       []byte
 	classifier  *classify.Classifier
+
+	// stall is the stream's entry in the server's stall watch (R-T5);
+	// stallCounted is set, by the watch, once the attempt was counted as a
+	// slow call while it ran.
+	stall        *stallItem
+	stallCounted atomic.Bool
 }
 
 func newStream(s *Server) *stream {

@@ -27,6 +27,8 @@ type PolicySpec struct {
 	MinimumRequests     *int64
 	SlowCallMs          *int64
 	SlowCallRatePercent *float64
+	StallMs             *int64
+	BaselineMultiplier  *float64
 	HalfOpenMaxProbes   *int64
 	ProbeTimeoutMs      *int64
 	BackoffMultiplier   *float64
@@ -166,6 +168,8 @@ var policyFields = func() map[string]policyField {
 		intField("minimum_requests", 1, 1000000, func(s *PolicySpec) **int64 { return &s.MinimumRequests }),
 		intField("slow_call_ms", 0, 3600000, func(s *PolicySpec) **int64 { return &s.SlowCallMs }),
 		floatField("slow_call_rate_percent", 0, 100, func(s *PolicySpec) **float64 { return &s.SlowCallRatePercent }),
+		intField("stall_ms", 0, 3600000, func(s *PolicySpec) **int64 { return &s.StallMs }),
+		floatField("slow_call_baseline_multiplier", 0, 100, func(s *PolicySpec) **float64 { return &s.BaselineMultiplier }),
 		intField("half_open_max_probes", 0, 10000, func(s *PolicySpec) **int64 { return &s.HalfOpenMaxProbes }),
 		intField("probe_timeout_ms", 1, 3600000, func(s *PolicySpec) **int64 { return &s.ProbeTimeoutMs }),
 		floatField("backoff_multiplier", 1, 100, func(s *PolicySpec) **float64 { return &s.BackoffMultiplier }),
@@ -276,6 +280,8 @@ func (s *PolicySpec) applyTo(p *breaker.Policy) {
 	setInt(&p.MinimumRequests, s.MinimumRequests)
 	setInt64(&p.SlowCallMs, s.SlowCallMs)
 	setFloat(&p.SlowCallRatePercent, s.SlowCallRatePercent)
+	setInt64(&p.StallMs, s.StallMs)
+	setFloat(&p.BaselineMultiplier, s.BaselineMultiplier)
 	setInt(&p.HalfOpenMaxProbes, s.HalfOpenMaxProbes)
 	setInt64(&p.ProbeTimeoutMs, s.ProbeTimeoutMs)
 	setFloat(&p.BackoffMultiplier, s.BackoffMultiplier)

@@ -163,10 +163,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	in.grpcSrv = grpc.NewServer(grpcOptions(rt.Limits, grpcCreds)...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
-	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, processor.NewServer(processor.Options{
+	procSrv := processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
 		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history,
-	}))
+	})
+	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, procSrv)
 	in.Health.OnChange(func(serving bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if serving {
@@ -190,7 +191,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
-	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history}
+	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs}
 	api.Register(adm)
 	(&admin.Gateways{Manager: mgr, API: api}).Register(adm)
 	adm.RegisterDashboard()
@@ -203,6 +204,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		if err := in.httpSrv.Serve(in.adminLn); !errors.Is(err, http.ErrServerClosed) {
 			in.serveErr <- err
 		}
+	}()
+	in.bg.Add(1)
+	go func() {
+		defer in.bg.Done()
+		procSrv.RunStallWatch(bgCtx, 250*time.Millisecond)
 	}()
 	in.bg.Add(1)
 	go func() {

@@ -64,6 +64,8 @@ const (
 type tally struct {
 	visible      bool
 	firstVisible int64
+	lastProgress int64 // the latest visible token or tool-call delta (R-T5)
+	maxGap       int64 // the longest gap between two of them, ns
 	toolCall     bool
 	reasoning    bool
 	finish       uint8
@@ -78,6 +80,7 @@ func (t *tally) sawVisible(now int64) {
 	if !t.visible {
 		t.visible, t.firstVisible = true, now
 	}
+	t.progress(now)
 }
 
 func (t *tally) sawTool(now int64) {
@@ -85,6 +88,16 @@ func (t *tally) sawTool(now int64) {
 	if t.firstVisible == 0 {
 		t.firstVisible = now
 	}
+	t.progress(now)
+}
+
+// progress notes a visible token or tool-call delta at now: the gaps
+// between them are what stall_ms measures (R-T5).
+func (t *tally) progress(now int64) {
+	if t.lastProgress != 0 && now-t.lastProgress > t.maxGap {
+		t.maxGap = now - t.lastProgress
+	}
+	t.lastProgress = now
 }
 
 // setFinish keeps the most telling finish reason across choices: a length

@@ -64,6 +64,9 @@ func (c *Classifier) Streaming() bool { return c.format == formatSSE }
 func (c *Classifier) onEvent(event, data []byte) {
 	if (c.t.visible || c.t.toolCall) && c.skippable(event, data) {
 		c.t.events++
+		if c.tokenDelta(event, data) {
+			c.t.progress(c.now)
+		}
 		return
 	}
 	if c.anthropic {
@@ -96,6 +99,29 @@ func (c *Classifier) skippable(event, data []byte) bool {
 	}
 	return true
 }
+
+// tokenDelta reports, without decoding, whether a skipped event carries
+// output: a text or tool-call delta (R-T5 measures the gaps between them).
+func (c *Classifier) tokenDelta(event, data []byte) bool {
+	if c.anthropic {
+		return string(event) == "content_block_delta"
+	}
+	switch string(event) {
+	case "":
+		// A chat chunk: non-empty content, or a tool call.
+		if i := bytes.Index(data, []byte(`"content":"`)); i >= 0 && i+11 < len(data) && data[i+11] != '"' {
+			return true
+		}
+		return bytes.Contains(data, []byte(`"tool_calls"`))
+	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		return true
+	}
+	return false
+}
+
+// LastProgress is when the latest visible token or tool-call delta came
+// (unix ns), 0 before the first.
+func (c *Classifier) LastProgress() int64 { return c.t.lastProgress }
 
 // Write feeds one body chunk received at now (unix ns).
 func (c *Classifier) Write(chunk []byte, now int64) {

@@ -16,6 +16,7 @@ func (c *Classifier) Result(res breaker.Result, startNs, now int64) breaker.Resu
 	if c.Streaming() && b.FirstVisibleNs > 0 {
 		res.ElapsedMs = (b.FirstVisibleNs - startNs) / 1e6
 	}
+	res.MaxGapMs = c.t.maxGap / 1e6
 	res.Kind, res.Reason = breaker.KindNeither, ""
 	switch b.Kind {
 	case Answered, NotLLM:
