@@ -17,10 +17,10 @@ import (
 // the last one everything above ~21 minutes); the p50 is reported at its
 // bucket's geometric middle, so it is within ±12 % of the true median.
 const (
-	baselineMinutes   = 15
-	baselineBuckets   = 64
-	baselineGrowth    = 1.25
-	baselineMinCount  = 20
+	baselineMinutes  = 15
+	baselineBuckets  = 64
+	baselineGrowth   = 1.25
+	baselineMinCount = 20
 )
 
 type baselines struct {
@@ -32,9 +32,9 @@ type baselines struct {
 // atomics only (a counter, and the cached p50); the p50 is recomputed under
 // mu at most once a second.
 type baseline struct {
-	minute  [baselineMinutes]atomic.Int64 // which minute each row holds
-	counts  [baselineMinutes][baselineBuckets]atomic.Uint32
-	mu sync.Mutex
+	minute [baselineMinutes]atomic.Int64 // which minute each row holds
+	counts [baselineMinutes][baselineBuckets]atomic.Uint32
+	mu     sync.Mutex
 	// cache is the last p50 (ms, high 32 bits) and the unix second it was
 	// computed in (low 32 bits): one atomic load on the record path.
 	cache atomic.Uint64
