@@ -432,3 +432,45 @@ func TestForceOpenThroughAdmin(t *testing.T) {
 		t.Fatalf("force-open outlived its duration: %q", r.servedBy())
 	}
 }
+
+// R-T5 end to end: a provider that stalls mid-stream is counted slow while
+// the stream still hangs, and the breaker opens on slow_call_rate:stall
+// before the stream ends; the next requests go elsewhere.
+func TestStallMidStreamOpensWhileItHangs(t *testing.T) {
+	w := newWorld(t)
+	p := w.proxy("stall", nil)
+	up := w.providers["openai_us"]
+	release := make(chan struct{})
+	up.SetFault(fakeprovider.Fault{StallAfterFirstToken: release})
+	done := make(chan reply, 1)
+	go func() { done <- chat(t, p, gpt, true) }()
+	eventually(t, "the stream is upstream", func() bool { return up.Served() > 0 })
+	// The token already sent, the provider is silent; time passes on
+	// fusebox's clock until the stall watch sees it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.clk.Advance(6 * time.Second)
+		time.Sleep(300 * time.Millisecond)
+		if b := w.breaker("stall", "openai:us-east:gpt-4o-mini"); b != nil && b["state"] == "open" {
+			if b["reason"] != "slow_call_rate:stall" {
+				t.Fatalf("opened for %v", b["reason"])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled stream did not open the breaker while it hung:\n%s", w.logs.String())
+		}
+	}
+	select {
+	case <-done:
+		t.Fatal("the stream ended before the stall was counted: the test proves nothing")
+	default:
+	}
+	close(release)
+	if r := <-done; r.status != 200 {
+		t.Fatalf("the stalled stream ended with %d", r.status)
+	}
+	if r := chat(t, p, gpt, false); r.servedBy() != "openai_eu" {
+		t.Fatalf("after the stall the next request went to %q", r.servedBy())
+	}
+}

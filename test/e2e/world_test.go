@@ -46,6 +46,13 @@ gateways:
       - {key: anthropic:eu:claude, cluster: anthropic_eu, api: anthropic}
       - {key: self:gpu-a:llama, cluster: gpu_a, self_hosted: true}
       - {key: self:gpu-b:llama, cluster: gpu_b, self_hosted: true}
+  - id: stall
+    circuit_breaker: {policy: standard, stall_ms: 5000, slow_call_rate_percent: 50, minimum_requests: 1}
+    models:
+      - {name: gpt-4o-mini, routes: [openai:us-east:gpt-4o-mini, openai:eu:gpt-4o-mini]}
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
   - id: shadow
     circuit_breaker: {policy: standard, mode: shadow}
     models:

@@ -29,6 +29,9 @@ type Fault struct {
 	DeadTurn   bool // a clean stop with no visible text
 	LengthCap  bool // finish_reason length with no visible text
 	ErrorEvent bool // an error event inside the stream
+	// StallAfterFirstToken holds a stream after its first token until the
+	// channel is closed (or the client goes away): a stall mid-generation.
+	StallAfterFirstToken chan struct{} `json:"-"`
 }
 
 // Provider is one fake upstream (one Envoy cluster).
@@ -221,6 +224,13 @@ func (p *Provider) sse(w http.ResponseWriter, r *http.Request, f Fault, events [
 		if i == 1 && f.SlowFirstToken > 0 {
 			select {
 			case <-time.After(f.SlowFirstToken):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if i == 2 && f.StallAfterFirstToken != nil {
+			select {
+			case <-f.StallAfterFirstToken:
 			case <-r.Context().Done():
 				return
 			}
