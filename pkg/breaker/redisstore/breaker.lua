@@ -9,20 +9,22 @@
 -- ARGV[2]  now, unix milliseconds (the caller's clock: see doc.go). Lua
 --          numbers are doubles and cjson keeps 14 digits: milliseconds stay
 --          exact, nanoseconds would not.
--- ARGV[3..] the installed policy, then the operation's arguments.
+-- ARGV[3]  the installed policy (a MessagePack array), then the
+--          operation's arguments.
 local key = KEYS[1]
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
+-- The policy comes packed (MessagePack, encoded once per config load):
+-- one argument instead of twenty to convert.
+local pa = cmsgpack.unpack(ARGV[3])
 local P = {
-  active = ARGV[3] == "1", shadow = ARGV[4] == "1",
-  threshold = tonumber(ARGV[5]), window_sec = tonumber(ARGV[6]), cooldown = tonumber(ARGV[7]),
-  sliding = ARGV[8] == "1", consecutive = tonumber(ARGV[9]), rate = tonumber(ARGV[10]),
-  rate_sec = tonumber(ARGV[11]), min_req = tonumber(ARGV[12]), slow_ms = tonumber(ARGV[13]),
-  slow_rate = tonumber(ARGV[14]), max_probes = tonumber(ARGV[15]), probe_timeout = tonumber(ARGV[16]),
-  mult = tonumber(ARGV[17]), max_cooldown = tonumber(ARGV[18]), version = ARGV[19],
-  ttl_ms = tonumber(ARGV[20]), tracks_slow = ARGV[21] == "1", stall = tonumber(ARGV[22]),
+  active = pa[1], shadow = pa[2], threshold = pa[3], window_sec = pa[4], cooldown = pa[5],
+  sliding = pa[6], consecutive = pa[7], rate = pa[8], rate_sec = pa[9], min_req = pa[10],
+  slow_ms = pa[11], slow_rate = pa[12], max_probes = pa[13], probe_timeout = pa[14],
+  mult = pa[15], max_cooldown = pa[16], version = pa[17], ttl_ms = pa[18],
+  tracks_slow = pa[19], stall = pa[20],
 }
-local A = 23 -- first operation argument
+local A = 4 -- first operation argument
 
 local raw = redis.call("GET", key)
 local s

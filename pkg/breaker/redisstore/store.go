@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -77,27 +79,46 @@ func (s *Store) Key(id breaker.ID) string {
 	return s.prefix + "{" + id.Gateway + "|" + id.Route + "}:state"
 }
 
+// policyArgs packs the policy as the script's third argument: a
+// MessagePack array in the order breaker.lua reads it, built once per
+// config load.
 func policyArgs(p *breaker.Policy) []any {
-	b := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
 	// A breaker's state outlives its windows and cooldowns; it expires a
 	// day after its last change.
 	ttl := int64(24 * time.Hour / time.Millisecond)
-	args := []any{
-		b(p.Active()), b(p.Mode == breaker.ModeShadow), p.FailureThreshold, p.WindowSec, p.CooldownMs,
-		b(p.Window == breaker.WindowSliding), p.ConsecutiveFailures, p.FailureRatePercent, p.RateWindowSec,
-		p.MinimumRequests, p.SlowCallMs, p.SlowCallRatePercent, p.HalfOpenMaxProbes, p.ProbeTimeoutMs,
-		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl, b(p.TracksSlow()), p.StallMs,
+	vals := []any{
+		p.Active(), p.Mode == breaker.ModeShadow, int64(p.FailureThreshold), int64(p.WindowSec), p.CooldownMs,
+		p.Window == breaker.WindowSliding, int64(p.ConsecutiveFailures), p.FailureRatePercent, int64(p.RateWindowSec),
+		int64(p.MinimumRequests), p.SlowCallMs, p.SlowCallRatePercent, int64(p.HalfOpenMaxProbes), p.ProbeTimeoutMs,
+		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl, p.TracksSlow(), p.StallMs,
 	}
-	// Formatted once, at install, not on every call.
-	for i, a := range args {
-		args[i] = fmt.Sprint(a)
+	return []any{string(msgpackArray(vals))}
+}
+
+// msgpackArray encodes bools, int64s, float64s and short strings: all the
+// policy needs, without a dependency.
+func msgpackArray(vals []any) []byte {
+	b := []byte{0xdc, byte(len(vals) >> 8), byte(len(vals))}
+	for _, v := range vals {
+		switch x := v.(type) {
+		case bool:
+			if x {
+				b = append(b, 0xc3)
+			} else {
+				b = append(b, 0xc2)
+			}
+		case int64:
+			b = append(b, 0xd3)
+			b = binary.BigEndian.AppendUint64(b, uint64(x))
+		case float64:
+			b = append(b, 0xcb)
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+		case string:
+			b = append(b, 0xd9, byte(len(x)))
+			b = append(b, x[:min(len(x), 255)]...)
+		}
 	}
-	return args
+	return b
 }
 
 // Install implements breaker.Store. Policies live in each replica's config;
