@@ -57,7 +57,7 @@ func BenchmarkRedis(b *testing.B) {
 		_, _ = st.Record(ctx, k, now, adm, breaker.Result{Kind: breaker.KindStatus, Status: 401}) // not a failure
 		q := p
 		q.OpenOnStatusCodes = []int{401}
-		keys, _, _ = st.Install(ctx, now, []breaker.Spec{{ID: id, Policy: q.Finish()}})
+		_, _, _ = st.Install(ctx, now, []breaker.Spec{{ID: id, Policy: q.Finish()}})
 		adm, _, _ = st.Acquire(ctx, k, now, true)
 		_, _ = st.Record(ctx, k, now, adm, breaker.Result{Kind: breaker.KindStatus, Status: 401})
 		later := now + int64(time.Minute)

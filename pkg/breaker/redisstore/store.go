@@ -2,11 +2,11 @@ package redisstore
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -133,9 +133,8 @@ func (s *Store) Install(_ context.Context, _ int64, specs []breaker.Spec) ([]bre
 		if sp.Policy == nil {
 			return nil, nil, fmt.Errorf("redisstore: install %s: no policy", sp.ID.Route)
 		}
-		e, ok := nt.byID[sp.ID]
-		if !ok {
-			e = &entry{id: sp.ID, key: s.Key(sp.ID), policy: sp.Policy, args: policyArgs(sp.Policy)}
+		if _, ok := nt.byID[sp.ID]; !ok {
+			e := &entry{id: sp.ID, key: s.Key(sp.ID), policy: sp.Policy, args: policyArgs(sp.Policy)}
 			if prev, kept := old.byID[sp.ID]; kept {
 				e.view.Store(prev.view.Load())
 			}
