@@ -91,6 +91,7 @@ func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 		st.wait, st.head = wait, res
 		if wait == needBody {
 			st.classifier = classify.NewForRoute(st.chosen.API, p.contentType, st.chosen.SelfHosted)
+			st.classifier.TrackGaps = st.chosen.Policy.StallMs > 0
 		}
 	}
 	return false

@@ -21,6 +21,9 @@ const (
 type Classifier struct {
 	anthropic  bool
 	selfHosted bool // dead turns fail only on self-hosted routes (R-O4)
+	// TrackGaps makes the classifier note every token delta, not only the
+	// first, for stall_ms (R-T5); off, the skipped deltas cost nothing.
+	TrackGaps bool
 	format     uint8
 	t          tally
 	sse        sseParser
@@ -64,7 +67,7 @@ func (c *Classifier) Streaming() bool { return c.format == formatSSE }
 func (c *Classifier) onEvent(event, data []byte) {
 	if (c.t.visible || c.t.toolCall) && c.skippable(event, data) {
 		c.t.events++
-		if c.tokenDelta(event, data) {
+		if c.TrackGaps && c.tokenDelta(event, data) {
 			c.t.progress(c.now)
 		}
 		return

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
 type fixture struct {
@@ -198,4 +200,36 @@ func BenchmarkClassifySSE50Chunks(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/50, "ns/chunk")
+}
+
+// R-T5: with TrackGaps the classifier measures the longest gap between
+// visible token deltas, in every provider's stream format.
+func TestGapsBetweenTokens(t *testing.T) {
+	cases := []struct {
+		api, first, delta, end string
+	}{
+		{APIOpenAI, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n", "data: [DONE]\n\n"},
+		{APIOpenAI, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"b\"}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n"},
+		{APIAnthropic, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\"}}\n\n",
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
+	}
+	for _, tc := range cases {
+		c := NewForRoute(tc.api, "text/event-stream", false)
+		c.TrackGaps = true
+		ms := int64(1e6)
+		c.Write([]byte(tc.first), 1000*ms)
+		c.Write([]byte(tc.delta), 1200*ms)
+		c.Write([]byte(tc.delta), 9200*ms) // 8 s of silence
+		c.Write([]byte(tc.delta), 9300*ms)
+		c.Write([]byte(tc.end), 20000*ms) // the end marker is not a token
+		if c.LastProgress() != 9300*ms {
+			t.Fatalf("%s: last progress %d", tc.api, c.LastProgress())
+		}
+		r := c.Result(breaker.Result{Kind: breaker.KindStatus, Status: 200}, 0, 20000*ms)
+		if r.MaxGapMs != 8000 || r.Kind != breaker.KindAnswered {
+			t.Fatalf("%s: max gap %d ms, kind %v", tc.api, r.MaxGapMs, r.Kind)
+		}
+	}
 }
