@@ -24,12 +24,12 @@ type Classifier struct {
 	// TrackGaps makes the classifier note every token delta, not only the
 	// first, for stall_ms (R-T5); off, the skipped deltas cost nothing.
 	TrackGaps bool
-	format     uint8
-	t          tally
-	sse        sseParser
-	buf        []byte
-	tooLarge   bool
-	now        int64
+	format    uint8
+	t         tally
+	sse       sseParser
+	buf       []byte
+	tooLarge  bool
+	now       int64
 }
 
 const (
