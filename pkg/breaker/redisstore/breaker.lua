@@ -37,35 +37,28 @@ end
 local events = {}
 
 -- Sliding windows: buckets of `width` seconds, at most 120 of them, keyed by
--- bucket number (as in machine.go's sliding).
-local function geom(size)
-  local width = math.floor((size + 119) / 120)
-  local n = math.floor((size + width - 1) / width)
-  return width, n
-end
-local function idx_of(t, width) return math.floor(math.floor(t / 1000) / width) end
-
--- Each window is pruned once per call, and its totals kept from then on.
+-- bucket number (as in machine.go's sliding). Each window is pruned once
+-- per call, and its totals kept from then on.
 local pruned = {}
 local function win_prune(w, size)
   if pruned[w] then return end
-  local width, n = geom(size)
-  local cur = idx_of(now, width)
+  local width = math.floor((size + 119) / 120)
+  local n = math.floor((size + width - 1) / width)
+  local cur = math.floor(math.floor(now / 1000) / width)
   local c, f, sl = 0, 0, 0
   for k, b in pairs(w) do
     if cur - tonumber(k) >= n then w[k] = nil else c = c + b[1]; f = f + b[2]; sl = sl + b[3] end
   end
-  pruned[w] = {c, f, sl}
+  pruned[w] = {c, f, sl, tostring(cur)}
 end
 
 local function win_add(w, size, c, f, sl)
   win_prune(w, size)
-  local width = geom(size)
-  local k = tostring(idx_of(now, width))
+  local t = pruned[w]
+  local k = t[4]
   local b = w[k] or {0, 0, 0}
   b[1] = b[1] + c; b[2] = b[2] + f; b[3] = b[3] + sl
   w[k] = b
-  local t = pruned[w]
   t[1] = t[1] + c; t[2] = t[2] + f; t[3] = t[3] + sl
 end
 
