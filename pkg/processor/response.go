@@ -187,7 +187,9 @@ func (st *stream) record(res breaker.Result, now int64) {
 	if st.stall != nil {
 		st.s.stalls.forget(st)
 	}
-	res.Counted = st.stallCounted.Load()
+	// Close the stall watch for this attempt; if it already counted the
+	// call, the outcome must not count it again.
+	res.Counted = !st.stallState.CompareAndSwap(stallOpen, stallClosed)
 	base := st.comp.bases[st.chosen]
 	if base != nil {
 		res.BaselineMs = base.p50(now)

@@ -97,7 +97,7 @@ func (w *stallWatch) due(now int64) []*stream {
 // attempt) on its breakers.
 func (s *Server) checkStalls(now int64) {
 	for _, st := range s.stalls.due(now) {
-		if st.stallCounted.CompareAndSwap(false, true) {
+		if st.stallState.CompareAndSwap(stallOpen, stallCounted) {
 			ctx := context.Background()
 			t := st.target
 			if err := s.store.Stalled(ctx, t.Route, now); err != nil {

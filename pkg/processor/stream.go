@@ -51,11 +51,19 @@ type stream struct {
 	classifier  *classify.Classifier
 
 	// stall is the stream's entry in the server's stall watch (R-T5);
-	// stallCounted is set, by the watch, once the attempt was counted as a
-	// slow call while it ran.
-	stall        *stallItem
-	stallCounted atomic.Bool
+	// stallState settles who counts the attempt's call: the stall watch
+	// (stallCounted, it stalled while running) or the outcome
+	// (stallClosed). Whoever moves it from stallOpen first wins, so the
+	// call is counted exactly once even when both race.
+	stall      *stallItem
+	stallState atomic.Int32
 }
+
+const (
+	stallOpen int32 = iota
+	stallCounted
+	stallClosed
+)
 
 func newStream(s *Server) *stream {
 	return &stream{s: s, respBodyMode: filterv3.ProcessingMode_STREAMED, reqBodyMode: filterv3.ProcessingMode_BUFFERED}
