@@ -125,8 +125,46 @@ func (st *stream) decide() decision {
 		action = ActionWouldSkip
 		d.stage = stageMetadata(ActionWouldSkip, would, "")
 	}
+	if m.MaxAttempts > 1 {
+		d.stage = withChain(d.stage, action, cands, verdicts, sel.Order, chosenAt, m.MaxAttempts)
+	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
 	return d
+}
+
+// withChain adds the failover chain (R-X1): the dispatched route first, then
+// the other remaining candidates in routing order that are closed and
+// unblocked, at most max groups, as Envoy's PriorityGroupsOverride in
+// namespace fusebox.failover; the stage gains chain.
+func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, max int) *structpb.Struct {
+	idx := []int{order[chosenAt]}
+	for _, i := range order[chosenAt+1:] {
+		if len(idx) == max {
+			break
+		}
+		// Only the first group may be a half-open route (its admitted
+		// probe); later ones must be healthy.
+		if v[i].Allowed && v[i].State == breaker.Closed {
+			idx = append(idx, i)
+		}
+	}
+	groups := make([]any, 0, len(idx))
+	for _, i := range idx {
+		groups = append(groups, map[string]any{
+			"name":     cands[i].Key,
+			"clusters": []any{map[string]any{"cluster_name": cands[i].Cluster, "weight": 1}},
+		})
+	}
+	if stage == nil {
+		stage = stageMetadata(action, "", "")
+	}
+	chain := keys(cands, idx)
+	stage.Fields["fusebox"].GetStructValue().Fields["chain"] = structpb.NewStringValue(chain)
+	override, err := structpb.NewStruct(map[string]any{"priority_groups": groups})
+	if err == nil {
+		stage.Fields["fusebox.failover"] = structpb.NewStructValue(override)
+	}
+	return stage
 }
 
 func flagged(f []bool) []int {

@@ -60,6 +60,9 @@ gateways:
         circuit_breaker: {slow_call_ms: 1000, slow_call_rate_percent: 50, minimum_requests: 2, failure_threshold: 100}
       - name: mixed
         routes: ["openai:us:mx", "azure:eu:mx"]
+      - name: fo
+        routes: ["openai:us:gpt", "azure:eu:gpt", "openai:eu:gpt"]
+        failover: {max_attempts: 2}
       - name: stally
         routes: ["openai:us:stl", "azure:eu:stl"]
         circuit_breaker: {stall_ms: 5000, slow_call_rate_percent: 60, minimum_requests: 2, failure_threshold: 100}

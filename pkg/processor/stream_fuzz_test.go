@@ -41,7 +41,7 @@ func streamFromBytes(b []byte) []*extprocv3.ProcessingRequest {
 		b = b[1:]
 		return c
 	}
-	models := []string{"gpt", "cheap", "shadowed", "offm", "ff", "floor", "strict", "llama", "slowm", "mixed", "nope", "", strings.Repeat("m", 300)}
+	models := []string{"gpt", "cheap", "shadowed", "offm", "ff", "floor", "strict", "llama", "slowm", "mixed", "fo", "stally", "basem", "nope", "", strings.Repeat("m", 300)}
 	statuses := []string{"200", "500", "503", "504", "429", "401", "400", "302", "abc", ""}
 	cts := []string{"application/json", "text/event-stream", "text/plain", "", "multipart/form-data"}
 	bodies := []string{`{"model":"gpt","messages":[]}`, `{"model":"llama"}`, `{"model":null}`, `{"model":"a","model":"b"}`, `{`, ``,

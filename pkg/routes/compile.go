@@ -323,6 +323,23 @@ func quiet(s *PolicySpec) *PolicySpec {
 	return &q
 }
 
+// maxAttempts resolves failover.max_attempts: the model's, else the
+// gateway's, else 1; each checked to be a whole number in 1..10.
+func (c *compiler) maxAttempts(where string, gw, model *FailoverSpec) int {
+	n := int64(1)
+	for _, f := range []*FailoverSpec{gw, model} {
+		if f == nil || f.MaxAttempts == nil {
+			continue
+		}
+		if v := *f.MaxAttempts; v < 1 || v > 10 {
+			c.errf("%s: failover.max_attempts: must be a whole number in 1..10, got %d", where, v)
+		} else {
+			n = v
+		}
+	}
+	return int(n)
+}
+
 func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
 	gw := fmt.Sprintf("gateway %q", gs.ID)
 	g := &Gateway{ID: gs.ID, Source: gs.source, Doc: gs.doc, Models: map[string]*Model{}, Routes: map[string]*Route{}}
@@ -370,7 +387,7 @@ func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
 			c.errf("%s: name: defined twice", mw)
 			continue
 		}
-		m := &Model{Name: ms.Name, Order: ms.Order}
+		m := &Model{Name: ms.Name, Order: ms.Order, MaxAttempts: c.maxAttempts(mw, gs.Failover, ms.Failover)}
 		if m.Order == "" {
 			m.Order = OrderListed
 		}

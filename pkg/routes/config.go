@@ -103,10 +103,11 @@ type FleetSpec struct {
 
 // GatewaySpec is one tenant configuration.
 type GatewaySpec struct {
-	ID             string      `yaml:"id"`
-	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
-	Models         []ModelSpec `yaml:"models"`
-	Routes         []RouteSpec `yaml:"routes"`
+	ID             string        `yaml:"id"`
+	CircuitBreaker *PolicySpec   `yaml:"circuit_breaker"`
+	Failover       *FailoverSpec `yaml:"failover"`
+	Models         []ModelSpec   `yaml:"models"`
+	Routes         []RouteSpec   `yaml:"routes"`
 
 	// source and doc are where the gateway comes from ("file" or
 	// "admin") and its document as written, in JSON (R-API2).
@@ -116,10 +117,17 @@ type GatewaySpec struct {
 
 // ModelSpec maps a client-facing model name to its routes.
 type ModelSpec struct {
-	Name           string      `yaml:"name"`
-	Order          string      `yaml:"order"`
-	Routes         []string    `yaml:"routes"`
-	CircuitBreaker *PolicySpec `yaml:"circuit_breaker"`
+	Name           string        `yaml:"name"`
+	Order          string        `yaml:"order"`
+	Routes         []string      `yaml:"routes"`
+	CircuitBreaker *PolicySpec   `yaml:"circuit_breaker"`
+	Failover       *FailoverSpec `yaml:"failover"`
+}
+
+// FailoverSpec is in-request failover (SPEC §11): how many routes one
+// request may try, through Envoy's retries (Envoy ≥ 1.40). 1 = off.
+type FailoverSpec struct {
+	MaxAttempts *int64 `yaml:"max_attempts"`
 }
 
 // RouteSpec is one independently failing upstream.

@@ -48,7 +48,8 @@ func (rt *Runtime) Effective() map[string]any {
 			for _, r := range m.Candidates(nil) {
 				keys = append(keys, r.Key)
 			}
-			models = append(models, map[string]any{"name": m.Name, "order": m.Order, "routes": keys, "circuit_breaker": policy(m.Policy)})
+			models = append(models, map[string]any{"name": m.Name, "order": m.Order, "routes": keys, "circuit_breaker": policy(m.Policy),
+				"failover": map[string]any{"max_attempts": m.MaxAttempts}})
 		}
 		rs := []any{}
 		for _, r := range g.RouteList {

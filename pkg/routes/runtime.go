@@ -70,6 +70,9 @@ type Model struct {
 	Name  string
 	Order string
 	API   string
+	// MaxAttempts is failover.max_attempts (gateway, model override):
+	// 1 = no in-request failover (SPEC §11).
+	MaxAttempts int
 	// Policy is the model-level resolved policy: it supplies the decision
 	// settings (when_all_open, max_ejection_percent, mode of the stage).
 	Policy *breaker.Policy

@@ -1,0 +1,50 @@
+package processor
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// R-X1: with failover.max_attempts > 1 the decision carries the chain in
+// Envoy's PriorityGroupsOverride shape: the dispatched route first, then
+// healthy candidates in routing order, at most max_attempts groups; the
+// stage names the chain. With max_attempts 1 nothing changes.
+func TestFailoverChain(t *testing.T) {
+	e := newEnv(t)
+	chainOf := func(model string) (string, string) {
+		t.Helper()
+		c := e.open("")
+		r := c.chat(model)
+		c.end()
+		md := r.GetDynamicMetadata()
+		if md == nil {
+			return "", ""
+		}
+		fo, ok := md.Fields["fusebox.failover"]
+		if !ok {
+			return "", ""
+		}
+		b, _ := json.Marshal(fo.GetStructValue().AsMap())
+		return string(b), md.Fields["fusebox"].GetStructValue().Fields["chain"].GetStringValue()
+	}
+	js, chain := chainOf("fo")
+	want := `{"priority_groups":[{"clusters":[{"cluster_name":"c_openai_us","weight":1}],"name":"openai:us:gpt"},{"clusters":[{"cluster_name":"c_azure_eu","weight":1}],"name":"azure:eu:gpt"}]}`
+	if js != want || chain != "openai:us:gpt,azure:eu:gpt" {
+		t.Fatalf("chain %s\nmetadata %s", chain, js)
+	}
+	// An open route is left out of the chain; the next healthy one takes
+	// its place.
+	e.openRoute("default", "azure:eu:gpt")
+	if _, chain := chainOf("fo"); chain != "openai:us:gpt,openai:eu:gpt" {
+		t.Fatalf("with azure open: %q", chain)
+	}
+	// max_attempts 1 (the default): no chain, no metadata.
+	c := e.open("")
+	r := c.chat("cheap")
+	c.end()
+	if md := r.GetDynamicMetadata(); md != nil {
+		if _, ok := md.Fields["fusebox.failover"]; ok {
+			t.Fatal("a model without failover got a chain")
+		}
+	}
+}
