@@ -4,7 +4,7 @@ PKGS      := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 30s
 
-.PHONY: build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean
+.PHONY: build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean soak soak-short
 
 build:
 	$(GO) build -o bin/extproc ./cmd/extproc
@@ -62,6 +62,15 @@ bench-wire:
 	$(GO) build -o bin/extproc ./cmd/extproc
 	$(GO) build -o bin/nullproc ./test/wirebench/nullproc
 	$(GO) run ./test/wirebench -fusebox bin/extproc -null bin/nullproc
+
+# The soak and fault campaign (test/soak): 200,000 paced requests with the
+# fault schedule; SOAK_ARGS adds flags (e.g. -requests 900000 for 30 min).
+soak:
+	$(GO) run ./test/soak $(SOAK_ARGS)
+
+# Its short profile (also run by make test, as TestSoakShort).
+soak-short:
+	$(GO) test -count=1 -run TestSoakShort -v ./test/soak
 
 # Peer comparison (sony/gobreaker) in its own module so the product's go.mod stays clean.
 bench-peers:

@@ -74,6 +74,9 @@ func (p *Proxy) Start(addr string) error {
 // URL is the proxy's base URL.
 func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
+// CloseIdleConnections closes idle upstream keep-alive connections.
+func (p *Proxy) CloseIdleConnections() { p.transport.CloseIdleConnections() }
+
 // Close stops the proxy.
 func (p *Proxy) Close() {
 	if p.srv != nil {
@@ -93,6 +96,14 @@ func (p *Proxy) Log() []Entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Entry(nil), p.log...)
+}
+
+// ResetLog drops the access log (a long soak would otherwise keep every
+// request's entry).
+func (p *Proxy) ResetLog() {
+	p.mu.Lock()
+	p.log = nil
+	p.mu.Unlock()
 }
 
 func (p *Proxy) record(e *Entry) {

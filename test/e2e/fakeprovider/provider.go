@@ -40,6 +40,7 @@ type Provider struct {
 	addr string
 
 	mu     sync.Mutex
+	tally  map[string]int64
 	fault  Fault
 	ln     net.Listener
 	srv    *http.Server
@@ -113,6 +114,28 @@ func (p *Provider) SetFault(f Fault) {
 	p.mu.Unlock()
 }
 
+// Tally counts what the provider answered: "complete" (a whole answer),
+// "status_<code>" (an injected error status), "reset_mid" (a stream cut by
+// the provider), "cut" (the client went away first).
+func (p *Provider) Tally() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int64, len(p.tally))
+	for k, v := range p.tally {
+		out[k] = v
+	}
+	return out
+}
+
+func (p *Provider) count(kind string) {
+	p.mu.Lock()
+	if p.tally == nil {
+		p.tally = map[string]int64{}
+	}
+	p.tally[kind]++
+	p.mu.Unlock()
+}
+
 // Served counts the requests that reached the provider.
 func (p *Provider) Served() int64 { return p.served.Load() }
 
@@ -172,6 +195,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.Status)
 		fmt.Fprintf(w, `{"error":{"message":"injected %d","type":"server_error","code":null}}`, f.Status)
+		p.count(fmt.Sprintf("status_%d", f.Status))
 		return
 	}
 	switch {
@@ -208,6 +232,15 @@ func (p *Provider) answerText(f Fault) string {
 	return "Hello from " + p.Name
 }
 
+// done tallies a whole answer, or a cut one.
+func (p *Provider) done(err error) {
+	if err != nil {
+		p.count("cut")
+		return
+	}
+	p.count("complete")
+}
+
 func flush(w http.ResponseWriter) {
 	if fl, ok := w.(http.Flusher); ok {
 		fl.Flush()
@@ -225,6 +258,7 @@ func (p *Provider) sse(w http.ResponseWriter, r *http.Request, f Fault, events [
 			select {
 			case <-time.After(f.SlowFirstToken):
 			case <-r.Context().Done():
+				p.count("cut")
 				return
 			}
 		}
@@ -232,18 +266,22 @@ func (p *Provider) sse(w http.ResponseWriter, r *http.Request, f Fault, events [
 			select {
 			case <-f.StallAfterFirstToken:
 			case <-r.Context().Done():
+				p.count("cut")
 				return
 			}
 		}
 		if f.ResetMidStream && i == len(events)/2 {
 			hijackClose(w)
+			p.count("reset_mid")
 			return
 		}
 		if _, err := io.WriteString(w, ev); err != nil {
+			p.count("cut")
 			return
 		}
 		flush(w)
 	}
+	p.count("complete")
 }
 
 func jsonEvent(event string, v any) string {
@@ -265,10 +303,10 @@ func (p *Provider) chat(w http.ResponseWriter, r *http.Request, model string, st
 			time.Sleep(f.SlowFirstToken)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
+		p.done(json.NewEncoder(w).Encode(map[string]any{
 			"id": "chatcmpl-fake", "object": "chat.completion", "model": model,
 			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": finish}},
-		})
+		}))
 		return
 	}
 	chunk := func(delta map[string]any, fin any) string {
@@ -296,7 +334,7 @@ func (p *Provider) responses(w http.ResponseWriter, r *http.Request, model strin
 		"output": []any{map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": text}}}}}
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
+		p.done(json.NewEncoder(w).Encode(resp))
 		return
 	}
 	events := []string{jsonEvent("response.created", map[string]any{"type": "response.created", "response": map[string]any{"id": "resp_fake", "status": "in_progress", "output": []any{}}})}
@@ -322,8 +360,8 @@ func (p *Provider) anthropic(w http.ResponseWriter, r *http.Request, model strin
 	}
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-			"content": []any{map[string]any{"type": "text", "text": text}}, "stop_reason": stop})
+		p.done(json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+			"content": []any{map[string]any{"type": "text", "text": text}}, "stop_reason": stop}))
 		return
 	}
 	events := []string{

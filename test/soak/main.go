@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+)
+
+func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
+
+func main() {
+	requests := flag.Int("requests", 200000, "client requests")
+	conc := flag.Int("concurrency", 32, "concurrent clients")
+	rate := flag.Int("rate", 500, "requests per second (0 = unpaced)")
+	faults := flag.Bool("faults", true, "run the fault schedule")
+	every := flag.Duration("fault-every", 3*time.Second, "pause between fault steps")
+	envoy := flag.String("envoy", "envoy/envoy.yaml", "the shipped Envoy config")
+	flag.Parse()
+	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		os.Exit(1)
+	}
+	rep.Print(os.Stdout)
+	if len(rep.Failed()) > 0 {
+		os.Exit(1)
+	}
+}
+
+// Print writes the report.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "soak: %d requests in %v (%.0f/s)\n", r.Requests, r.Duration.Round(time.Second), float64(r.Requests)/r.Duration.Seconds())
+	fmt.Fprintf(w, "client answers by status: %v\n", sortedInts(r.ByStatus))
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(w, "client-visible transport errors: %v\n", r.Errors)
+	}
+	fmt.Fprintf(w, "outcomes by class: %v\n", r.Outcomes)
+	fmt.Fprintf(w, "transitions: %d; faults injected: %v\n", r.Transitions, r.Faults)
+	fmt.Fprintf(w, "decision latency (request_body message): p50 %v, p99 %v, p99.9 %v\n", r.DecisionP50, r.DecisionP99, r.DecisionP999)
+	fmt.Fprintf(w, "peak RSS %.1f MiB, peak goroutines %d; before/after load: goroutines %d/%d, RSS %.1f/%.1f MiB\n",
+		float64(r.PeakRSS)/(1<<20), r.PeakGoroutines, r.BeforeGoroutines, r.AfterGoroutines, float64(r.BeforeRSS)/(1<<20), float64(r.AfterRSS)/(1<<20))
+	for _, c := range r.Invariants {
+		mark := "held"
+		if !c.Held {
+			mark = "BROKEN"
+		}
+		fmt.Fprintf(w, "  [%s] %s — %s\n", mark, c.Name, c.Detail)
+	}
+}
+
+func sortedInts(m map[int]int) string {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	s := ""
+	for _, k := range keys {
+		s += fmt.Sprintf("%d:%d ", k, m[k])
+	}
+	return s
+}

@@ -1,0 +1,415 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Report is what a run found.
+type Report struct {
+	Requests    int
+	Duration    time.Duration
+	ByStatus    map[int]int
+	Errors      map[string]int // transport errors by cause
+	Outcomes    map[string]float64
+	Transitions int
+	Faults      map[string]int
+	DecisionP50, DecisionP99, DecisionP999 time.Duration
+	PeakRSS                               int64
+	PeakGoroutines                        int
+	BeforeGoroutines, AfterGoroutines     int
+	BeforeRSS, AfterRSS                   int64
+	BeforeHeap, AfterHeap                 int64
+	Invariants                            []Check
+}
+
+// Check is one invariant and whether it held.
+type Check struct {
+	Name   string
+	Held   bool
+	Detail string
+}
+
+// Failed lists the invariants that broke.
+func (r *Report) Failed() []Check {
+	var out []Check
+	for _, c := range r.Invariants {
+		if !c.Held {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Run drives one campaign.
+func Run(opts Options) (*Report, error) {
+	dir, err := os.MkdirTemp("", "fusebox-soak-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	r, err := newRig(opts, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	rep := &Report{ByStatus: map[int]int{}, Errors: map[string]int{}, Faults: map[string]int{}}
+
+	// Warm up at the same concurrency (connection pools reach their
+	// steady size), then take the baseline of goroutines and memory.
+	r.drive(max(2000, 50*opts.Concurrency), opts.Concurrency, 0, nil)
+	r.proxy.ResetLog() // the harness's access log is not fusebox's memory
+	rep.BeforeGoroutines, rep.BeforeRSS, rep.BeforeHeap = r.settle()
+	base := r.tallies()
+
+	var mu sync.Mutex
+	record := func(status int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			rep.Errors[err.Error()]++
+			return
+		}
+		rep.ByStatus[status]++
+	}
+	stopPeak := make(chan struct{})
+	var peakWG sync.WaitGroup
+	peakWG.Add(1)
+	go func() {
+		defer peakWG.Done()
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopPeak:
+				return
+			case <-t.C:
+				r.proxy.ResetLog()
+				mu.Lock()
+				rep.PeakGoroutines = max(rep.PeakGoroutines, runtime.NumGoroutine())
+				rep.PeakRSS = max(rep.PeakRSS, memory())
+				mu.Unlock()
+			}
+		}
+	}()
+	stopFaults := make(chan struct{})
+	var faultWG sync.WaitGroup
+	if opts.Faults {
+		faultWG.Add(1)
+		go func() { defer faultWG.Done(); r.faults(stopFaults, opts.FaultEvery, rep, &mu) }()
+	}
+	start := time.Now()
+	r.drive(opts.Requests, opts.Concurrency, opts.Rate, record)
+	rep.Duration = time.Since(start)
+	rep.Requests = opts.Requests
+	close(stopFaults)
+	faultWG.Wait()
+	close(stopPeak)
+	peakWG.Wait()
+	// Every fault cleared: let probes time out and breakers settle.
+	for _, p := range r.providers {
+		p.SetFault(fakeprovider.Fault{})
+		_ = p.Up()
+	}
+	time.Sleep(4 * time.Second)
+	r.proxy.ResetLog()
+	rep.AfterGoroutines, rep.AfterRSS, rep.AfterHeap = r.settle()
+	r.check(rep, base)
+	return rep, nil
+}
+
+// drive sends n requests over conc workers; record (may be nil) is told of
+// each answer.
+func (r *rig) drive(n, conc, rate int, record func(int, error)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var tokens <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(rate))
+		defer t.Stop()
+		tokens = t.C
+	}
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i > n {
+					return
+				}
+				if tokens != nil {
+					<-tokens
+				}
+				r.gate.RLock()
+				r.inflight.Add(1)
+				status, err := r.request(i)
+				r.inflight.Add(-1)
+				r.gate.RUnlock()
+				if record != nil {
+					record(status, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// faults runs the schedule until stop.
+func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu *sync.Mutex) {
+	steps := []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(every):
+		}
+		step := steps[i%len(steps)]
+		p := r.providers[routeProviders[i%len(routeProviders)]]
+		switch step {
+		case "503_burst":
+			p.SetFault(fakeprovider.Fault{Status: 503})
+		case "refused":
+			p.Down()
+		case "reset_mid_stream":
+			p.SetFault(fakeprovider.Fault{ResetMidStream: true})
+		case "slow_first_token":
+			p.SetFault(fakeprovider.Fault{SlowFirstToken: 300 * time.Millisecond})
+		case "429_retry_after":
+			p.SetFault(fakeprovider.Fault{Status: 429, RetryAfter: "1"})
+		case "reload":
+			// Alternate the policy: the reload applies after the file
+			// settles (two seconds).
+			r.threshold = 7 - r.threshold // 3 ↔ 4
+			_ = r.writeConfig(strings.TrimSuffix(r.cfgPath, "/fusebox.yaml"))
+		case "force_open":
+			r.admin("POST", "/admin/v1/gateways/default/routes/"+routeOf[p.Name]+"/force-open", `{"duration_sec": 2}`)
+		case "fusebox_restart":
+			// Quiesce (nothing in flight), kill fusebox, serve a while
+			// without it (failure_mode_allow), restart.
+			r.gate.Lock()
+			r.stopFusebox()
+			r.gate.Unlock()
+			time.Sleep(every / 2)
+			r.gate.Lock()
+			_ = r.startFusebox()
+			r.gate.Unlock()
+		}
+		mu.Lock()
+		rep.Faults[step]++
+		mu.Unlock()
+		if step != "reload" && step != "force_open" && step != "fusebox_restart" {
+			select {
+			case <-stop:
+			case <-time.After(every):
+			}
+			p.SetFault(fakeprovider.Fault{})
+			_ = p.Up()
+		}
+	}
+}
+
+func (r *rig) admin(method, path, body string) int {
+	r.mu.Lock()
+	in := r.fusebox
+	r.mu.Unlock()
+	if in == nil {
+		return 0
+	}
+	req, _ := http.NewRequest(method, "http://"+in.AdminAddr()+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (r *rig) tallies() map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	for n, p := range r.providers {
+		out[n] = p.Tally()
+	}
+	return out
+}
+
+// check evaluates every invariant into rep.
+func (r *rig) check(rep *Report, base map[string]map[string]int64) {
+	add := func(name string, held bool, detail string, args ...any) {
+		rep.Invariants = append(rep.Invariants, Check{Name: name, Held: held, Detail: fmt.Sprintf(detail, args...)})
+	}
+	hung := rep.Errors[errHung.Error()]
+	add("every request ends within its deadline", hung == 0, "%d of %d hung", hung, rep.Requests)
+
+	// Outcomes, per route, against the providers' own tally (since the
+	// warm-up's baseline, which fusebox counted too: compare totals).
+	fams := r.gatherAll()
+	got := map[string]float64{} // route|class|reason
+	rep.Outcomes = map[string]float64{}
+	for _, f := range fams["aig_circuit_breaker_outcomes_total"] {
+		for _, m := range f.Metric {
+			got[label(m, "route")+"|"+label(m, "class")+"|"+label(m, "reason")] += m.GetCounter().GetValue()
+			rep.Outcomes[label(m, "class")] += m.GetCounter().GetValue()
+		}
+	}
+	var bad []string
+	for prov, route := range routeOf {
+		t := r.providers[prov].Tally()
+		sum := func(prefix string) float64 {
+			var s float64
+			for k, v := range got {
+				if strings.HasPrefix(k, prefix) {
+					s += v
+				}
+			}
+			return s
+		}
+		if s, c := sum(route+"|success|"), float64(t["complete"]); s != c {
+			bad = append(bad, fmt.Sprintf("%s: %v successes counted, provider completed %v", route, s, c))
+		}
+		if s, c := got[route+"|failure|provider_5xx"], float64(t["status_503"]); s != c {
+			bad = append(bad, fmt.Sprintf("%s: %v provider_5xx counted, provider answered 503 %v times", route, s, c))
+		}
+		if s, c := sum(route+"|neither|"), float64(t["status_429"]+t["reset_mid"]+t["cut"]); s != c {
+			bad = append(bad, fmt.Sprintf("%s: %v neither counted, provider answered %v 429s, resets and cuts", route, s, c))
+		}
+	}
+	add("every attempt's outcome counted exactly once, per class, against the providers' tally", len(bad) == 0, "%s", strings.Join(bad, "; "))
+
+	// Transitions: legal, in order, per breaker and per fusebox lifetime.
+	legal := map[string]bool{"closed->open": true, "open->half_open": true, "half_open->closed": true, "half_open->open": true, "open->closed": true}
+	last := map[string]string{}
+	var wrong []string
+	for _, line := range strings.Split(r.logs.String(), "\n") {
+		if line == "=== fusebox started" {
+			last = map[string]string{}
+			continue
+		}
+		if !strings.Contains(line, "[circuit_breaker]") {
+			continue
+		}
+		rep.Transitions++
+		tr, route := field(line, "transition"), field(line, "route")
+		from, to, _ := strings.Cut(tr, "->")
+		prev, ok := last[route]
+		if !ok {
+			prev = "closed"
+		}
+		if !legal[tr] || from != prev {
+			wrong = append(wrong, fmt.Sprintf("%s: %s after %s", route, tr, prev))
+		}
+		last[route] = to
+	}
+	add("transitions are legal and in order, per breaker", len(wrong) == 0, "%d transitions; %s", rep.Transitions, strings.Join(first(wrong, 5), "; "))
+
+	add("goroutines return within 10 % after the load", rep.AfterGoroutines <= max(rep.BeforeGoroutines*11/10, rep.BeforeGoroutines+10),
+		"%d before, %d after", rep.BeforeGoroutines, rep.AfterGoroutines)
+	if raceEnabled {
+		add("memory (Go heap in use; RSS is the race detector's under -race) returns within 10 % after the load",
+			float64(rep.AfterHeap) <= 1.1*float64(rep.BeforeHeap)+512<<10,
+			"%.1f MiB before, %.1f MiB after", float64(rep.BeforeHeap)/(1<<20), float64(rep.AfterHeap)/(1<<20))
+	} else {
+		add("memory (RSS) returns within 10 % after the load", float64(rep.AfterRSS) <= 1.1*float64(rep.BeforeRSS),
+			"%.1f MiB before, %.1f MiB after (heap in use %.1f / %.1f MiB)", float64(rep.BeforeRSS)/(1<<20), float64(rep.AfterRSS)/(1<<20),
+			float64(rep.BeforeHeap)/(1<<20), float64(rep.AfterHeap)/(1<<20))
+	}
+
+	// No probe slot outlives the probe timeout (3 s; we waited 4).
+	probes := 0
+	r.mu.Lock()
+	in := r.fusebox
+	r.mu.Unlock()
+	if in != nil {
+		resp, err := http.Get("http://" + in.AdminAddr() + "/admin/v1/gateways/default/routes")
+		if err == nil {
+			var rows []struct {
+				Probes int `json:"probes_in_flight"`
+			}
+			_ = jsonDecode(resp.Body, &rows)
+			resp.Body.Close()
+			for _, row := range rows {
+				probes += row.Probes
+			}
+		}
+	}
+	add("no probe slot stays taken past the probe timeout", probes == 0, "%d slots taken", probes)
+
+	logs := r.logs.String()
+	leak := strings.Contains(logs, promptMarker) || strings.Contains(logs, completionMarker)
+	add("no log line holds a prompt or a completion", !leak, "%d bytes of logs", len(logs))
+
+	// Decision latency from the processor's histogram (all lifetimes).
+	rep.DecisionP50, rep.DecisionP99, rep.DecisionP999 = quantiles(fams["aig_extproc_message_duration_seconds"], "request_body")
+	_ = base
+}
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// field reads key=value from a text log line.
+func field(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return strings.Trim(v, `"`)
+}
+
+// quantiles estimates p50/p99/p999 of one phase from merged histograms
+// (linear within a bucket).
+func quantiles(fams []*dto.MetricFamily, phase string) (p50, p99, p999 time.Duration) {
+	counts := map[float64]uint64{}
+	var total uint64
+	for _, f := range fams {
+		for _, m := range f.Metric {
+			if label(m, "phase") != phase {
+				continue
+			}
+			h := m.GetHistogram()
+			total += h.GetSampleCount()
+			for _, b := range h.Bucket {
+				counts[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+		}
+	}
+	if total == 0 {
+		return
+	}
+	bounds := make([]float64, 0, len(counts))
+	for b := range counts {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	q := func(p float64) time.Duration {
+		target := p * float64(total)
+		prevB, prevC := 0.0, 0.0
+		for _, b := range bounds {
+			c := float64(counts[b])
+			if c >= target {
+				frac := 1.0
+				if c > prevC {
+					frac = (target - prevC) / (c - prevC)
+				}
+				return time.Duration((prevB + frac*(b-prevB)) * 1e9)
+			}
+			prevB, prevC = b, c
+		}
+		return time.Duration(math.Inf(1))
+	}
+	return q(0.5), q(0.99), q(0.999)
+}

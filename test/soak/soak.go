@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Markers put into every prompt, and that every answer carries: no log line
+// may contain either.
+const (
+	promptMarker     = "SOAK-PROMPT-MARKER-7f3a"
+	completionMarker = "Hello from"
+)
+
+// Options of a run.
+type Options struct {
+	Requests    int
+	Concurrency int
+	// Rate paces the load (requests per second, all clients together);
+	// 0 = as fast as the clients go.
+	Rate int
+	Faults      bool
+	// FaultEvery is the pause between two steps of the fault schedule.
+	FaultEvery time.Duration
+	EnvoyYAML  string // the shipped Envoy config the proxy is built from
+	Log        io.Writer
+}
+
+var routeProviders = []string{"openai_us", "azure_eu", "openai_eu", "anthropic_us", "anthropic_eu"}
+
+const configTemplate = `
+listen: {grpc: %s, admin: %s}
+store: {memory: {persist_path: %q}}
+policies:
+  soak: {enabled: true, failure_threshold: %d, window_sec: 10, cooldown_ms: 2000, probe_timeout_ms: 3000, half_open_max_probes: 2}
+gateways:
+  - id: default
+    circuit_breaker: {policy: soak}
+    models:
+      - name: gpt-4o-mini
+        routes: [openai:us-east:gpt-4o-mini, azure:eu-west:gpt-4o-mini, openai:eu:gpt-4o-mini]
+      - name: claude
+        routes: [anthropic:us:claude, anthropic:eu:claude]
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
+      - {key: azure:eu-west:gpt-4o-mini, cluster: azure_eu}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
+      - {key: anthropic:us:claude, cluster: anthropic_us, api: anthropic}
+      - {key: anthropic:eu:claude, cluster: anthropic_eu, api: anthropic}
+`
+
+var routeOf = map[string]string{
+	"openai_us": "openai:us-east:gpt-4o-mini", "azure_eu": "azure:eu-west:gpt-4o-mini", "openai_eu": "openai:eu:gpt-4o-mini",
+	"anthropic_us": "anthropic:us:claude", "anthropic_eu": "anthropic:eu:claude",
+}
+
+// rig is the system under test.
+type rig struct {
+	opts      Options
+	providers map[string]*fakeprovider.Provider
+	proxy     *envoysim.Proxy
+	cfgPath   string
+	grpcAddr  string
+	adminAddr string
+	logs      *lockedBuffer
+
+	mu        sync.Mutex
+	fusebox   *mainlib.Instance
+	stop      context.CancelFunc
+	gathered  [][]*dto.MetricFamily // the metrics of every stopped instance
+	threshold int
+
+	// The load can be paused (to kill fusebox with nothing in flight).
+	gate     sync.RWMutex
+	inflight atomic.Int64
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func newRig(opts Options, dir string) (*rig, error) {
+	r := &rig{opts: opts, providers: map[string]*fakeprovider.Provider{}, logs: &lockedBuffer{}, threshold: 3,
+		cfgPath: filepath.Join(dir, "fusebox.yaml"), grpcAddr: freeAddr(), adminAddr: freeAddr()}
+	for _, n := range append(routeProviders, "fallback") {
+		p, err := fakeprovider.Start(n)
+		if err != nil {
+			return nil, err
+		}
+		r.providers[n] = p
+	}
+	if err := r.writeConfig(dir); err != nil {
+		return nil, err
+	}
+	if err := r.startFusebox(); err != nil {
+		return nil, err
+	}
+	b, err := envoyconfig.Load(opts.EnvoyYAML)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := envoyconfig.Harness(b)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Gateway = "default"
+	cfg.ExtProc.Addr = r.grpcAddr
+	cfg.Clusters = map[string]*envoysim.Cluster{}
+	for n, p := range r.providers {
+		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 4096}
+	}
+	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: r.providers["fallback"].Addr(), MaxRequests: 4096}
+	if r.proxy, err = envoysim.New(cfg); err != nil {
+		return nil, err
+	}
+	if err := r.proxy.Start("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rig) writeConfig(dir string) error {
+	doc := fmt.Sprintf(configTemplate, r.grpcAddr, r.adminAddr, filepath.Join(dir, "overlays.json"), r.threshold)
+	tmp := r.cfgPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(doc), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, r.cfgPath)
+}
+
+func (r *rig) startFusebox() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	in, err := mainlib.Start(ctx, []string{"-config", r.cfgPath, "-grace-period", "0s", "-reload-interval", "500ms"}, r.logs)
+	if err != nil {
+		cancel()
+		return err
+	}
+	r.mu.Lock()
+	r.fusebox, r.stop = in, cancel
+	r.mu.Unlock()
+	r.logs.Write([]byte("=== fusebox started\n"))
+	return nil
+}
+
+func (r *rig) stopFusebox() {
+	r.mu.Lock()
+	in, stop := r.fusebox, r.stop
+	r.fusebox = nil
+	r.mu.Unlock()
+	if in != nil {
+		stop()
+		_ = in.Wait()
+		// Keep its metrics, not the instance.
+		if fams, err := in.Metrics.Registry.Gather(); err == nil {
+			r.mu.Lock()
+			r.gathered = append(r.gathered, fams)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *rig) close() {
+	if r.proxy != nil {
+		r.proxy.Close()
+	}
+	r.stopFusebox()
+	for _, p := range r.providers {
+		p.Close()
+	}
+}
+
+// request is one client request of the mix.
+func (r *rig) request(i int) (status int, err error) {
+	var path, body string
+	stream := i%2 == 0
+	switch i % 3 {
+	case 0:
+		path, body = "/v1/chat/completions", fmt.Sprintf(`{"model":"gpt-4o-mini","stream":%v,"messages":[{"role":"user","content":"%s %d"}]}`, stream, promptMarker, i)
+	case 1:
+		path, body = "/v1/responses", fmt.Sprintf(`{"model":"gpt-4o-mini","stream":%v,"input":"%s %d"}`, stream, promptMarker, i)
+	default:
+		path, body = "/v1/messages", fmt.Sprintf(`{"model":"claude","stream":%v,"max_tokens":64,"messages":[{"role":"user","content":"%s %d"}]}`, stream, promptMarker, i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", r.proxy.URL()+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return 0, errHung
+		}
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return resp.StatusCode, errHung
+	}
+	return resp.StatusCode, nil
+}
+
+var errHung = errors.New("no answer within its deadline")
+
+// gatherAll merges every fusebox lifetime's metric families by name.
+func (r *rig) gatherAll() map[string][]*dto.MetricFamily {
+	r.mu.Lock()
+	all := append([][]*dto.MetricFamily(nil), r.gathered...)
+	in := r.fusebox
+	r.mu.Unlock()
+	if in != nil {
+		if fams, err := in.Metrics.Registry.Gather(); err == nil {
+			all = append(all, fams)
+		}
+	}
+	out := map[string][]*dto.MetricFamily{}
+	for _, fams := range all {
+		for _, f := range fams {
+			out[f.GetName()] = append(out[f.GetName()], f)
+		}
+	}
+	return out
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.Label {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// memory is the process's resident set, from /proc/self/statm.
+func memory() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss int64
+	fmt.Sscan(string(b), &size, &rss)
+	return rss * int64(os.Getpagesize())
+}
+
+// settle closes idle keep-alive connections (pools are not fusebox's
+// state), collects garbage and returns goroutines and RSS.
+func (r *rig) settle() (goroutines int, rss, heap int64) {
+	http.DefaultClient.CloseIdleConnections()
+	r.proxy.CloseIdleConnections()
+	time.Sleep(time.Second)
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if os.Getenv("SOAK_DEBUG") != "" {
+		fmt.Fprintf(os.Stderr, "heap inuse %.1f MiB, heap sys %.1f MiB, stack %.1f MiB, released %.1f MiB, other sys %.1f MiB, total sys %.1f MiB\n",
+			float64(ms.HeapInuse)/(1<<20), float64(ms.HeapSys)/(1<<20), float64(ms.StackSys)/(1<<20), float64(ms.HeapReleased)/(1<<20),
+			float64(ms.OtherSys)/(1<<20), float64(ms.Sys)/(1<<20))
+	}
+	return runtime.NumGoroutine(), memory(), int64(ms.HeapInuse)
+}
