@@ -18,20 +18,20 @@ import (
 
 // Report is what a run found.
 type Report struct {
-	Requests    int
-	Duration    time.Duration
-	ByStatus    map[int]int
-	Errors      map[string]int // transport errors by cause
-	Outcomes    map[string]float64
-	Transitions int
-	Faults      map[string]int
+	Requests                               int
+	Duration                               time.Duration
+	ByStatus                               map[int]int
+	Errors                                 map[string]int // transport errors by cause
+	Outcomes                               map[string]float64
+	Transitions                            int
+	Faults                                 map[string]int
 	DecisionP50, DecisionP99, DecisionP999 time.Duration
-	PeakRSS                               int64
-	PeakGoroutines                        int
-	BeforeGoroutines, AfterGoroutines     int
-	BeforeRSS, AfterRSS                   int64
-	BeforeHeap, AfterHeap                 int64
-	Invariants                            []Check
+	PeakRSS                                int64
+	PeakGoroutines                         int
+	BeforeGoroutines, AfterGoroutines      int
+	BeforeRSS, AfterRSS                    int64
+	BeforeHeap, AfterHeap                  int64
+	Invariants                             []Check
 }
 
 // Check is one invariant and whether it held.

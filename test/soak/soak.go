@@ -37,8 +37,8 @@ type Options struct {
 	Concurrency int
 	// Rate paces the load (requests per second, all clients together);
 	// 0 = as fast as the clients go.
-	Rate int
-	Faults      bool
+	Rate   int
+	Faults bool
 	// FaultEvery is the pause between two steps of the fault schedule.
 	FaultEvery time.Duration
 	EnvoyYAML  string // the shipped Envoy config the proxy is built from
