@@ -3,6 +3,9 @@ package processor
 import (
 	"encoding/json"
 	"testing"
+
+	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // R-X1: with failover.max_attempts > 1 the decision carries the chain in
@@ -31,6 +34,16 @@ func TestFailoverChain(t *testing.T) {
 	want := `{"priority_groups":[{"clusters":[{"cluster_name":"c_openai_us","weight":1}],"name":"openai:us:gpt"},{"clusters":[{"cluster_name":"c_azure_eu","weight":1}],"name":"azure:eu:gpt"}]}`
 	if js != want || chain != "openai:us:gpt,azure:eu:gpt" {
 		t.Fatalf("chain %s\nmetadata %s", chain, js)
+	}
+	// It is what Envoy's priority_group specifier reads from the untyped
+	// namespace: a PriorityGroupsOverride.
+	var override prioritygroupv3.PriorityGroupsOverride
+	if err := protojson.Unmarshal([]byte(js), &override); err != nil {
+		t.Fatalf("not a PriorityGroupsOverride: %v", err)
+	}
+	if err := override.ValidateAll(); err != nil || len(override.PriorityGroups) != 2 ||
+		override.PriorityGroups[1].Clusters[0].ClusterName != "c_azure_eu" || override.PriorityGroups[0].Clusters[0].Weight.GetValue() != 1 {
+		t.Fatalf("override %v (%v)", &override, err)
 	}
 	// An open route is left out of the chain; the next healthy one takes
 	// its place.

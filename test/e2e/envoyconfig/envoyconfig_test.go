@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 )
 
@@ -95,6 +100,79 @@ func TestHarnessFromEnvoyYAML(t *testing.T) {
 	for _, c := range checks {
 		if !c.ok {
 			t.Errorf("envoy.yaml: %s", c.name)
+		}
+	}
+}
+
+// The failover deployment (Envoy >= 1.40): the route's cluster specifier is
+// priority_group reading fusebox.failover (validating the Bootstrap does not
+// look inside it), every cluster it names exists, retries refresh the
+// cluster, the attempt count is on the request, and every provider cluster
+// runs the attempt role and strips other providers' credentials.
+func TestFailoverDeployment(t *testing.T) {
+	b, err := Load(filepath.Join(envoyDir, "envoy-failover.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.Name] = c
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	vh := hcm.GetRouteConfig().VirtualHosts[0]
+	if !vh.IncludeRequestAttemptCount {
+		t.Error("include_request_attempt_count is off")
+	}
+	found := false
+	for _, r := range vh.Routes {
+		plugin := r.GetRoute().GetInlineClusterSpecifierPlugin()
+		if plugin == nil {
+			continue
+		}
+		found = true
+		var pg prioritygroupv3.PriorityGroupClusterSpecifier
+		if err := plugin.GetExtension().GetTypedConfig().UnmarshalTo(&pg); err != nil {
+			t.Fatalf("cluster specifier: %v", err)
+		}
+		if err := pg.ValidateAll(); err != nil {
+			t.Fatalf("cluster specifier: %v", err)
+		}
+		if pg.OverrideMetadataNamespace != "fusebox.failover" {
+			t.Errorf("override namespace %q", pg.OverrideMetadataNamespace)
+		}
+		for _, g := range pg.PriorityGroups {
+			for _, c := range g.Clusters {
+				if clusters[c.ClusterName] == nil {
+					t.Errorf("group %s names cluster %s, which is not defined", g.Name, c.ClusterName)
+				}
+			}
+		}
+		rp := r.GetRoute().GetRetryPolicy()
+		if !rp.GetRefreshClusterOnRetry() || !strings.Contains(rp.GetRetryOn(), "retriable-status-codes") || rp.GetNumRetries().GetValue() < 1 {
+			t.Errorf("retry policy %v", rp)
+		}
+	}
+	if !found {
+		t.Fatal("no route uses the priority_group specifier")
+	}
+	for name, c := range clusters {
+		if name == "fusebox" {
+			continue
+		}
+		var opts upstreamhttpv3.HttpProtocolOptions
+		if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(&opts); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var names []string
+		for _, f := range opts.HttpFilters {
+			names = append(names, f.Name)
+		}
+		want := "envoy.filters.http.ext_proc,envoy.filters.http.header_mutation,envoy.filters.http.credential_injector,envoy.filters.http.upstream_codec"
+		if strings.Join(names, ",") != want {
+			t.Errorf("%s: upstream filters %v, want %s", name, names, want)
 		}
 	}
 }
