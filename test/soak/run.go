@@ -276,6 +276,11 @@ func (r *rig) check(rep *Report) {
 		if s, c := sum(route+"|neither|"), float64(t["status_429"]+t["reset_mid"]+t["cut"]); s != c {
 			bad = append(bad, fmt.Sprintf("%s: %v neither counted, provider answered %v 429s, resets and cuts", route, s, c))
 		}
+		// A connection lost before the headers is a connection error to
+		// fusebox (Envoy's local reply after its retry), never less.
+		if s, c := got[route+"|failure|connection_error"], float64(t["cut_before_headers"]); s < c {
+			bad = append(bad, fmt.Sprintf("%s: %v connection errors counted, provider lost %v connections before its headers", route, s, c))
+		}
 	}
 	add("every attempt's outcome counted exactly once, per class, against the providers' tally", len(bad) == 0, "%s", strings.Join(bad, "; "))
 

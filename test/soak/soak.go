@@ -191,10 +191,16 @@ func (r *rig) stopFusebox() {
 	if in != nil {
 		stop()
 		_ = in.Wait()
-		// Keep its metrics, not the instance.
+		// Keep the metrics the checks read, not the instance.
 		if fams, err := in.Metrics.Registry.Gather(); err == nil {
+			var keep []*dto.MetricFamily
+			for _, f := range fams {
+				if f.GetName() == "aig_circuit_breaker_outcomes_total" || f.GetName() == "aig_extproc_message_duration_seconds" {
+					keep = append(keep, f)
+				}
+			}
 			r.mu.Lock()
-			r.gathered = append(r.gathered, fams)
+			r.gathered = append(r.gathered, keep)
 			r.mu.Unlock()
 		}
 	}

@@ -116,7 +116,8 @@ func (p *Provider) SetFault(f Fault) {
 
 // Tally counts what the provider answered: "complete" (a whole answer),
 // "status_<code>" (an injected error status), "reset_mid" (a stream cut by
-// the provider), "cut" (the client went away first).
+// the provider), "cut" (the connection went mid-stream, after the headers),
+// "cut_before_headers" (it went before the client saw anything).
 func (p *Provider) Tally() map[string]int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -232,10 +233,13 @@ func (p *Provider) answerText(f Fault) string {
 	return "Hello from " + p.Name
 }
 
-// done tallies a whole answer, or a cut one.
+// done tallies a whole non-streamed answer, or one the connection lost.
+// A non-streamed answer goes out headers and body together: lost, the
+// client saw nothing (a reset before headers, which Envoy retries and
+// fusebox judges a connection error).
 func (p *Provider) done(err error) {
 	if err != nil {
-		p.count("cut")
+		p.count("cut_before_headers")
 		return
 	}
 	p.count("complete")
@@ -252,7 +256,11 @@ func (p *Provider) sse(w http.ResponseWriter, r *http.Request, f Fault, events [
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(200)
-	flush(w)
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		// The connection went before the headers did.
+		p.count("cut_before_headers")
+		return
+	}
 	for i, ev := range events {
 		if i == 1 && f.SlowFirstToken > 0 {
 			select {
