@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+	"github.com/fusebox-llm/fusebox/test/e2e/logbuf"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -87,21 +86,9 @@ type world struct {
 	grpcAddr  string
 	fusebox   *mainlib.Instance
 	stop      context.CancelFunc
-	logs      *syncBuffer
+	logs      *logbuf.Buffer
 	proxies   []*envoysim.Proxy
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -114,7 +101,7 @@ func freeAddr(t *testing.T) string {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, clk: breaker.NewFakeClock(t0), providers: map[string]*fakeprovider.Provider{}, logs: &syncBuffer{}}
+	w := &world{t: t, clk: breaker.NewFakeClock(t0), providers: map[string]*fakeprovider.Provider{}, logs: &logbuf.Buffer{}}
 	for _, n := range providerNames {
 		p, err := fakeprovider.Start(n)
 		if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+	"github.com/fusebox-llm/fusebox/test/e2e/logbuf"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -81,7 +81,7 @@ type rig struct {
 	cfgPath   string
 	grpcAddr  string
 	adminAddr string
-	logs      *lockedBuffer
+	logs      *logbuf.Buffer
 
 	mu        sync.Mutex
 	fusebox   *mainlib.Instance
@@ -94,23 +94,6 @@ type rig struct {
 	inflight atomic.Int64
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func freeAddr() string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -121,7 +104,7 @@ func freeAddr() string {
 }
 
 func newRig(opts Options, dir string) (*rig, error) {
-	r := &rig{opts: opts, providers: map[string]*fakeprovider.Provider{}, logs: &lockedBuffer{}, threshold: 3,
+	r := &rig{opts: opts, providers: map[string]*fakeprovider.Provider{}, logs: &logbuf.Buffer{}, threshold: 3,
 		cfgPath: filepath.Join(dir, "fusebox.yaml"), grpcAddr: freeAddr(), adminAddr: freeAddr()}
 	for _, n := range append(routeProviders, "fallback") {
 		p, err := fakeprovider.Start(n)

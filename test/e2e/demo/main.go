@@ -8,8 +8,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -20,7 +18,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
@@ -28,6 +25,7 @@ import (
 	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+	"github.com/fusebox-llm/fusebox/test/e2e/logbuf"
 )
 
 func main() {
@@ -55,28 +53,6 @@ type summary struct {
 	transitions      []string
 	servedBy         map[string]int
 	backOnFirstRoute bool
-}
-
-// syncBuffer collects fusebox's log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
 }
 
 func repoFile(rel string) string {
@@ -112,7 +88,7 @@ func run(out io.Writer, o options) (*summary, error) {
 		clk = fake
 		opts = append(opts, mainlib.WithClock(clk))
 	}
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	fb, err := mainlib.Start(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, logs, opts...)
 	if err != nil {
@@ -179,7 +155,7 @@ func run(out io.Writer, o options) (*summary, error) {
 		}
 		state := breakerState(fb.AdminAddr())
 		var trans []string
-		lines := logs.lines()
+		lines := logs.Lines()
 		for _, l := range lines[seenLog:] {
 			if i := strings.Index(l, "transition="); i >= 0 && strings.Contains(l, "[circuit_breaker]") {
 				f := strings.Fields(l[i:])
