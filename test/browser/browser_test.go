@@ -100,6 +100,35 @@ func apiGet(t *testing.T, url string) map[string]any {
 	return v
 }
 
+// clearField empties an input the way an operator does (select all, delete):
+// the page sees an input event. chromedp.SetValue fires none, which leaves a
+// window where the 2 s refresh refills the field before the keys arrive.
+func clearField(sel string) chromedp.Action {
+	return chromedp.Evaluate(`(() => { const el = document.querySelector('`+sel+`'); el.value = ""; el.dispatchEvent(new Event("input", {bubbles: true})); })()`, nil)
+}
+
+// profileDir is a fresh Chromium profile directory. It is not t.TempDir:
+// Chromium's helper processes (crashpad, the zygote) can still write into the
+// profile for a moment after the browser process has exited, and t.TempDir's
+// cleanup fails the test when its RemoveAll meets a file created meanwhile.
+// Removal here retries briefly and then leaves the directory to the OS.
+func profileDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "fusebox-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 20; i++ {
+			if err = os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("profile directory %s left behind: %v", dir, err)
+	})
+	return dir
+}
+
 func TestDashboardInChromium(t *testing.T) {
 	exe := chromium(t)
 	shots := artifacts(t)
@@ -121,7 +150,7 @@ func TestDashboardInChromium(t *testing.T) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
 		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800))
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(profileDir(t)), chromedp.WindowSize(1280, 800))
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
 	// This chromedp's protocol types predate some values today's Chromium
@@ -201,11 +230,11 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// Edit the threshold and save: the API has it.
 	must(t, chromedp.Run(bctx,
-		chromedp.SetValue(card+` input[name="failure_threshold"]`, "", chromedp.ByQuery),
+		clearField(card+` input[name="failure_threshold"]`),
 		chromedp.SendKeys(card+` input[name="failure_threshold"]`, "3", chromedp.ByQuery),
 		chromedp.Click(card+` button.save`, chromedp.ByQuery),
-		chromedp.WaitVisible(card+` .save-status`, chromedp.ByQuery),
-	), "save")
+		chromedp.Poll(`document.querySelector('`+card+` .save-status').textContent === "saved"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+	), "save: "+pageState(bctx, card))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		doc := apiGet(t, base+"/admin/v1/gateways/default")
@@ -222,13 +251,13 @@ func TestDashboardInChromium(t *testing.T) {
 	// An invalid value: the API's 400 is shown next to the field.
 	var fieldErr string
 	must(t, chromedp.Run(bctx,
-		chromedp.SetValue(card+` input[name="failure_threshold"]`, "", chromedp.ByQuery),
+		clearField(card+` input[name="failure_threshold"]`),
 		chromedp.SendKeys(card+` input[name="failure_threshold"]`, "0", chromedp.ByQuery),
 		chromedp.Click(card+` button.save`, chromedp.ByQuery),
 		chromedp.Poll(`(document.querySelector('`+card+` .error[data-for="failure_threshold"]').textContent || "").length > 0`, nil, chromedp.WithPollingTimeout(10*time.Second)),
 		chromedp.Text(card+` .error[data-for="failure_threshold"]`, &fieldErr, chromedp.ByQuery),
 		shot("3-invalid"),
-	), "invalid value")
+	), "invalid value: "+pageState(bctx, card))
 	if !strings.Contains(fieldErr, "failure_threshold") {
 		t.Fatalf("error next to the field: %q", fieldErr)
 	}
@@ -252,6 +281,14 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 	t.Logf("screenshots in %s", shots)
+}
+
+// pageState describes the editor for a failure message: what the field
+// holds, the save status and the page's message line.
+func pageState(ctx context.Context, card string) string {
+	var v string
+	_ = chromedp.Run(ctx, chromedp.Evaluate(`JSON.stringify({value: document.querySelector('`+card+` input[name="failure_threshold"]').value, status: document.querySelector('`+card+` .save-status').textContent, message: document.querySelector("#message").textContent})`, &v))
+	return v
 }
 
 func must(t *testing.T, err error, step string) {

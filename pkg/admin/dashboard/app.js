@@ -154,11 +154,21 @@ async function save(card, gw) {
     cb[f] = v === "" ? null : (/^-?\d+(\.\d+)?$/.test(v) ? Number(v) : v);
   }
   const status = $(".save-status", card);
+  const editsAtStart = form.dataset.edits;
   status.textContent = "saving…";
   try {
-    await api("PATCH", "/gateways/" + encodeURIComponent(gw), { circuit_breaker: cb });
+    const doc = await api("PATCH", "/gateways/" + encodeURIComponent(gw), { circuit_breaker: cb });
     status.textContent = "saved";
-    form.dataset.dirty = "0";
+    // A refresh already in flight read the document before this change;
+    // bumping saves makes it leave the editor alone, and the editor shows
+    // the API's answer, which is the new effective document.
+    // If the operator typed again while the PATCH was in flight, their new
+    // edits stay in the form (still dirty) instead of being overwritten.
+    saves++;
+    if (form.dataset.edits === editsAtStart) {
+      form.dataset.dirty = "0";
+      fillEditor(card, doc);
+    }
     refresh();
   } catch (e) {
     status.textContent = "not saved";
@@ -176,7 +186,11 @@ function cardFor(gw) {
   card.dataset.gateway = gw;
   $(".gateway-name", card).textContent = "Gateway " + gw;
   const form = $("form.editor", card);
-  form.addEventListener("input", ev => { form.dataset.dirty = "1"; ev.target.dataset.changed = "1"; });
+  form.addEventListener("input", ev => {
+    form.dataset.dirty = "1";
+    form.dataset.edits = String(Number(form.dataset.edits || 0) + 1);
+    ev.target.dataset.changed = "1";
+  });
   form.addEventListener("submit", ev => { ev.preventDefault(); save(card, gw); });
   $("details", card).addEventListener("toggle", () => refresh());
   $("#gateways").appendChild(card);
@@ -185,15 +199,17 @@ function cardFor(gw) {
 }
 
 let busy = false;
+let saves = 0;
 async function refresh() {
   if (busy || !token()) return;
   busy = true;
   try {
+    const seen = saves;
     const gateways = await api("GET", "/gateways");
     showMessage("");
     for (const doc of gateways) {
       const card = cardFor(doc.id);
-      fillEditor(card, doc);
+      if (seen === saves) fillEditor(card, doc);
       if ($("details", card).open) {
         renderRoutes(card, doc.id, await api("GET", `/gateways/${encodeURIComponent(doc.id)}/routes`));
       }
