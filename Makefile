@@ -4,10 +4,18 @@ PKGS      := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 30s
 
-.PHONY: build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean soak soak-short
+PROTOC_GEN_GO := bin/protoc-gen-go
+
+.PHONY: proto build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean soak soak-short
 
 build:
 	$(GO) build -o bin/extproc ./cmd/extproc
+
+# Regenerates the replica schema's Go (proto/replica/v1) with Debian's protoc
+# (protobuf-compiler) and the protoc-gen-go of go.mod's protobuf module.
+proto:
+	$(GO) build -o $(PROTOC_GEN_GO) google.golang.org/protobuf/cmd/protoc-gen-go
+	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --proto_path=proto --go_out=proto --go_opt=paths=source_relative proto/replica/v1/replica.proto
 
 run:
 	$(GO) run ./cmd/extproc

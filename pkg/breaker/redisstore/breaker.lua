@@ -5,7 +5,7 @@
 -- both to the same behaviour.
 --
 -- KEYS[1]  the breaker's state (a JSON object), hash-tagged by the caller.
--- ARGV[1]  operation: rec | acq | rel | adv | fo | fc | rst
+-- ARGV[1]  operation: rec | acq | rel | adv | snap | fo | fc | rst | merge
 -- ARGV[2]  now, unix milliseconds (the caller's clock: see doc.go). Lua
 --          numbers are doubles and cjson keeps 14 digits: milliseconds stay
 --          exact, nanoseconds would not.
@@ -35,6 +35,14 @@ else
        cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = ""}
 end
 local events = {}
+-- The decision state's signature: when a call changes it, the view
+-- sequence (v) grows and the caller publishes the snapshot to the other
+-- replicas (R-ST2).
+local function sig()
+  return table.concat({s.st, s.gen, s.fo, s.fu, s.ou, s.bu, s.reason}, "|")
+end
+local before = sig()
+s.v = s.v or 0
 
 -- Sliding windows: buckets of `width` seconds, at most 120 of them, keyed by
 -- bucket number (as in machine.go's sliding). Each window is pruned once
@@ -253,8 +261,28 @@ elseif op == "stl" then
   end
 elseif op == "rel" then
   s.ls[ARGV[A]] = nil
-elseif op == "adv" then
+elseif op == "adv" or op == "snap" then
+  -- snap is the periodic refresh: it writes only when a due transition
+  -- changes something.
   advance()
+elseif op == "merge" then
+  -- Write-back after an outage (R-ST4): an open a replica learned on its
+  -- own while Redis was unreachable. The later of two opens wins.
+  -- A: forced, forced until, opened at, open until, reopens, reason, blocked until
+  local lfo = ARGV[A] == "1"; local lfu = tonumber(ARGV[A + 1]); local loa = tonumber(ARGV[A + 2])
+  local lou = tonumber(ARGV[A + 3]); local lrc = tonumber(ARGV[A + 4]); local lreason = ARGV[A + 5]
+  local lbu = tonumber(ARGV[A + 6])
+  advance()
+  if lbu > s.bu and lbu > now then s.bu = lbu end
+  local live = lfo and (lfu == 0 or lfu > now) or (not lfo and lou > now)
+  if live and (s.st ~= 1 or loa > s.oa) and s.fo == 0 then
+    local from = s.st
+    s.st = 1; s.reason = lreason; s.oa = loa; s.ra = 0; s.rc = lrc; s.ou = lou
+    if lfo then s.fo = 1; s.fu = lfu; s.ou = lfu end
+    s.ls = {}
+    s.gen = s.gen + 1
+    if from ~= 1 then emit(from, lreason) end
+  end
 elseif op == "fo" then
   local d = tonumber(ARGV[A])
   local from = s.st
@@ -274,7 +302,14 @@ elseif op == "fc" or op == "rst" then
   if from == 0 then s.gen = s.gen + 1 end
 end
 
-redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
+local changed = 0
+if sig() ~= before then
+  s.v = s.v + 1
+  changed = 1
+end
+if op ~= "snap" or changed == 1 then
+  redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
+end
 
 local c, f, sl = win_totals(s.rw, P.rate_sec)
 local earliest = 0
@@ -282,7 +317,7 @@ for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = 
 -- A flat reply (no JSON to build or parse); the order is store.go's
 -- reply fields. Events follow, eleven values each.
 local out = {res.ok, res.lease, res.stale, s.st, s.gen, s.reason, s.oa, s.ra, s.rc, s.ou, s.fo, s.fu, s.bu,
-  s.cons, failures(), c, f, sl, lease_count(), earliest}
+  s.cons, failures(), c, f, sl, lease_count(), earliest, s.v, changed}
 for _, e in ipairs(events) do
   for _, v in ipairs({e.from, e.to, e.reason, e.failures, e.ou, e.forever, e.oa, e.rc, e.calls, e.fails, e.gen}) do
     table.insert(out, v)

@@ -2,24 +2,20 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
-	"encoding/binary"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	replicav1 "github.com/fusebox-llm/fusebox/proto/replica/v1"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed breaker.lua
-var scriptSrc string
-
-var script = redis.NewScript(scriptSrc)
 
 // Options configure a Store.
 type Options struct {
@@ -27,16 +23,61 @@ type Options struct {
 	KeyPrefix string
 	// OpTimeout bounds every Redis call (op_timeout_ms); 0 = 50 ms.
 	OpTimeout time.Duration
-	// OnEvent receives every transition a script of this replica made.
+	// OnEvent receives every transition this replica made: by a script it
+	// ran, or on its local state while Redis was unreachable. Transitions
+	// learned from other replicas are not reported (they log and count
+	// their own); OnView hears of them.
 	OnEvent func(breaker.Event)
+	// OnView is told of every state change of the local view learned from
+	// Redis (the state gauge follows it).
+	OnView func(id breaker.ID, st breaker.State)
+	// OnError counts a failed Redis operation (aig_store_errors_total{op}).
+	OnError func(op string)
+	// OnOverlay is told when another replica changed the admin overlay of
+	// a gateway (the config manager reloads the overlays).
+	OnOverlay func(gateway string)
+	// OnHealth is told when the store becomes ready (first snapshot loaded)
+	// and when it turns degraded or recovers (R-ST4).
+	OnHealth func(ready, degraded bool, detail string)
+	// AsyncRecord makes Record judge the attempt, queue the script call and
+	// return at once, off the request's path (R-ST2); Stale is then not
+	// reported. The contract suite uses the synchronous form.
+	AsyncRecord bool
+	// RefreshInterval is the period of the full refresh of the local view
+	// (the feed's safety net); 0 = 2 s.
+	RefreshInterval time.Duration
+	// Clock drives the background loops; nil = the system clock.
+	Clock breaker.Clock
+	Log   *slog.Logger
+	// ReplicaID names this replica on the feed; "" = random.
+	ReplicaID string
 }
 
-// Store is the Redis breaker.Store.
+// Store is the Redis breaker.Store. Decisions read a local view (a
+// breaker.Memory holding each breaker's decision state, as Redis last said
+// it); every script result, feed message and refresh puts Redis's state
+// into it. While Redis is unreachable the local view is the store: it
+// decides and records on its own, and its opens are written back when
+// Redis returns (R-ST4).
 type Store struct {
 	rdb     redis.UniversalClient
 	prefix  string
+	feed    string
 	timeout time.Duration
-	onEvent func(breaker.Event)
+	opts    Options
+	log     *slog.Logger
+	origin  string
+
+	local    *breaker.Memory
+	degraded atomic.Bool
+	ready    atomic.Bool
+	resync   atomic.Bool // the feed reconnected: reload every view
+	kick     chan struct{}
+	pub      chan *replicav1.Envelope
+	rec      []chan recJob
+	started  atomic.Bool
+	// lastHealth is the readiness last reported to OnHealth.
+	lastHealth atomic.Int32
 
 	mu  sync.Mutex
 	tab atomic.Pointer[table]
@@ -44,17 +85,24 @@ type Store struct {
 
 type table struct {
 	byID map[breaker.ID]*entry
+	list []*entry
 }
 
-// entry is one installed breaker: its policy, its key, and this replica's
-// view of its state (refreshed by every script result).
+// entry is one installed breaker: its policy, its Redis key and its key in
+// the local view.
 type entry struct {
 	id     breaker.ID
 	key    string
+	lk     breaker.Key
 	policy *breaker.Policy
 	args   []any // the policy as script arguments
+	pbID   *replicav1.BreakerId
 
-	view atomic.Pointer[result]
+	// seq is the view sequence of the state in the local view; viewMu
+	// makes compare-and-restore one step.
+	viewMu sync.Mutex
+	seq    uint64
+	last   atomic.Pointer[result]
 	// lastNow is the clock of the latest call: Release has no clock of its
 	// own and must not mix another one in.
 	lastNow atomic.Int64
@@ -63,12 +111,39 @@ type entry struct {
 	emitMu sync.Mutex
 }
 
-// New returns a Store on opts.Client.
+// localLease marks a probe slot taken on the local view while Redis was
+// unreachable, so that it is never confused with a Redis lease number.
+const localLease = uint64(1) << 62
+
+// New returns a Store on opts.Client. Start runs its feed and refresh.
 func New(opts Options) *Store {
-	s := &Store{rdb: opts.Client, prefix: opts.KeyPrefix, timeout: opts.OpTimeout, onEvent: opts.OnEvent}
+	s := &Store{rdb: opts.Client, prefix: opts.KeyPrefix, timeout: opts.OpTimeout, opts: opts, log: opts.Log,
+		origin: opts.ReplicaID, kick: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096)}
+	s.feed = s.prefix + "feed"
 	if s.timeout <= 0 {
 		s.timeout = 50 * time.Millisecond
 	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.opts.Clock == nil {
+		s.opts.Clock = breaker.SystemClock{}
+	}
+	if s.opts.RefreshInterval <= 0 {
+		s.opts.RefreshInterval = 2 * time.Second
+	}
+	if s.origin == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		s.origin = hex.EncodeToString(b[:])
+	}
+	// The local view reports its own transitions only while it is the
+	// store (degraded); otherwise the scripts' transitions are the ones.
+	s.local = breaker.NewMemory(func(ev breaker.Event) {
+		if s.degraded.Load() && s.opts.OnEvent != nil {
+			s.opts.OnEvent(ev)
+		}
+	})
 	s.tab.Store(&table{byID: map[breaker.ID]*entry{}})
 	return s
 }
@@ -79,77 +154,56 @@ func (s *Store) Key(id breaker.ID) string {
 	return s.prefix + "{" + id.Gateway + "|" + id.Route + "}:state"
 }
 
-// policyArgs packs the policy as the script's third argument: a
-// MessagePack array in the order breaker.lua reads it, built once per
-// config load.
-func policyArgs(p *breaker.Policy) []any {
-	// A breaker's state outlives its windows and cooldowns; it expires a
-	// day after its last change.
-	ttl := int64(24 * time.Hour / time.Millisecond)
-	vals := []any{
-		p.Active(), p.Mode == breaker.ModeShadow, int64(p.FailureThreshold), int64(p.WindowSec), p.CooldownMs,
-		p.Window == breaker.WindowSliding, int64(p.ConsecutiveFailures), p.FailureRatePercent, int64(p.RateWindowSec),
-		int64(p.MinimumRequests), p.SlowCallMs, p.SlowCallRatePercent, int64(p.HalfOpenMaxProbes), p.ProbeTimeoutMs,
-		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl, p.TracksSlow(), p.StallMs,
-	}
-	return []any{string(msgpackArray(vals))}
-}
-
-// msgpackArray encodes bools, int64s, float64s and short strings: all the
-// policy needs, without a dependency.
-func msgpackArray(vals []any) []byte {
-	b := []byte{0xdc, byte(len(vals) >> 8), byte(len(vals))}
-	for _, v := range vals {
-		switch x := v.(type) {
-		case bool:
-			if x {
-				b = append(b, 0xc3)
-			} else {
-				b = append(b, 0xc2)
-			}
-		case int64:
-			b = append(b, 0xd3)
-			b = binary.BigEndian.AppendUint64(b, uint64(x))
-		case float64:
-			b = append(b, 0xcb)
-			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
-		case string:
-			b = append(b, 0xd9, byte(len(x)))
-			b = append(b, x[:min(len(x), 255)]...)
-		}
-	}
-	return b
-}
-
 // Install implements breaker.Store. Policies live in each replica's config;
-// Redis holds only state, so installing writes nothing.
-func (s *Store) Install(_ context.Context, _ int64, specs []breaker.Spec) ([]breaker.Key, []breaker.ID, error) {
+// Redis holds only state, so installing writes nothing. New breakers learn
+// their shared state at the next refresh, which Install brings forward.
+func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([]breaker.Key, []breaker.ID, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	keys, removed, err := s.local.Install(ctx, now, specs)
+	if err != nil {
+		return nil, nil, err
+	}
 	old := s.tab.Load()
 	nt := &table{byID: make(map[breaker.ID]*entry, len(specs))}
-	keys := make([]breaker.Key, len(specs))
+	fresh := false
 	for i, sp := range specs {
-		if sp.Policy == nil {
-			return nil, nil, fmt.Errorf("redisstore: install %s: no policy", sp.ID.Route)
+		if _, ok := nt.byID[sp.ID]; ok {
+			continue
 		}
-		if _, ok := nt.byID[sp.ID]; !ok {
-			e := &entry{id: sp.ID, key: s.Key(sp.ID), policy: sp.Policy, args: policyArgs(sp.Policy)}
-			if prev, kept := old.byID[sp.ID]; kept {
-				e.view.Store(prev.view.Load())
-			}
-			nt.byID[sp.ID] = e
+		e := &entry{id: sp.ID, key: s.Key(sp.ID), lk: keys[i], policy: sp.Policy, args: policyArgs(sp.Policy),
+			pbID: &replicav1.BreakerId{Gateway: sp.ID.Gateway, Route: sp.ID.Route, Scope: scopeOf(sp.ID.Scope)}}
+		if prev, kept := old.byID[sp.ID]; kept {
+			prev.viewMu.Lock()
+			e.seq = prev.seq
+			prev.viewMu.Unlock()
+			e.last.Store(prev.last.Load())
+			e.lastNow.Store(prev.lastNow.Load())
+		} else {
+			fresh = true
 		}
-		keys[i] = breaker.KeyOf(sp.ID)
-	}
-	var removed []breaker.ID
-	for id := range old.byID {
-		if _, ok := nt.byID[id]; !ok {
-			removed = append(removed, id)
-		}
+		nt.byID[sp.ID] = e
+		nt.list = append(nt.list, e)
 	}
 	s.tab.Store(nt)
+	if fresh {
+		s.wake()
+	}
 	return keys, removed, nil
+}
+
+func scopeOf(sc breaker.Scope) replicav1.Scope {
+	if sc == breaker.ScopeGlobal {
+		return replicav1.Scope_SCOPE_GLOBAL
+	}
+	return replicav1.Scope_SCOPE_GATEWAY
+}
+
+func (s *Store) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Store) get(k breaker.Key) (*entry, error) {
@@ -159,65 +213,9 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 	return nil, breaker.ErrUnknown
 }
 
-// result is what the script returns.
-type result struct {
-	OK, Stale, St, RC, FO, Cons, Failures, Leases    int
-	Lease, Gen                                       uint64
-	Reason                                           string
-	OA, RA, OU, FU, BU, Calls, Fails, Slow, Earliest int64
-	Events                                           []event
-}
-
-type event struct {
-	From, To, Failures, Forever, RC int
-	Reason                          string
-	OU, OA, Calls, Fails            int64
-	Gen                             uint64
-}
-
-const replyFields, eventFields = 20, 11
-
-func asInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case string:
-		n, _ := strconv.ParseInt(x, 10, 64)
-		return n
-	}
-	return 0
-}
-
-func asString(v any) string {
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return ""
-}
-
-// parseReply reads the script's flat reply.
-func parseReply(vals []any) (*result, error) {
-	if len(vals) < replyFields || (len(vals)-replyFields)%eventFields != 0 {
-		return nil, fmt.Errorf("redisstore: a reply of %d values", len(vals))
-	}
-	i := func(k int) int64 { return asInt(vals[k]) }
-	r := &result{
-		OK: int(i(0)), Lease: uint64(i(1)), Stale: int(i(2)), St: int(i(3)), Gen: uint64(i(4)), Reason: asString(vals[5]),
-		OA: i(6), RA: i(7), RC: int(i(8)), OU: i(9), FO: int(i(10)), FU: i(11), BU: i(12), Cons: int(i(13)),
-		Failures: int(i(14)), Calls: i(15), Fails: i(16), Slow: i(17), Leases: int(i(18)), Earliest: i(19),
-	}
-	for k := replyFields; k < len(vals); k += eventFields {
-		e := func(j int) int64 { return asInt(vals[k+j]) }
-		r.Events = append(r.Events, event{From: int(e(0)), To: int(e(1)), Reason: asString(vals[k+2]), Failures: int(e(3)),
-			OU: e(4), Forever: int(e(5)), OA: e(6), RC: int(e(7)), Calls: e(8), Fails: e(9), Gen: uint64(e(10))})
-	}
-	return r, nil
-}
-
-const ms = int64(time.Millisecond)
-
-// run calls the script for e and refreshes the local view; transitions are
-// reported in order.
+// run calls the script for e, puts the result into the local view and
+// reports this replica's transitions in order. A failed call turns the
+// store degraded (R-ST4).
 func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -230,19 +228,41 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 	e.lastNow.Store(now)
 	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
+		err = fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
+		s.failed(op, err)
+		return nil, err
 	}
 	r, err := parseReply(vals)
 	if err != nil {
+		s.failed(op, err)
 		return nil, err
 	}
-	e.view.Store(r)
-	if s.onEvent != nil {
+	e.last.Store(r)
+	s.apply(e, r.V, r.snapshot())
+	if s.opts.OnEvent != nil {
 		for _, ev := range r.Events {
-			s.onEvent(s.event(e, ev, now))
+			s.opts.OnEvent(s.event(e, ev, now))
 		}
 	}
+	if r.Changed && s.started.Load() {
+		s.publish(e, r, now)
+	}
 	return r, nil
+}
+
+// apply puts a state from Redis into the local view when it is newer than
+// what the view holds.
+func (s *Store) apply(e *entry, seq uint64, snap breaker.Snapshot) {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	if seq < e.seq {
+		return // older than the view
+	}
+	e.seq = seq
+	_ = s.local.Restore(context.Background(), e.lk, snap)
+	if s.opts.OnView != nil {
+		s.opts.OnView(e.id, snap.State)
+	}
 }
 
 func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
@@ -258,75 +278,41 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 	return out
 }
 
-// Peek implements breaker.Store from this replica's view: no round trip
-// (R-ST2). A due transition (open past its cooldown) reads as half-open.
-func (s *Store) Peek(_ context.Context, k breaker.Key, now int64) breaker.Verdict {
-	e, err := s.get(k)
-	if err != nil {
-		return breaker.Verdict{Allowed: true}
-	}
-	p := e.policy
-	if !p.Active() {
-		return breaker.Verdict{Allowed: true, Off: true}
-	}
-	v := breaker.Verdict{Shadow: p.Mode == breaker.ModeShadow}
-	r := e.view.Load()
-	if r == nil {
-		v.Allowed = true
-		return v
-	}
-	v.State, v.Forced, v.Blocked = breaker.State(r.St), r.FO == 1, r.BU*ms > now
-	var rec int64
-	switch {
-	case r.FO == 1:
-		rec = breaker.Never
-		if r.FU != 0 {
-			rec = r.FU * ms
-		}
-		if r.FU != 0 && now >= r.FU*ms {
-			rec, v.Forced, v.State = 0, false, breaker.Closed
-		}
-	case r.St == int(breaker.Open) && now < r.OU*ms:
-		rec = r.OU * ms
-	case r.St == int(breaker.Open):
-		v.State = breaker.HalfOpen // due: the next acquire makes it so
-	case r.St == int(breaker.HalfOpen) && p.HalfOpenMaxProbes > 0 && r.Leases >= p.HalfOpenMaxProbes && r.Earliest*ms > now:
-		v.ProbesFull, rec = true, r.Earliest*ms
-	}
-	if v.Blocked && r.BU*ms > rec && rec != breaker.Never {
-		rec = r.BU * ms
-	}
-	v.RecoveryAt = rec
-	v.Allowed = rec == 0
-	return v
+// Peek implements breaker.Store from the local view: no round trip, the
+// memory store's own decision path (R-ST2).
+func (s *Store) Peek(ctx context.Context, k breaker.Key, now int64) breaker.Verdict {
+	return s.local.Peek(ctx, k, now)
 }
 
 // Acquire implements breaker.Store. A healthy view admits with no round
 // trip; otherwise one script call takes the probe slot, so the bound holds
-// across replicas.
+// across replicas. When Redis is unreachable the local view admits up to
+// half_open_max_probes on its own.
 func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
 	e, err := s.get(k)
 	if err != nil {
 		return breaker.Admission{}, true, err
 	}
-	if !e.policy.Active() {
-		return breaker.Admission{}, true, nil
+	if !e.policy.Active() || e.policy.Mode == breaker.ModeShadow || s.degraded.Load() {
+		return s.acquireLocal(ctx, e, now, force)
 	}
-	if r := e.view.Load(); r == nil || (r.St == 0 && r.FO == 0 && r.BU*ms <= now) {
-		gen := uint64(1)
-		if r != nil {
-			gen = r.Gen
-		}
-		if r != nil || e.policy.Mode == breaker.ModeShadow {
-			return breaker.Admission{Gen: gen}, true, nil
-		}
+	if v := s.local.Peek(ctx, e.lk, now); v.Allowed && v.State == breaker.Closed {
+		return s.local.Acquire(ctx, e.lk, now, force)
 	}
 	r, err := s.run(ctx, e, "acq", now, b01(force))
 	if err != nil {
-		// R-ST2: on error the replica admits on its own.
-		return breaker.Admission{Gen: 0}, true, err
+		adm, ok, _ := s.acquireLocal(ctx, e, now, force)
+		return adm, ok, err
 	}
 	return breaker.Admission{Gen: r.Gen, Lease: r.Lease}, r.OK == 1, nil
+}
+
+func (s *Store) acquireLocal(ctx context.Context, e *entry, now int64, force bool) (breaker.Admission, bool, error) {
+	adm, ok, err := s.local.Acquire(ctx, e.lk, now, force)
+	if adm.Lease != 0 {
+		adm.Lease |= localLease
+	}
+	return adm, ok, err
 }
 
 func b01(v bool) string {
@@ -345,25 +331,42 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 	if err != nil {
 		return err
 	}
+	if adm.Lease&localLease != 0 {
+		adm.Lease &^= localLease
+		return s.local.Release(ctx, e.lk, adm)
+	}
+	if s.degraded.Load() {
+		return nil // the lease expires in Redis on its own
+	}
 	now := e.lastNow.Load()
 	if now == 0 {
-		now = time.Now().UnixNano()
+		now = s.opts.Clock.Now().UnixNano()
 	}
 	_, err = s.run(ctx, e, "rel", now, strconv.FormatUint(adm.Lease, 10))
 	return err
 }
 
 // Record implements breaker.Store: the attempt is judged here with the
-// installed policy, and applied by one script call.
+// installed policy, and applied by one script call (queued, with
+// AsyncRecord). When Redis is unreachable it is recorded on the local view,
+// so no outcome is lost.
 func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breaker.Admission, r breaker.Result) (breaker.Recorded, error) {
 	e, err := s.get(k)
 	if err != nil {
 		return breaker.Recorded{}, err
 	}
+	if adm.Lease&localLease != 0 || s.degraded.Load() {
+		if adm.Lease&localLease != 0 {
+			adm.Lease &^= localLease
+		} else {
+			adm.Lease = 0 // a Redis lease frees nothing locally; it expires in Redis
+		}
+		return s.local.Record(ctx, e.lk, now, adm, r)
+	}
 	p := e.policy
 	if !p.Active() {
 		if adm.Lease != 0 {
-			_, _ = s.run(ctx, e, "rel", now, strconv.FormatUint(adm.Lease, 10))
+			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: []any{strconv.FormatUint(adm.Lease, 10)}})
 		}
 		return breaker.Recorded{}, nil
 	}
@@ -379,63 +382,99 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	if r.RetryAfterUnixNano != 0 {
 		ra = r.RetryAfterUnixNano / ms
 	}
-	res, err := s.run(ctx, e, "rec", now, class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
+	job := recJob{op: "rec", now: now, adm: adm, res: r, args: []any{class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
 		strconv.FormatUint(adm.Lease, 10), ra, b01(e.id.Scope == breaker.ScopeGateway), r.Status,
-		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted))
-	if err != nil {
+		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted)}}
+	if s.opts.AsyncRecord && s.rec != nil {
+		s.enqueue(ctx, e, job)
+		return breaker.Recorded{Outcome: o, Applied: true}, nil
+	}
+	res, err := s.runJob(ctx, e, job)
+	if err != nil || res == nil {
 		return breaker.Recorded{Outcome: o, Applied: true}, err
 	}
 	return breaker.Recorded{Outcome: o, Stale: res.Stale == 1, Applied: true}, nil
 }
 
+// runJob runs a queued (or synchronous) record or release; when Redis
+// fails it records on the local view instead.
+func (s *Store) runJob(ctx context.Context, e *entry, j recJob) (*result, error) {
+	if s.degraded.Load() {
+		s.jobLocal(ctx, e, j)
+		return nil, nil
+	}
+	r, err := s.run(ctx, e, j.op, j.now, j.args...)
+	if err != nil {
+		s.jobLocal(ctx, e, j)
+	}
+	return r, err
+}
+
+func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
+	if j.op == "rec" {
+		adm := j.adm
+		adm.Lease = 0 // a Redis lease: nothing to free locally
+		_, _ = s.local.Record(ctx, e.lk, j.now, adm, j.res)
+	}
+}
+
 // Stalled implements breaker.Store.
 func (s *Store) Stalled(ctx context.Context, k breaker.Key, now int64) error {
 	e, err := s.get(k)
-	if err == nil {
-		_, err = s.run(ctx, e, "stl", now)
+	if err != nil {
+		return err
 	}
+	if !s.degraded.Load() {
+		if _, err = s.run(ctx, e, "stl", now); err == nil {
+			return nil
+		}
+	}
+	_ = s.local.Stalled(ctx, e.lk, now)
 	return err
 }
 
-// ForceOpen implements breaker.Store.
+// ForceOpen implements breaker.Store. While Redis is unreachable the
+// override applies to the local view and is written back on return.
 func (s *Store) ForceOpen(ctx context.Context, k breaker.Key, now int64, d time.Duration) error {
-	e, err := s.get(k)
-	if err == nil {
-		_, err = s.run(ctx, e, "fo", now, int64(d)/ms)
-	}
-	return err
+	return s.override(ctx, k, now, "fo", func(e *entry) error { return s.local.ForceOpen(ctx, e.lk, now, d) }, int64(d)/ms)
 }
 
 // ForceClose implements breaker.Store.
 func (s *Store) ForceClose(ctx context.Context, k breaker.Key, now int64) error {
-	e, err := s.get(k)
-	if err == nil {
-		_, err = s.run(ctx, e, "fc", now)
-	}
-	return err
+	return s.override(ctx, k, now, "fc", func(e *entry) error { return s.local.ForceClose(ctx, e.lk, now) })
 }
 
 // Reset implements breaker.Store.
 func (s *Store) Reset(ctx context.Context, k breaker.Key, now int64) error {
+	return s.override(ctx, k, now, "rst", func(e *entry) error { return s.local.Reset(ctx, e.lk, now) })
+}
+
+func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op string, local func(*entry) error, extra ...any) error {
 	e, err := s.get(k)
-	if err == nil {
-		_, err = s.run(ctx, e, "rst", now)
+	if err != nil {
+		return err
 	}
-	return err
+	if !s.degraded.Load() {
+		if _, err := s.run(ctx, e, op, now, extra...); err == nil {
+			return nil
+		}
+	}
+	return local(e)
 }
 
 // Status implements breaker.Store, reading Redis (and making due
-// transitions).
+// transitions); from the local view while Redis is unreachable.
 func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.Status, error) {
 	e, err := s.get(k)
 	if err != nil {
 		return breaker.Status{}, err
 	}
-	r, err := s.run(ctx, e, "adv", now)
-	if err != nil {
-		return breaker.Status{}, err
+	if !s.degraded.Load() {
+		if r, err := s.run(ctx, e, "adv", now); err == nil {
+			return statusOf(e, r, now), nil
+		}
 	}
-	return statusOf(e, r, now), nil
+	return s.local.Status(ctx, e.lk, now)
 }
 
 func sec(v int64) *float64 {
@@ -461,16 +500,21 @@ func statusOf(e *entry, r *result, now int64) breaker.Status {
 }
 
 // Sweep implements breaker.Store: due transitions of the breakers this
-// replica sees as not closed.
+// replica sees as not closed (on the local view while Redis is
+// unreachable).
 func (s *Store) Sweep(ctx context.Context, now int64) error {
+	if s.degraded.Load() {
+		return s.local.Sweep(ctx, now)
+	}
 	var errs []error
-	for _, e := range s.tab.Load().byID {
-		r := e.view.Load()
-		if r == nil || (r.St == 0 && r.BU == 0 && r.FO == 0) {
+	for _, e := range s.tab.Load().list {
+		v := s.local.Peek(ctx, e.lk, now)
+		if v.Allowed && v.State == breaker.Closed {
 			continue
 		}
 		if _, err := s.run(ctx, e, "adv", now); err != nil {
 			errs = append(errs, err)
+			break // degraded now: the rest waits for the resync
 		}
 	}
 	return errors.Join(errs...)

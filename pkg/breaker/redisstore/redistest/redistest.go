@@ -18,6 +18,8 @@ import (
 // Server is a running redis-server.
 type Server struct {
 	Addr string
+	bin  string
+	args []string
 	cmd  *exec.Cmd
 }
 
@@ -38,30 +40,47 @@ func Start(t testing.TB) *Server {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "yes")
-	if err := cmd.Start(); err != nil {
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
+		args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "yes"}}
+	t.Cleanup(s.Stop)
+	if err := s.run(); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
-	t.Cleanup(s.Stop)
+	return s
+}
+
+// run starts redis-server and waits until it answers.
+func (s *Server) run() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not start on %s", s.Addr)
+			return fmt.Errorf("redis-server did not start on %s", s.Addr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return s
+	return nil
+}
+
+// Restart starts the server again on the same address after Stop (its data
+// is gone: persistence is off, as after a crash of a cache-only Redis).
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.run()
 }
 
 // Stop kills the server.
 func (s *Server) Stop() {
-	if s.cmd.Process != nil {
+	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
+		s.cmd = nil
 	}
 }
 

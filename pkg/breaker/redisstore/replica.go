@@ -1,0 +1,379 @@
+package redisstore
+
+import (
+	"context"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	replicav1 "github.com/fusebox-llm/fusebox/proto/replica/v1"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+)
+
+// recJob is one queued script call of Record (or of the release an off
+// breaker still owes).
+type recJob struct {
+	e    *entry
+	op   string
+	now  int64
+	adm  breaker.Admission
+	res  breaker.Result
+	args []any
+}
+
+// recordWorkers run queued records; a breaker always goes to the same one,
+// so its outcomes reach Redis in the order they were recorded.
+const recordWorkers = 4
+
+// Start runs the replica machinery until ctx ends: the record workers, the
+// transition feed (subscriber and publisher) and the periodic refresh, which
+// loads the first snapshot (the store is not ready before it), resyncs
+// after a reconnect, and writes local opens back after an outage. It
+// returns at once; Wait-free: the goroutines end with ctx.
+func (s *Store) Start(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	s.rec = make([]chan recJob, recordWorkers)
+	for i := range s.rec {
+		ch := make(chan recJob, 4096)
+		s.rec[i] = ch
+		wg.Add(1)
+		go func() { defer wg.Done(); s.recordLoop(ctx, ch) }()
+	}
+	s.started.Store(true)
+	wg.Add(3)
+	go func() { defer wg.Done(); s.publishLoop(ctx) }()
+	go func() { defer wg.Done(); s.subscribeLoop(ctx) }()
+	go func() { defer wg.Done(); s.refreshLoop(ctx) }()
+	return &wg
+}
+
+// Ready reports whether the first snapshot has loaded (or Redis was found
+// unreachable, and the replica decides on its own: R-ST4).
+func (s *Store) Ready() bool { return s.ready.Load() }
+
+// Degraded reports whether Redis is unreachable and the local view is the
+// store.
+func (s *Store) Degraded() bool { return s.degraded.Load() }
+
+// Origin is this replica's id on the feed.
+func (s *Store) Origin() string { return s.origin }
+
+func (s *Store) enqueue(ctx context.Context, e *entry, j recJob) {
+	j.e = e
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(e.key))
+	select {
+	case s.rec[h.Sum32()%uint32(len(s.rec))] <- j:
+	default:
+		// The queue is full (Redis far slower than the traffic): this
+		// outcome is recorded on the local view rather than waited for.
+		s.count("record_queue_full")
+		s.jobLocal(ctx, e, j)
+	}
+}
+
+func (s *Store) recordLoop(ctx context.Context, ch chan recJob) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-ch:
+			_, _ = s.runJob(context.Background(), j.e, j)
+		}
+	}
+}
+
+func (s *Store) count(op string) {
+	if s.opts.OnError != nil {
+		s.opts.OnError(op)
+	}
+}
+
+// failed counts a failed Redis operation and turns the store degraded:
+// decisions and recording continue on the local view, logged once until
+// Redis is back (R-ST4).
+func (s *Store) failed(op string, err error) {
+	s.count(op)
+	if !s.degraded.Swap(true) {
+		s.log.Error("[store] Redis is unreachable: deciding and recording on this replica's local state until it returns",
+			"op", op, "error", err.Error())
+		s.health()
+	}
+}
+
+// health reports the store's readiness when it changed.
+func (s *Store) health() {
+	if s.opts.OnHealth == nil {
+		return
+	}
+	code := int32(1)
+	if s.ready.Load() {
+		code |= 2
+	}
+	if s.degraded.Load() {
+		code |= 4
+	}
+	if s.lastHealth.Swap(code) == code {
+		return
+	}
+	switch {
+	case s.degraded.Load():
+		s.opts.OnHealth(s.ready.Load(), true, "redis unreachable: deciding on local state")
+	case s.ready.Load():
+		s.opts.OnHealth(true, false, "redis")
+	default:
+		s.opts.OnHealth(false, false, "redis: loading the first snapshot")
+	}
+}
+
+// publish queues the breaker's new decision state for the other replicas.
+func (s *Store) publish(e *entry, r *result, now int64) {
+	t := &replicav1.Transition{Breaker: e.pbID, Snapshot: pbSnapshot(r), AtMs: now / ms}
+	if n := len(r.Events); n > 0 {
+		last := r.Events[n-1]
+		t.From, t.To, t.Reason = replicav1.State(last.From), replicav1.State(last.To), last.Reason
+	}
+	env := &replicav1.Envelope{SchemaVersion: replicav1.SchemaVersion_SCHEMA_VERSION_1, Origin: s.origin,
+		Body: &replicav1.Envelope_Transition{Transition: t}}
+	select {
+	case s.pub <- env:
+	default:
+		s.count("publish") // the refresh brings the others up to date
+	}
+}
+
+func pbSnapshot(r *result) *replicav1.Snapshot {
+	return &replicav1.Snapshot{
+		Seq: r.V, State: replicav1.State(r.St), Generation: r.Gen, Reason: r.Reason, OpenedAtMs: r.OA, ReopenedAtMs: r.RA,
+		Reopens: uint32(r.RC), OpenUntilMs: r.OU, Forced: r.FO == 1, ForcedUntilMs: r.FU, BlockedUntilMs: r.BU,
+		ProbesInFlight: uint32(r.Leases), ProbesUntilMs: r.Earliest,
+	}
+}
+
+func snapshotOf(p *replicav1.Snapshot) breaker.Snapshot {
+	return breaker.Snapshot{
+		State: breaker.State(p.State), Generation: p.Generation, Reason: p.Reason, OpenedAt: p.OpenedAtMs * ms,
+		ReopenedAt: p.ReopenedAtMs * ms, Reopens: int(p.Reopens), OpenUntil: p.OpenUntilMs * ms, Forced: p.Forced,
+		ForcedUntil: p.ForcedUntilMs * ms, BlockedUntil: p.BlockedUntilMs * ms,
+		Probes: int(p.ProbesInFlight), ProbesUntil: p.ProbesUntilMs * ms,
+	}
+}
+
+// PublishOverlay tells the other replicas that gateway's admin overlay
+// changed in Redis.
+func (s *Store) PublishOverlay(ctx context.Context, gateway string) error {
+	env := &replicav1.Envelope{SchemaVersion: replicav1.SchemaVersion_SCHEMA_VERSION_1, Origin: s.origin,
+		Body: &replicav1.Envelope_Overlay{Overlay: &replicav1.OverlayChange{Gateway: gateway}}}
+	b, err := proto.Marshal(env)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.rdb.Publish(ctx, s.feed, b).Err()
+}
+
+func (s *Store) publishLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case env := <-s.pub:
+			b, err := proto.Marshal(env)
+			if err != nil {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, s.timeout)
+			if err := s.rdb.Publish(pctx, s.feed, b).Err(); err != nil && ctx.Err() == nil {
+				s.count("publish")
+			}
+			cancel()
+		}
+	}
+}
+
+// subscribeLoop reads the feed. go-redis reconnects and resubscribes after
+// a dropped connection; every subscription after the first asks for a full
+// resync, since messages published meanwhile are lost.
+func (s *Store) subscribeLoop(ctx context.Context) {
+	ps := s.rdb.Subscribe(ctx, s.feed)
+	defer ps.Close()
+	subscribed := false
+	backoff := 50 * time.Millisecond
+	for {
+		msg, err := ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.count("feed")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				if subscribed {
+					s.resync.Store(true)
+					s.wake()
+				}
+				subscribed = true
+			}
+		case *redis.Message:
+			s.onFeed([]byte(m.Payload))
+		}
+	}
+}
+
+// onFeed applies one feed message from another replica.
+func (s *Store) onFeed(b []byte) {
+	var env replicav1.Envelope
+	if err := proto.Unmarshal(b, &env); err != nil || env.SchemaVersion != replicav1.SchemaVersion_SCHEMA_VERSION_1 {
+		s.count("feed_decode")
+		return
+	}
+	if env.Origin == s.origin {
+		return
+	}
+	switch body := env.Body.(type) {
+	case *replicav1.Envelope_Transition:
+		t := body.Transition
+		if t.Breaker == nil || t.Snapshot == nil {
+			s.count("feed_decode")
+			return
+		}
+		id := breaker.ID{Gateway: t.Breaker.Gateway, Route: t.Breaker.Route, Scope: breaker.ScopeGateway}
+		if t.Breaker.Scope == replicav1.Scope_SCOPE_GLOBAL {
+			id.Scope = breaker.ScopeGlobal
+		}
+		if e, ok := s.tab.Load().byID[id]; ok && !s.degraded.Load() {
+			s.apply(e, t.Snapshot.Seq, snapshotOf(t.Snapshot))
+		}
+	case *replicav1.Envelope_Overlay:
+		if s.opts.OnOverlay != nil && body.Overlay != nil {
+			s.opts.OnOverlay(body.Overlay.Gateway)
+		}
+	}
+}
+
+func (s *Store) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.RefreshInterval)
+	defer t.Stop()
+	for {
+		s.Refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+// Refresh loads every installed breaker's state from Redis into the local
+// view. After an outage it first writes back the opens learned locally,
+// then reloads everything and leaves the degraded mode; after a feed
+// reconnect it reloads everything. The first success makes the store ready;
+// a first attempt that finds Redis unreachable makes it ready and degraded
+// (a replica decides on its own rather than not at all).
+func (s *Store) Refresh(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	now := s.opts.Clock.Now().UnixNano()
+	wasDegraded := s.degraded.Load()
+	if wasDegraded && !s.reachable(ctx) {
+		s.markReady()
+		return
+	}
+	list := s.tab.Load().list
+	if wasDegraded {
+		for _, e := range list {
+			if err := s.writeBack(ctx, e, now); err != nil {
+				s.markReady()
+				return
+			}
+		}
+	}
+	full := wasDegraded || s.resync.Swap(false)
+	if full {
+		// Redis may have restarted empty: its sequence numbers start again.
+		for _, e := range list {
+			e.viewMu.Lock()
+			e.seq = 0
+			e.viewMu.Unlock()
+		}
+	}
+	if wasDegraded {
+		// From here the scripts are the store again (their results apply to
+		// the view); a failure below turns it degraded once more.
+		s.degraded.Store(false)
+	}
+	for _, e := range list {
+		if _, err := s.run(ctx, e, "snap", now); err != nil {
+			s.markReady()
+			return
+		}
+	}
+	if wasDegraded && !s.degraded.Load() {
+		s.log.Info("[store] Redis is reachable again: local opens written back, state resynced", "breakers", len(list))
+	}
+	s.markReady()
+}
+
+func (s *Store) markReady() {
+	s.ready.Store(true)
+	s.health()
+}
+
+func (s *Store) reachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.rdb.Ping(ctx).Err() == nil
+}
+
+// writeBack writes an open (or forced open) the local view learned while
+// Redis was unreachable; the script keeps the later of two opens.
+func (s *Store) writeBack(ctx context.Context, e *entry, now int64) error {
+	snap, err := s.local.Snapshot(ctx, e.lk, now)
+	if err != nil || (snap.State != breaker.Open && snap.BlockedUntil <= now) {
+		return nil
+	}
+	live := snap.State == breaker.Open
+	fu := int64(0)
+	if snap.Forced {
+		fu = snap.ForcedUntil / ms
+	}
+	ou := snap.OpenUntil / ms
+	if !live {
+		ou = 0
+	}
+	_, err = s.runNoDegrade(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
+		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
+		strconv.FormatInt(snap.BlockedUntil/ms, 10))
+	return err
+}
+
+// runNoDegrade runs a script while the store is degraded (the write-back):
+// its result is not applied to the local view, which is still the store.
+func (s *Store) runNoDegrade(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	args := append([]any{op, now / ms}, e.args...)
+	args = append(args, extra...)
+	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
+	if err != nil {
+		s.count(op)
+		return nil, err
+	}
+	return parseReply(vals)
+}

@@ -1,0 +1,84 @@
+package breaker
+
+import "context"
+
+// Snapshot is the decision state of one breaker: what a decision reads,
+// without its windows. A shared store keeps each replica's local view as a
+// Memory store and puts the shared state into it with Restore (R-ST2); it
+// reads a local state back with Snapshot to write it to the shared store
+// after an outage (R-ST4). Times are unix nanoseconds.
+type Snapshot struct {
+	State        State
+	Generation   uint64
+	Reason       string
+	OpenedAt     int64
+	ReopenedAt   int64
+	Reopens      int
+	OpenUntil    int64
+	Forced       bool
+	ForcedUntil  int64 // 0 = no end
+	BlockedUntil int64 // 0 = none
+	// Probes is how many half-open probe slots the shared store has given
+	// out, the earliest of them ending at ProbesUntil: a full set makes the
+	// local view answer "probes full" without asking.
+	Probes      int
+	ProbesUntil int64
+}
+
+// Restore makes the breaker's decision state s, as another replica (through
+// the shared store) made it. It emits no event: the replica whose store
+// call made the transition reports it. Leases end when the state changes
+// (the shared store holds the probe slots); windows restart when the
+// breaker closes.
+func (s *Memory) Restore(_ context.Context, k Key, snap Snapshot) error {
+	m, err := s.get(k)
+	if err != nil {
+		return err
+	}
+	m.restore(snap)
+	return nil
+}
+
+// Snapshot returns the breaker's decision state (due transitions made
+// first, as every read does).
+func (s *Memory) Snapshot(_ context.Context, k Key, now int64) (Snapshot, error) {
+	m, err := s.get(k)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	var evs events
+	m.mu.Lock()
+	m.advance(now, &evs)
+	snap := Snapshot{
+		State: m.state, Generation: m.gen, Reason: m.reason, OpenedAt: m.openedAt, ReopenedAt: m.reopenedAt,
+		Reopens: m.reopens, OpenUntil: m.openUntil, Forced: m.forced, ForcedUntil: m.forcedUntil, BlockedUntil: m.blockedUntil,
+	}
+	m.unlock(&evs)
+	return snap, nil
+}
+
+func (m *machine) restore(s Snapshot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.State != m.state {
+		if s.State == Closed {
+			m.consecutive = 0
+			m.tumble = tumbling{}
+			m.failWin.reset()
+			m.rateWin.reset()
+		}
+	}
+	m.state, m.gen, m.reason = s.State, s.Generation, s.Reason
+	m.openedAt, m.reopenedAt, m.reopens, m.openUntil = s.OpenedAt, s.ReopenedAt, s.Reopens, s.OpenUntil
+	m.forced, m.forcedUntil, m.blockedUntil = s.Forced, s.ForcedUntil, s.BlockedUntil
+	// The shared store holds the slots; the view keeps placeholders (lease
+	// id 0, never released by id) that expire with the earliest of them.
+	m.leases = m.leases[:0]
+	for i := 0; i < s.Probes && s.State == HalfOpen; i++ {
+		m.leases = append(m.leases, lease{expires: s.ProbesUntil})
+	}
+	if m.gen == 0 {
+		m.gen = 1
+	}
+	m.publish()
+}
