@@ -44,3 +44,10 @@ func (r *EventReporter) Report(e breaker.Event) {
 		"generation", e.Generation,
 	)
 }
+
+// View sets the state gauge of a breaker whose state this replica learned
+// from the shared store (another replica made the transition and reports
+// it; this one only shows where it stands).
+func (r *EventReporter) View(id breaker.ID, st breaker.State) {
+	r.Metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(float64(st))
+}

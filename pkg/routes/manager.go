@@ -26,6 +26,11 @@ type Manager struct {
 	// Report is told of every Runtime an admin change puts in force
 	// (warnings, R-P2 fallbacks); the file reloader reports its own.
 	Report func(*Runtime)
+	// SharedStore: the overlays live in a shared store (Redis) that may be
+	// unreachable when fusebox starts. Then fusebox starts on the file
+	// alone (logged) and Refresh loads them when the store returns, rather
+	// than not starting at all (R-ST4).
+	SharedStore bool
 
 	mu   sync.Mutex
 	file []byte
@@ -36,7 +41,12 @@ type Manager struct {
 // An overlay that no longer fits the file is left out of the effective
 // config (and logged), never a reason not to start.
 func (m *Manager) Open(ctx context.Context, file []byte) (*Runtime, error) {
-	ovs, err := m.Store.Load(ctx)
+	ovs, err := m.loadOverlays(ctx)
+	if err != nil && m.SharedStore {
+		m.log().Error("[config] the admin changes in the shared store could not be read: starting on the file alone until the store answers",
+			"error", err.Error())
+		ovs, err = map[string]Overlay{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +57,43 @@ func (m *Manager) Open(ctx context.Context, file []byte) (*Runtime, error) {
 	m.logBad(bad)
 	m.file, m.ovs = file, ovs
 	return rt, nil
+}
+
+// loadOverlays reads the stored overlays; entries that do not decode are
+// logged and left out.
+func (m *Manager) loadOverlays(ctx context.Context) (map[string]Overlay, error) {
+	ovs, err := m.Store.Load(ctx)
+	var bad *BadOverlaysError
+	if errors.As(err, &bad) {
+		m.log().Error("[config] "+bad.Error(), "gateways", bad.IDs)
+		err = nil
+	}
+	return ovs, err
+}
+
+// Refresh reloads the stored overlays and puts the result in force: another
+// replica changed one in the shared store (R-API2a). On error (the store is
+// unreachable) nothing changes.
+func (m *Manager) Refresh(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ovs, err := m.loadOverlays(ctx)
+	if err != nil {
+		return err
+	}
+	rt, bad, err := compose(m.file, ovs, "")
+	if err != nil {
+		return err
+	}
+	m.logBad(bad)
+	cur := m.Holder.Load()
+	rt.Listen, rt.Limits, rt.Admin, rt.Store = cur.Listen, cur.Limits, cur.Admin, cur.Store
+	m.Holder.Store(rt)
+	m.ovs = ovs
+	if m.Report != nil {
+		m.Report(rt)
+	}
+	return nil
 }
 
 func (m *Manager) log() *slog.Logger {

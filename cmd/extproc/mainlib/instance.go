@@ -20,6 +20,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/admin"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
@@ -91,11 +92,44 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if problems := startProblems(fileRT); len(problems) > 0 {
 		return nil, &routes.ConfigError{Problems: problems}
 	}
+	if f.RedisURL != "" {
+		fileRT.Store.Redis.URL = f.RedisURL
+	}
 	fileSettings := routes.StartSettingsOf(fileRT)
+	in := &Instance{
+		Log:      log,
+		Metrics:  metrics.New(),
+		Health:   admin.NewHealth("config", "listeners", "store"),
+		grace:    f.GracePeriod,
+		ctx:      ctx,
+		serveErr: make(chan error, 2),
+	}
+	in.Clock, in.stopClk = o.clock, func() {}
+	if in.Clock == nil {
+		cc := breaker.NewCoarseClock(time.Millisecond)
+		in.Clock, in.stopClk = cc, cc.Stop
+	}
+	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
+	// The store, and where admin changes are kept: a file beside the
+	// memory store, Redis beside the Redis one (R-API2a).
+	var mgr *routes.Manager
+	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, func(string) {
+		// Another replica changed an overlay: load them all again.
+		if err := mgr.Refresh(context.Background()); err != nil {
+			log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
+		}
+	})
+	if err != nil {
+		in.stopClk()
+		return nil, err
+	}
+	in.Store = sw.store
 	// The effective config: the file overlaid by admin changes (R-API2a).
-	mgr := &routes.Manager{Store: &routes.FileOverlays{Path: fileRT.Store.Memory.PersistPath}, Log: log}
+	mgr = &routes.Manager{Store: sw.overlays, Log: log, SharedStore: sw.shared}
 	rt, err := mgr.Open(ctx, data)
 	if err != nil {
+		in.stopClk()
+		sw.close()
 		return nil, err
 	}
 	if f.GRPCAddr != "" {
@@ -104,18 +138,8 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if f.AdminAddr != "" {
 		rt.Listen.Admin = f.AdminAddr
 	}
-	if f.RedisURL != "" {
-		rt.Store.Redis.URL = f.RedisURL
-	}
-	in := &Instance{
-		Log:      log,
-		Metrics:  metrics.New(),
-		Config:   routes.NewHolder(rt),
-		Health:   admin.NewHealth("config", "listeners", "store"),
-		grace:    f.GracePeriod,
-		ctx:      ctx,
-		serveErr: make(chan error, 2),
-	}
+	rt.Store.Redis.URL = fileRT.Store.Redis.URL
+	in.Config = routes.NewHolder(rt)
 	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
 
 	reloader := &routes.Reloader{
@@ -126,15 +150,8 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	mgr.Holder, mgr.Report = in.Config, reloader.Report
 	reloader.Report(rt)
 
-	in.Clock, in.stopClk = o.clock, func() {}
-	if in.Clock == nil {
-		cc := breaker.NewCoarseClock(time.Millisecond)
-		in.Clock, in.stopClk = cc, cc.Stop
-	}
 	history := breaker.NewHistory()
-	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
-	in.Store = breaker.NewMemory(reporter.Report)
-	if rt.Store.Memory.PersistPath == "" {
+	if rt.Store.Backend == routes.StoreMemory && rt.Store.Memory.PersistPath == "" {
 		log.Warn("store.memory.persist_path is empty: admin changes are not kept across restarts")
 	}
 
@@ -210,6 +227,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		defer in.bg.Done()
 		procSrv.RunStallWatch(bgCtx, 250*time.Millisecond)
 	}()
+	if sw.start != nil {
+		wg := sw.start(bgCtx)
+		in.bg.Add(1)
+		go func() { defer in.bg.Done(); wg.Wait(); sw.close() }()
+	}
 	in.bg.Add(1)
 	go func() {
 		defer in.bg.Done()
@@ -229,7 +251,9 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		}()
 	}
 	in.Health.Set("listeners", admin.Component{Ready: true, Detail: "grpc " + in.GRPCAddr() + ", admin " + in.AdminAddr()})
-	in.Health.Set("store", admin.Component{Ready: true, Detail: rt.Store.Backend})
+	if sw.start == nil {
+		in.Health.Set("store", admin.Component{Ready: true, Detail: rt.Store.Backend})
+	}
 	log.Info("fusebox serving", "grpc", in.GRPCAddr(), "admin", in.AdminAddr(), "config", nameOr(f.Config),
 		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString())
 	return in, nil
@@ -292,8 +316,12 @@ func listenerTLS(rt *routes.Runtime, log *slog.Logger) (credentials.TransportCre
 // also starts).
 func startProblems(rt *routes.Runtime) []string {
 	var out []string
-	if rt.Store.Backend != routes.StoreMemory {
-		out = append(out, fmt.Sprintf("store.backend: %q: the Redis store exists (pkg/breaker/redisstore) but fusebox does not run on it yet (the replica view is not built); use memory", rt.Store.Backend))
+	if rt.Store.Backend == routes.StoreRedis {
+		if c, err := redisstore.NewClient(rt.Store.Redis.URL); err != nil {
+			out = append(out, err.Error())
+		} else {
+			_ = c.Close()
+		}
 	}
 	return out
 }

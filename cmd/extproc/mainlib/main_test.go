@@ -407,16 +407,18 @@ func TestValidateRefusesWhatStartRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "redis.yaml")
-	if err := os.WriteFile(path, []byte(strings.Replace(string(good), "backend: memory", "backend: redis", 1)), 0o600); err != nil {
+	// A Redis URL that no client can use: validate names it as start does.
+	bad := strings.Replace(string(good), "backend: memory", "backend: redis\n  redis: {url: \"http://redis.example:6379\"}", 1)
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
 	verr := Main(context.Background(), []string{"validate", "-config", path}, &out, &errb)
 	_, serr := Start(context.Background(), []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, &errb)
 	if serr == nil {
-		t.Fatal("start accepted store.backend redis")
+		t.Fatal("start accepted an http:// store.redis.url")
 	}
-	if verr == nil || !strings.Contains(out.String(), "store.backend") {
+	if verr == nil || !strings.Contains(out.String(), "store.redis.url") {
 		t.Fatalf("validate accepted what start refuses (%v): %s", serr, out.String())
 	}
 }

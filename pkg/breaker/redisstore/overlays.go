@@ -21,8 +21,10 @@ func (o *Overlays) Load(ctx context.Context) (map[string][]byte, error) {
 	defer cancel()
 	m, err := o.Store.rdb.HGetAll(ctx, o.hash()).Result()
 	if err != nil {
-		o.Store.count("overlay_load")
-		return nil, fmt.Errorf("redis overlays: %w", err)
+		err = fmt.Errorf("redis overlays: %w", err)
+		// Degraded: the resync on Redis's return loads them again.
+		o.Store.failed("overlay_load", err)
+		return nil, err
 	}
 	out := make(map[string][]byte, len(m))
 	for id, doc := range m {

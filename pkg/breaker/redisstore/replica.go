@@ -200,7 +200,17 @@ func (s *Store) publishLoop(ctx context.Context) {
 // resync, since messages published meanwhile are lost.
 func (s *Store) subscribeLoop(ctx context.Context) {
 	ps := s.rdb.Subscribe(ctx, s.feed)
-	defer ps.Close()
+	// Receive does not return when ctx ends; closing the subscription
+	// does.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+		}
+		_ = ps.Close()
+	}()
 	subscribed := false
 	backoff := 50 * time.Millisecond
 	for {
@@ -326,6 +336,10 @@ func (s *Store) Refresh(ctx context.Context) {
 	}
 	if wasDegraded && !s.degraded.Load() {
 		s.log.Info("[store] Redis is reachable again: local opens written back, state resynced", "breakers", len(list))
+	}
+	if full && s.opts.OnOverlay != nil {
+		// Overlay changes published meanwhile were missed too.
+		s.opts.OnOverlay("")
 	}
 	s.markReady()
 }

@@ -80,7 +80,7 @@ type result struct {
 	// state; Changed says this call changed it.
 	V       uint64
 	Changed bool
-	Events                                           []event
+	Events  []event
 }
 
 type event struct {
@@ -129,4 +129,3 @@ func parseReply(vals []any) (*result, error) {
 	}
 	return r, nil
 }
-

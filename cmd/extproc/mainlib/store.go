@@ -1,0 +1,69 @@
+package mainlib
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/admin"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/processor"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+)
+
+// storeWiring is the breaker store of store.backend, with what it needs
+// started once fusebox serves.
+type storeWiring struct {
+	store breaker.Store
+	// start runs the store's background work (the Redis replica view)
+	// until ctx ends; nil for the memory store.
+	start func(ctx context.Context) *sync.WaitGroup
+	// overlays is where admin changes are kept (R-API2a).
+	overlays routes.OverlayStore
+	// shared: overlays live in a shared store that may be unreachable at
+	// start; fusebox starts without them and loads them when it returns.
+	shared bool
+	close  func()
+}
+
+// openStore builds the store of cfg. The Redis store reports its
+// readiness to the "store" health component: not ready until the first
+// snapshot loads, degraded (still ready) while Redis is unreachable.
+func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *admin.Health,
+	rep *processor.EventReporter, clock breaker.Clock, onOverlay func(gateway string)) (*storeWiring, error) {
+	if cfg.Backend != routes.StoreRedis {
+		return &storeWiring{
+			store:    breaker.NewMemory(rep.Report),
+			overlays: &routes.FileOverlays{Path: cfg.Memory.PersistPath},
+			close:    func() {},
+		}, nil
+	}
+	client, err := redisstore.NewClient(cfg.Redis.URL)
+	if err != nil {
+		return nil, err
+	}
+	timeout := int64(routes.DefaultOpTimeoutMs)
+	if cfg.Redis.OpTimeoutMs != nil {
+		timeout = *cfg.Redis.OpTimeoutMs
+	}
+	h.Set("store", admin.Component{Detail: "redis: loading the first snapshot"})
+	st := redisstore.New(redisstore.Options{
+		Client: client, KeyPrefix: cfg.Redis.KeyPrefix, OpTimeout: time.Duration(timeout) * time.Millisecond,
+		OnEvent: rep.Report, OnView: rep.View, AsyncRecord: true, Clock: clock, Log: log,
+		OnError:   func(op string) { m.StoreErrors.WithLabelValues(op).Inc() },
+		OnOverlay: onOverlay,
+		OnHealth: func(ready, degraded bool, detail string) {
+			h.Set("store", admin.Component{Ready: ready, Degraded: degraded, Detail: detail})
+		},
+	})
+	return &storeWiring{
+		store:    st,
+		start:    st.Start,
+		overlays: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}},
+		shared:   true,
+		close:    func() { _ = client.Close() },
+	}, nil
+}
