@@ -82,3 +82,19 @@ func (m *machine) restore(s Snapshot) {
 	}
 	m.publish()
 }
+
+// AcquireHealthy admits a request on the lock-free path when the local
+// state is healthy (closed, not blocked, not forced) or the policy is off:
+// one atomic load. It reports false when the breaker needs more (a probe
+// slot, a refusal) or is not installed; a shared store then asks its
+// backend.
+func (s *Memory) AcquireHealthy(k Key) (Admission, bool) {
+	m, err := s.get(k)
+	if err != nil {
+		return Admission{}, false
+	}
+	if w := m.word.Load(); w&hotUnhealthy == 0 || w&hotOff != 0 {
+		return Admission{Gen: w >> genShift}, true
+	}
+	return Admission{}, false
+}

@@ -217,3 +217,18 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatal(r.Provider)
 	}
 }
+
+// The config docker-compose.yaml gives both fusebox replicas is valid and
+// runs them on Redis.
+func TestComposeConfig(t *testing.T) {
+	rt, err := LoadFile("../../deploy/compose/fusebox-redis.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Store.Backend != StoreRedis || rt.Store.Redis.URL != "redis://redis:6379/0" {
+		t.Fatalf("store: %+v", rt.Store)
+	}
+	if _, ok := rt.Gateways["default"]; !ok {
+		t.Fatal("no default gateway")
+	}
+}

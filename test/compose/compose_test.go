@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -46,9 +47,49 @@ func TestComposeFileIsValid(t *testing.T) {
 	if !strings.HasPrefix(envoy.Image, "envoyproxy/envoy:v") || strings.HasSuffix(envoy.Image, ":latest") {
 		t.Errorf("envoy image must be pinned, got %q", envoy.Image)
 	}
-	fb, _ := p.GetService("fusebox")
-	if fb.Build == nil || fb.Build.Target != "fusebox" {
-		t.Errorf("fusebox must be built from the Dockerfile's fusebox target")
+	// Two fusebox replicas, built from the Dockerfile's fusebox target, on
+	// the Redis store (the mounted config says backend: redis) and the
+	// compose network's Redis, each with its own admin port.
+	ports := map[uint32]bool{}
+	for _, name := range []string{"fusebox", "fusebox-2"} {
+		fb, err := p.GetService(name)
+		if err != nil {
+			t.Errorf("replica %s: %v", name, err)
+			continue
+		}
+		if fb.Build == nil || fb.Build.Target != "fusebox" {
+			t.Errorf("%s must be built from the Dockerfile's fusebox target", name)
+		}
+		if url := fb.Environment["FUSEBOX_REDIS_URL"]; url == nil || *url != "redis://redis:6379/0" {
+			t.Errorf("%s: FUSEBOX_REDIS_URL %v", name, url)
+		}
+		if _, ok := fb.DependsOn["redis"]; !ok {
+			t.Errorf("%s does not wait for redis", name)
+		}
+		cfg := ""
+		for i, a := range fb.Command {
+			if a == "-config" && i+1 < len(fb.Command) {
+				cfg = fb.Command[i+1]
+			}
+		}
+		redisBackend := false
+		for _, v := range fb.Volumes {
+			if v.Target == cfg {
+				b, err := os.ReadFile(v.Source)
+				redisBackend = err == nil && strings.Contains(string(b), "backend: redis")
+			}
+		}
+		if !redisBackend {
+			t.Errorf("%s: -config %q is not a mounted config with backend: redis", name, cfg)
+		}
+		for _, pc := range fb.Ports {
+			if n, _ := strconv.Atoi(pc.Published); n != 0 {
+				if ports[uint32(n)] {
+					t.Errorf("%s publishes port %d twice", name, n)
+				}
+				ports[uint32(n)] = true
+			}
+		}
 	}
 	// Every bind-mounted file exists in the repository.
 	for _, s := range p.Services {

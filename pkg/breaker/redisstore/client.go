@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,6 +20,7 @@ import (
 // Every form gives a redis.UniversalClient, so the store does not care
 // which one runs.
 func NewClient(raw string) (redis.UniversalClient, error) {
+	quietOnce.Do(func() { redis.SetLogger(quiet{}) })
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("store.redis.url: %w", err)
@@ -56,3 +59,13 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 	}
 	return redis.NewClient(o), nil
 }
+
+// go-redis prints its own unstructured lines to stderr (a failed dial, a
+// pool retry) on every attempt while Redis is down. The store logs an
+// outage once, structured, and counts every failed operation
+// (aig_store_errors_total), so those lines are dropped.
+var quietOnce sync.Once
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

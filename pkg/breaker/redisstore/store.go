@@ -289,26 +289,28 @@ func (s *Store) Peek(ctx context.Context, k breaker.Key, now int64) breaker.Verd
 // across replicas. When Redis is unreachable the local view admits up to
 // half_open_max_probes on its own.
 func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
+	// A healthy local view admits on the memory store's own lock-free
+	// path: one atomic load, no round trip.
+	if adm, ok := s.local.AcquireHealthy(k); ok {
+		return adm, true, nil
+	}
 	e, err := s.get(k)
 	if err != nil {
 		return breaker.Admission{}, true, err
 	}
-	if !e.policy.Active() || e.policy.Mode == breaker.ModeShadow || s.degraded.Load() {
-		return s.acquireLocal(ctx, e, now, force)
-	}
-	if v := s.local.Peek(ctx, e.lk, now); v.Allowed && v.State == breaker.Closed {
-		return s.local.Acquire(ctx, e.lk, now, force)
+	if s.degraded.Load() || e.policy.Mode == breaker.ModeShadow {
+		return s.acquireLocal(ctx, k, now, force)
 	}
 	r, err := s.run(ctx, e, "acq", now, b01(force))
 	if err != nil {
-		adm, ok, _ := s.acquireLocal(ctx, e, now, force)
+		adm, ok, _ := s.acquireLocal(ctx, k, now, force)
 		return adm, ok, err
 	}
 	return breaker.Admission{Gen: r.Gen, Lease: r.Lease}, r.OK == 1, nil
 }
 
-func (s *Store) acquireLocal(ctx context.Context, e *entry, now int64, force bool) (breaker.Admission, bool, error) {
-	adm, ok, err := s.local.Acquire(ctx, e.lk, now, force)
+func (s *Store) acquireLocal(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
+	adm, ok, err := s.local.Acquire(ctx, k, now, force)
 	if adm.Lease != 0 {
 		adm.Lease |= localLease
 	}

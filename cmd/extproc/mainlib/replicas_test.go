@@ -1,0 +1,119 @@
+package mainlib
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// startOnRedis starts fusebox with store.backend redis, the URL given by
+// -redis-url (which overrides the file and FUSEBOX_REDIS_URL).
+func startOnRedis(t *testing.T, addr string, logs *syncBuffer) *Instance {
+	t.Helper()
+	edit := func(doc string) string {
+		return strings.Replace(doc, "backend: memory\n", "backend: redis\n  redis: {url: \"redis://127.0.0.1:1/0\", key_prefix: \"fx:\"}\n", 1)
+	}
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(path, []byte(edit(string(good))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
+		"-grace-period", "0s", "-redis-url", "redis://" + addr + "/0"}, logs)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = in.Wait() })
+	return in
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Three fusebox processes' worth of wiring on one Redis: readiness follows
+// the first snapshot, a PATCH on one replica applies on the others at once,
+// a route opened by failures through one replica's ext_proc stream is
+// skipped by the others' decisions, and Redis going away leaves every
+// replica ready but degraded.
+func TestReplicasOnOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	logs := &syncBuffer{}
+	var in []*Instance
+	for i := 0; i < 3; i++ {
+		in = append(in, startOnRedis(t, srv.Addr, logs))
+	}
+	for i, r := range in {
+		waitFor(t, "replica ready", func() bool {
+			code, body := get(t, "http://"+r.AdminAddr()+"/readyz", "")
+			return code == 200 && strings.Contains(body, `"store":{"ready":true`)
+		})
+		_ = i
+	}
+	// A PATCH on replica 0 reaches replicas 1 and 2.
+	base := func(i int) string { return "http://" + in[i].AdminAddr() + "/admin/v1/gateways/default" }
+	if code, body := send(t, "PATCH", base(0), `{"circuit_breaker": {"enabled": true, "failure_threshold": 2}}`); code != 200 {
+		t.Fatalf("patch: %d %s", code, body)
+	}
+	for _, i := range []int{1, 2} {
+		waitFor(t, "the PATCH on replica 0 applies on the others", func() bool {
+			_, body := get(t, base(i), "")
+			return strings.Contains(body, `"failure_threshold":2`) && strings.Contains(body, `"source":"admin"`)
+		})
+	}
+	// Two failures through replica 1 open the route for replica 2.
+	c1, err := grpc.NewClient(in[1].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	route := roundTrip500(t, c1)
+	if again := roundTrip500(t, c1); again != route {
+		t.Fatalf("the second request went to %s, not %s", again, route)
+	}
+	c2, err := grpc.NewClient(in[2].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	waitFor(t, "replica 2 routes around the route replica 1 opened", func() bool {
+		_, body := get(t, base(2)+"/circuit-breaker", "")
+		return strings.Contains(body, `"`+route+`":{"state":"open"`)
+	})
+	if next := roundTrip500(t, c2); next == route {
+		t.Fatalf("replica 2 still sent a request to %s, open since replica 1's failures", route)
+	}
+	// The transition was logged once, by the replica whose script made it.
+	if n := strings.Count(logs.String(), "[circuit_breaker] closed->open"); n != 1 {
+		t.Fatalf("closed->open logged %d times across three replicas, want once:\n%s", n, logs.String())
+	}
+	// Redis gone: still ready, reported degraded, decisions go on.
+	srv.Stop()
+	roundTrip500(t, c2)
+	waitFor(t, "degraded in /readyz", func() bool {
+		code, body := get(t, "http://"+in[2].AdminAddr()+"/readyz", "")
+		return code == 200 && strings.Contains(body, `"degraded":true`)
+	})
+	if !strings.Contains(logs.String(), "Redis is unreachable") {
+		t.Fatal("the outage was not logged")
+	}
+}
