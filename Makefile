@@ -6,7 +6,7 @@ FUZZTIME  ?= 30s
 
 PROTOC_GEN_GO := bin/protoc-gen-go
 
-.PHONY: proto build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean soak soak-short
+.PHONY: proto build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean soak soak-short bench-replicas
 
 build:
 	$(GO) build -o bin/extproc ./cmd/extproc
@@ -79,6 +79,14 @@ soak:
 # Its short profile (also run by make test, as TestSoakShort).
 soak-short:
 	$(GO) test -count=1 -run TestSoakShort -v ./test/soak
+
+# The replica view's hidden cost, against a real redis-server on loopback:
+# the decision on the Redis store's local view against the memory store's
+# (same run), and transition propagation between two replicas through the
+# feed, p50/p99 over 2,000 transitions.
+bench-replicas:
+	$(GO) test -run '^$$' -bench 'Decide' -count 3 ./pkg/breaker/redisstore
+	$(GO) test -run '^$$' -bench 'TransitionPropagation' -benchtime 1000x ./pkg/breaker/redisstore
 
 # Peer comparison (sony/gobreaker) in its own module so the product's go.mod stays clean.
 bench-peers:

@@ -109,6 +109,10 @@ func (s *Store) health() {
 	if s.opts.OnHealth == nil {
 		return
 	}
+	// Serialised, and the flags read inside: the last report is always
+	// the current state.
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
 	code := int32(1)
 	if s.ready.Load() {
 		code |= 2

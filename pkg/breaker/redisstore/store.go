@@ -78,6 +78,7 @@ type Store struct {
 	started  atomic.Bool
 	// lastHealth is the readiness last reported to OnHealth.
 	lastHealth atomic.Int32
+	healthMu   sync.Mutex
 
 	mu  sync.Mutex
 	tab atomic.Pointer[table]
