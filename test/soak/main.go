@@ -19,8 +19,9 @@ func main() {
 	faults := flag.Bool("faults", true, "run the fault schedule")
 	every := flag.Duration("fault-every", 3*time.Second, "pause between fault steps")
 	envoy := flag.String("envoy", "envoy/envoy.yaml", "the shipped Envoy config")
+	redis := flag.Bool("redis", false, "run fusebox on the Redis store (a redis-server started here) and kill and restart Redis in the schedule")
 	flag.Parse()
-	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy})
+	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy, Redis: *redis})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
@@ -33,7 +34,7 @@ func main() {
 
 // Print writes the report.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "soak: %d requests in %v (%.0f/s)\n", r.Requests, r.Duration.Round(time.Second), float64(r.Requests)/r.Duration.Seconds())
+	fmt.Fprintf(w, "soak: %d requests in %v (%.0f/s), store %s\n", r.Requests, r.Duration.Round(time.Second), float64(r.Requests)/r.Duration.Seconds(), r.Store)
 	fmt.Fprintf(w, "client answers by status: %v\n", sortedInts(r.ByStatus))
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(w, "client-visible transport errors: %v\n", r.Errors)

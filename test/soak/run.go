@@ -18,6 +18,7 @@ import (
 
 // Report is what a run found.
 type Report struct {
+	Store                                  string // memory | redis
 	Requests                               int
 	Duration                               time.Duration
 	ByStatus                               map[int]int
@@ -64,7 +65,10 @@ func Run(opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer r.close()
-	rep := &Report{ByStatus: map[int]int{}, Errors: map[string]int{}, Faults: map[string]int{}}
+	rep := &Report{ByStatus: map[int]int{}, Errors: map[string]int{}, Faults: map[string]int{}, Store: "memory"}
+	if opts.Redis {
+		rep.Store = "redis"
+	}
 
 	// Warm up at the same concurrency (connection pools reach their
 	// steady size), then take the baseline of goroutines and memory.
@@ -168,6 +172,9 @@ func (r *rig) drive(n, conc, rate int, record func(int, error)) {
 // faults runs the schedule until stop.
 func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu *sync.Mutex) {
 	steps := []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"}
+	if r.redis != nil {
+		steps = append(steps, "redis_restart")
+	}
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -194,6 +201,15 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			_ = r.writeConfig(strings.TrimSuffix(r.cfgPath, "/fusebox.yaml"))
 		case "force_open":
 			r.admin("POST", "/admin/v1/gateways/default/routes/"+routeOf[p.Name]+"/force-open", `{"duration_sec": 2}`)
+		case "redis_restart":
+			// Redis killed under load (its data is lost: a cache-only
+			// Redis), down for a while, restarted: fusebox decides and
+			// records on local state meanwhile, then resyncs.
+			r.redis.Stop()
+			time.Sleep(every)
+			if err := r.redis.Restart(); err != nil {
+				r.logs.Write([]byte("=== redis restart failed: " + err.Error() + "\n"))
+			}
 		case "fusebox_restart":
 			// Quiesce (nothing in flight), kill fusebox, serve a while
 			// without it (failure_mode_allow), restart.
@@ -208,7 +224,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 		mu.Lock()
 		rep.Faults[step]++
 		mu.Unlock()
-		if step != "reload" && step != "force_open" && step != "fusebox_restart" {
+		if step != "reload" && step != "force_open" && step != "fusebox_restart" && step != "redis_restart" {
 			select {
 			case <-stop:
 			case <-time.After(every):
@@ -285,12 +301,18 @@ func (r *rig) check(rep *Report) {
 	add("every attempt's outcome counted exactly once, per class, against the providers' tally", len(bad) == 0, "%s", strings.Join(bad, "; "))
 
 	// Transitions: legal, in order, per breaker and per fusebox lifetime.
+	// A fusebox lifetime on the memory store starts closed. On the Redis
+	// store a new lifetime, and a resync after an outage, adopt the shared
+	// state without a transition of their own (the replica that made it
+	// logged it): the next transition of each breaker is checked for
+	// legality, not against a previous state.
 	legal := map[string]bool{"closed->open": true, "open->half_open": true, "half_open->closed": true, "half_open->open": true, "open->closed": true}
 	last := map[string]string{}
+	known := r.redis == nil
 	var wrong []string
 	for _, line := range strings.Split(r.logs.String(), "\n") {
-		if line == "=== fusebox started" {
-			last = map[string]string{}
+		if line == "=== fusebox started" || strings.Contains(line, "Redis is reachable again") {
+			last, known = map[string]string{}, r.redis == nil
 			continue
 		}
 		if !strings.Contains(line, "[circuit_breaker]") {
@@ -302,6 +324,9 @@ func (r *rig) check(rep *Report) {
 		prev, ok := last[route]
 		if !ok {
 			prev = "closed"
+			if !known {
+				prev = from
+			}
 		}
 		if !legal[tr] || from != prev {
 			wrong = append(wrong, fmt.Sprintf("%s: %s after %s", route, tr, prev))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
@@ -43,13 +44,16 @@ type Options struct {
 	FaultEvery time.Duration
 	EnvoyYAML  string // the shipped Envoy config the proxy is built from
 	Log        io.Writer
+	// Redis runs fusebox on the Redis store (a redis-server the campaign
+	// starts), and adds Redis killed and restarted to the schedule.
+	Redis bool
 }
 
 var routeProviders = []string{"openai_us", "azure_eu", "openai_eu", "anthropic_us", "anthropic_eu"}
 
 const configTemplate = `
 listen: {grpc: %s, admin: %s}
-store: {memory: {persist_path: %q}}
+store: %s
 policies:
   soak: {enabled: true, failure_threshold: %d, window_sec: 10, cooldown_ms: 2000, probe_timeout_ms: 3000, half_open_max_probes: 2}
 gateways:
@@ -88,6 +92,7 @@ type rig struct {
 	stop      context.CancelFunc
 	gathered  [][]*dto.MetricFamily // the metrics of every stopped instance
 	threshold int
+	redis     *redistest.Server // nil: the memory store
 
 	// The load can be paused (to kill fusebox with nothing in flight).
 	gate     sync.RWMutex
@@ -106,6 +111,13 @@ func freeAddr() string {
 func newRig(opts Options, dir string) (*rig, error) {
 	r := &rig{opts: opts, providers: map[string]*fakeprovider.Provider{}, logs: &logbuf.Buffer{}, threshold: 3,
 		cfgPath: filepath.Join(dir, "fusebox.yaml"), grpcAddr: freeAddr(), adminAddr: freeAddr()}
+	if opts.Redis {
+		srv, err := redistest.Launch(dir)
+		if err != nil {
+			return nil, fmt.Errorf("redis-server: %w", err)
+		}
+		r.redis = srv
+	}
 	for _, n := range append(routeProviders, "fallback") {
 		p, err := fakeprovider.Start(n)
 		if err != nil {
@@ -144,7 +156,11 @@ func newRig(opts Options, dir string) (*rig, error) {
 }
 
 func (r *rig) writeConfig(dir string) error {
-	doc := fmt.Sprintf(configTemplate, r.grpcAddr, r.adminAddr, filepath.Join(dir, "overlays.json"), r.threshold)
+	store := fmt.Sprintf("{memory: {persist_path: %q}}", filepath.Join(dir, "overlays.json"))
+	if r.redis != nil {
+		store = fmt.Sprintf("{backend: redis, redis: {url: %q, key_prefix: \"soak:\"}}", "redis://"+r.redis.Addr+"/0")
+	}
+	doc := fmt.Sprintf(configTemplate, r.grpcAddr, r.adminAddr, store, r.threshold)
 	tmp := r.cfgPath + ".tmp"
 	if err := os.WriteFile(tmp, []byte(doc), 0o600); err != nil {
 		return err
@@ -196,6 +212,9 @@ func (r *rig) close() {
 	r.stopFusebox()
 	for _, p := range r.providers {
 		p.Close()
+	}
+	if r.redis != nil {
+		r.redis.Stop()
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 )
 
 // The short profile of the campaign, in make test: every fault of the
@@ -13,14 +15,32 @@ func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak runs for about a minute")
 	}
-	rep, err := Run(Options{Requests: 15000, Concurrency: 16, Rate: 500, Faults: true, FaultEvery: time.Second, EnvoyYAML: "../../envoy/envoy.yaml"})
+	soakShort(t, Options{Requests: 15000, Concurrency: 16, Rate: 500, Faults: true, FaultEvery: time.Second, EnvoyYAML: "../../envoy/envoy.yaml"})
+}
+
+// The same on the Redis store, with Redis killed and restarted in the
+// schedule (with CI=true a missing redis-server fails it).
+func TestSoakShortRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak runs for about a minute")
+	}
+	redistest.Start(t).Stop() // skips (or fails under CI) without redis-server
+	soakShort(t, Options{Requests: 12000, Concurrency: 16, Rate: 500, Faults: true, FaultEvery: time.Second, EnvoyYAML: "../../envoy/envoy.yaml", Redis: true})
+}
+
+func soakShort(t *testing.T, opts Options) {
+	rep, err := Run(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
 	rep.Print(&b)
 	t.Log("\n" + b.String())
-	for _, f := range []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"} {
+	faults := []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"}
+	if opts.Redis {
+		faults = append(faults, "redis_restart")
+	}
+	for _, f := range faults {
 		if rep.Faults[f] == 0 {
 			t.Errorf("fault %s never ran", f)
 		}

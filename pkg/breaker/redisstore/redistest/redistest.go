@@ -26,28 +26,39 @@ type Server struct {
 // Start runs redis-server for t.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("redis-server is not installed; with CI=true the Redis tests must run (.ci/run installs it)")
 		}
 		t.Skip("redis-server is not installed")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := Launch(t.TempDir())
+	if s != nil {
+		t.Cleanup(s.Stop)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// Launch runs redis-server on a free loopback port with its files in dir,
+// outside a test (the soak campaign); the caller stops it.
+func Launch(dir string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	dir := t.TempDir()
 	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
 		args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "no", "--protected-mode", "yes"}}
-	t.Cleanup(s.Stop)
-	if err := s.run(); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return s, s.run()
 }
 
 // run starts redis-server and waits until it answers.
