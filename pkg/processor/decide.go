@@ -18,6 +18,15 @@ type decision struct {
 	immediate *extprocv3.ProcessingResponse // a local reply instead of a dispatch
 	fallbacks string                        // remaining candidate clusters, comma-separated
 	stage     *structpb.Struct
+	// attempt is the chain for the attempt role (AttemptHeader); "" when
+	// failover is off.
+	attempt string
+}
+
+// chainGroup is one route of a failover chain with its admission.
+type chainGroup struct {
+	route *routes.Route
+	adm   breaker.TargetAdmission
 }
 
 // maxStackCandidates bounds the candidates decided on stack buffers.
@@ -126,7 +135,20 @@ func (st *stream) decide() decision {
 		d.stage = stageMetadata(ActionWouldSkip, would, "")
 	}
 	if m.MaxAttempts > 1 {
-		d.stage = withChain(d.stage, action, cands, verdicts, sel.Order, chosenAt, m.MaxAttempts)
+		var idx []int
+		d.stage, idx = withChain(d.stage, action, cands, verdicts, sel.Order, chosenAt, m.MaxAttempts)
+		// The attempt role records each attempt with the generation the
+		// route had now; the first group is the dispatched route with its
+		// admission (and probe slot). Groups stay aligned with the
+		// metadata's even if a later route changed since its Peek.
+		groups := make([]chainGroup, 0, len(idx))
+		groups = append(groups, chainGroup{route: st.chosen, adm: st.adm})
+		for _, i := range idx[1:] {
+			adm, _ := st.comp.targets[cands[i]].Acquire(ctx, st.s.store, now, false)
+			groups = append(groups, chainGroup{route: cands[i], adm: adm})
+		}
+		d.attempt = st.chainToken(groups)
+		st.handedOver = true
 	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
 	return d
@@ -136,7 +158,7 @@ func (st *stream) decide() decision {
 // the other remaining candidates in routing order that are closed and
 // unblocked, at most max groups, as Envoy's PriorityGroupsOverride in
 // namespace fusebox.failover; the stage gains chain.
-func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, max int) *structpb.Struct {
+func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, max int) (*structpb.Struct, []int) {
 	idx := []int{order[chosenAt]}
 	for _, i := range order[chosenAt+1:] {
 		if len(idx) == max {
@@ -164,7 +186,7 @@ func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v [
 	if err == nil {
 		stage.Fields["fusebox.failover"] = structpb.NewStructValue(override)
 	}
-	return stage
+	return stage, idx
 }
 
 func flagged(f []bool) []int {

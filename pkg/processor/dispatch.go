@@ -40,6 +40,9 @@ func (st *stream) dispatchMutation(d decision) *extprocv3.CommonResponse {
 	if st.chosen.Path != "" {
 		set = append(set, setHeader(":path", st.chosen.Path))
 	}
+	if d.attempt != "" {
+		set = append(set, setHeader(AttemptHeader, d.attempt))
+	}
 	return &extprocv3.CommonResponse{
 		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
 		ClearRouteCache: true,

@@ -63,6 +63,9 @@ gateways:
       - name: fo
         routes: ["openai:us:gpt", "azure:eu:gpt", "openai:eu:gpt"]
         failover: {max_attempts: 2}
+      - name: fo3
+        routes: ["openai:us:gpt", "azure:eu:gpt", "openai:eu:gpt"]
+        failover: {max_attempts: 3}
       - name: stally
         routes: ["openai:us:stl", "azure:eu:stl"]
         circuit_breaker: {stall_ms: 5000, slow_call_rate_percent: 60, minimum_requests: 2, failure_threshold: 100}

@@ -33,6 +33,8 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 				st.clientCluster = true
 			case "content-type":
 				st.contentType = headerValue(hv)
+			case ":path":
+				st.path = headerValue(hv)
 			}
 		}
 	}

@@ -170,6 +170,15 @@ func (st *stream) finish() {
 	if !st.tracked || st.recorded {
 		return
 	}
+	if st.handedOver && !st.respStarted {
+		// The attempt role judges every attempt (R-X3); the route role's
+		// stream ends after the request phase.
+		return
+	}
+	if st.attempt && !st.respStarted {
+		st.s.parked.park(st)
+		return
+	}
 	if st.respStarted && st.wait == needBody && st.classifier.Complete() {
 		st.onResponseEnd()
 		return

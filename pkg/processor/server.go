@@ -27,8 +27,11 @@ const RoleHeader = "x-fusebox-role"
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	cfg     *routes.Holder
-	store   breaker.Store
+	cfg   *routes.Holder
+	store breaker.Store
+	// parked holds attempt-role streams that ended before any response
+	// headers, until their request's next attempt shows why (attempt.go).
+	parked  *parkedAttempts
 	clock   breaker.Clock
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -82,6 +85,7 @@ func NewServer(o Options) *Server {
 		o.Metrics = metrics.New()
 	}
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
+		parked:     newParkedAttempts(),
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines()}
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
@@ -98,12 +102,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		return status.Errorf(codes.ResourceExhausted, "fusebox serves at most %d streams at once (limits.max_concurrent_streams)", s.maxStreams)
 	}
 	defer s.streams.Add(-1)
-	if !s.isRouteRole(stream) {
+	role := s.role(stream)
+	if role == roleOther {
 		return s.recvErr(passThrough(stream))
 	}
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
 	st := newStream(s)
+	st.attempt = role == roleAttempt
 	defer s.finish(st)
 	for {
 		req, err := stream.Recv()
@@ -194,16 +200,29 @@ func phaseOf(req *extprocv3.ProcessingRequest) string {
 	return "other"
 }
 
-// isRouteRole reads x-fusebox-role: absent or "route" is the route role;
-// "attempt" (SPEC §11, not in this round) and anything else get CONTINUE
-// replies and record nothing.
-func (s *Server) isRouteRole(stream extprocv3.ExternalProcessor_ProcessServer) bool {
+// The roles a stream plays, from x-fusebox-role in its gRPC metadata.
+const (
+	roleRoute = iota
+	roleAttempt
+	roleOther
+)
+
+// role reads x-fusebox-role: absent or "route" is the route role (the
+// decision); "attempt" the attempt role in a provider cluster's upstream
+// chain (SPEC §11); anything else gets CONTINUE replies and records
+// nothing.
+func (s *Server) role(stream extprocv3.ExternalProcessor_ProcessServer) int {
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	v := md.Get(RoleHeader)
-	return len(v) == 0 || v[0] == "route" || v[0] == ""
+	switch {
+	case len(v) == 0 || v[0] == "route" || v[0] == "":
+		return roleRoute
+	case v[0] == "attempt":
+		return roleAttempt
+	}
+	return roleOther
 }
 
-// passThrough answers every message with CONTINUE.
 func passThrough(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	for {
 		req, err := stream.Recv()

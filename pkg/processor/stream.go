@@ -33,6 +33,16 @@ type stream struct {
 	awaitingBody   bool // the decision waits for the buffered body
 	rewriteBody    bool // the chosen route needs the body's model rewritten
 	clientCluster  bool // the request carried our cluster header
+	path           string
+
+	// Failover (SPEC §11). The route role hands the attempt's judging to
+	// the attempt role once it made a chain; an attempt-role stream knows
+	// its number, its request and the model its route wants in the body.
+	attempt      bool
+	handedOver   bool
+	attemptN     int
+	requestID    string
+	attemptModel string
 
 	// The decision.
 	model   *routes.Model
@@ -81,8 +91,14 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			return st.spurious(req)
 		}
 		st.seenReqHeaders = true
+		if st.attempt {
+			return st.onAttemptHeaders(r.RequestHeaders)
+		}
 		return st.onRequestHeaders(r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if st.attempt {
+			return st.onAttemptBody(r.RequestBody)
+		}
 		return st.onRequestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		if st.respStarted {

@@ -1,0 +1,209 @@
+package processor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+const foBody = `{"model":"fo3","messages":[{"role":"user","content":"hi"}]}`
+
+// routeRole runs the route role's request phase for fo3 and returns the
+// chain token; its stream ends without response phases, as the shipped
+// failover config has it.
+func (e *env) routeRole() string {
+	e.t.Helper()
+	c := e.open("route")
+	r := c.chat("fo3")
+	c.end()
+	tok, ok := headerSet(e.t, common(r), AttemptHeader)
+	if !ok {
+		e.t.Fatalf("the decision sets no %s: %v", AttemptHeader, r)
+	}
+	return tok
+}
+
+// attempt runs the attempt role's request phase for attempt n of request
+// id with the header map as the previous attempt left it (path).
+func (e *env) attempt(tok, id string, n int, path string) (c *call, hdrReply, bodyReply string) {
+	e.t.Helper()
+	c = e.open("attempt")
+	r := c.send2(tok, id, n, path)
+	if p, ok := headerSet(e.t, common(r), ":path"); ok {
+		hdrReply = p
+	}
+	b := c.reqBody(foBody)
+	if cr := common(b); cr != nil && cr.BodyMutation != nil {
+		bodyReply = string(cr.BodyMutation.GetBody())
+		if cl, _ := headerSet(e.t, cr, "content-length"); cl != itoa(len(bodyReply)) {
+			e.t.Fatalf("content-length %s for a body of %d", cl, len(bodyReply))
+		}
+	}
+	return c, hdrReply, bodyReply
+}
+
+
+func (c *call) send2(tok, id string, n int, path string) *extprocv3.ProcessingResponse {
+	c.e.t.Helper()
+	return c.reqHeaders(false, ":path", path, "content-type", "application/json", AttemptHeader, tok,
+		"x-envoy-attempt-count", itoa(n), "x-request-id", id)
+}
+
+func (e *env) outcomes(route, class, reason string) float64 {
+	return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", route, class, reason))
+}
+
+// R-X2/R-X3: each attempt applies its route's rewrites (the header map is
+// shared, the body is route 1's) and records exactly one outcome against
+// the route that served it; the route role records nothing.
+func TestAttemptRoleRewritesAndRecordsPerAttempt(t *testing.T) {
+	e := newEnv(t)
+	tok := e.routeRole()
+	if n := e.outcomes("openai:us:gpt", "neither", "client_cancel"); n != 0 {
+		t.Fatalf("the route role recorded %v outcomes", n)
+	}
+	const azurePath = "/openai/deployments/gpt/chat/completions?api-version=2024-10-21"
+
+	// Attempt 1: openai:us, as the client sent it; the provider says 503.
+	c, path, body := e.attempt(tok, "r-7", 1, "/v1/chat/completions")
+	if path != "" || body != "" {
+		t.Fatalf("attempt 1 rewrote path %q body %q", path, body)
+	}
+	c.respHeaders("503", true, attrs(0, "via_upstream"))
+	c.end()
+	// Attempt 2: azure, with its path and deployment name.
+	c, path, body = e.attempt(tok, "r-7", 2, "/v1/chat/completions")
+	if path != azurePath || !strings.Contains(body, `"model":"gpt-deploy"`) {
+		t.Fatalf("attempt 2: path %q body %q", path, body)
+	}
+	r := c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+	if v, _ := headerSet(t, common(r), "x-fusebox-route"); v != "azure:eu:gpt" {
+		t.Fatalf("the response names route %q", v)
+	}
+	c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+	c.end()
+	// Attempt 3 (a later retry) goes to openai:eu: :path goes back to the
+	// client's (attempt 2 left azure's on the shared map), the body keeps
+	// the client's model.
+	c, path, body = e.attempt(tok, "r-8", 3, azurePath)
+	if path != "/v1/chat/completions" || body != "" {
+		t.Fatalf("attempt 3: path %q body %q", path, body)
+	}
+	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+	c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+	c.end()
+
+	for _, tc := range []struct {
+		route, class, reason string
+		want                 float64
+	}{
+		{"openai:us:gpt", "failure", "provider_5xx", 1},
+		{"azure:eu:gpt", "success", "success", 1},
+		{"openai:eu:gpt", "success", "success", 1},
+		{"openai:us:gpt", "success", "success", 0},
+	} {
+		if got := e.outcomes(tc.route, tc.class, tc.reason); got != tc.want {
+			t.Errorf("%s %s/%s: %v, want %v", tc.route, tc.class, tc.reason, got, tc.want)
+		}
+	}
+	if s := e.status("default", "openai:us:gpt"); s.WindowFailures != 1 {
+		t.Errorf("openai:us:gpt window failures %d, want 1", s.WindowFailures)
+	}
+}
+
+// An attempt whose stream ends before any response headers is parked: when
+// Envoy retries the request (the next attempt arrives) it was a connection
+// failure; when nothing follows, a neither that frees its slot.
+func TestAttemptEndedBeforeHeaders(t *testing.T) {
+	e := newEnv(t)
+	tok := e.routeRole()
+	c, _, _ := e.attempt(tok, "r-1", 1, "/v1/chat/completions")
+	c.end()
+	if e.srv.parked.len() != 1 || e.outcomes("openai:us:gpt", "failure", "connection_error") != 0 {
+		t.Fatal("the attempt was not parked")
+	}
+	c, _, _ = e.attempt(tok, "r-1", 2, "/v1/chat/completions")
+	if got := e.outcomes("openai:us:gpt", "failure", "connection_error"); got != 1 {
+		t.Fatalf("the retried attempt counted %v connection errors, want 1", got)
+	}
+	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+	c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+	c.end()
+
+	// Nothing follows: a neither once the park ends.
+	e.srv.parked.ttl = time.Millisecond
+	tok = e.routeRole()
+	c, _, _ = e.attempt(tok, "r-2", 1, "/v1/chat/completions")
+	c.end()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.outcomes("openai:us:gpt", "neither", "client_cancel") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the parked attempt was never settled")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if e.srv.parked.len() != 0 {
+		t.Fatal("still parked")
+	}
+}
+
+// A half-open probe admitted by the route role is settled by attempt 1's
+// outcome: the slot is freed and the breaker closes.
+func TestAttemptSettlesTheProbe(t *testing.T) {
+	e := newEnv(t)
+	e.openRoute("default", "openai:us:gpt")
+	e.clk.Advance(10 * time.Second)
+	tok := e.routeRole()
+	if s := e.status("default", "openai:us:gpt"); s.State != "half_open" || s.ProbesInFlight != 1 {
+		t.Fatalf("after the route role: %s with %d probes", s.State, s.ProbesInFlight)
+	}
+	c, _, _ := e.attempt(tok, "r-3", 1, "/v1/chat/completions")
+	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+	c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+	c.end()
+	if s := e.status("default", "openai:us:gpt"); s.State != "closed" || s.ProbesInFlight != 0 {
+		t.Fatalf("after the probe's attempt: %s with %d probes", s.State, s.ProbesInFlight)
+	}
+}
+
+// An attempt-role stream without a token, or with a forged one, changes
+// nothing and never answers with an immediate response.
+func TestAttemptWithoutToken(t *testing.T) {
+	e := newEnv(t)
+	for _, tok := range []string{"", "bm90IGEgdG9rZW4", strings.Repeat("A", 9000)} {
+		c := e.open("attempt")
+		r := c.reqHeaders(false, AttemptHeader, tok, "x-envoy-attempt-count", "1")
+		if r.GetImmediateResponse() != nil || common(r).GetHeaderMutation() != nil {
+			t.Fatalf("token %.20q: %v", tok, r)
+		}
+		c.respHeaders("503", true, attrs(0, "via_upstream"))
+		c.end()
+	}
+	if got := e.outcomes("openai:us:gpt", "failure", "provider_5xx"); got != 0 {
+		t.Fatalf("recorded %v without a chain", got)
+	}
+}
+
+// The token parser reads outside input (a request header): it never
+// panics, and what it accepts round-trips.
+func FuzzAttemptToken(f *testing.F) {
+	f.Add((&attemptToken{V: 1, Gateway: "default", Model: "m", Path: "/v1", Chain: []attemptGroup{{Route: "a:b:c", RouteGen: 3, RouteLease: 1}}}).encode())
+	f.Add("")
+	f.Add("e30")
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, err := parseAttemptToken(s)
+		if err != nil {
+			return
+		}
+		again, err := parseAttemptToken(tok.encode())
+		if err != nil || again.Gateway != tok.Gateway || len(again.Chain) != len(tok.Chain) {
+			t.Fatalf("%q does not round-trip: %v", s, err)
+		}
+		if g := tok.group(1 << 30); g != len(tok.Chain)-1 {
+			t.Fatalf("group of a late attempt: %d", g)
+		}
+	})
+}
