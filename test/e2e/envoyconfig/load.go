@@ -7,10 +7,14 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	credentialv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/credential_injector/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	genericv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/injected_credentials/generic/v3"
+	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
@@ -87,25 +91,7 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
 				return cfg, err
 			}
-			pm := ep.GetProcessingMode()
-			cfg.ExtProc = envoysim.ExtProcConfig{
-				RequestHeaderMode:   pm.GetRequestHeaderMode(),
-				ResponseHeaderMode:  pm.GetResponseHeaderMode(),
-				RequestBodyMode:     pm.GetRequestBodyMode(),
-				ResponseBodyMode:    pm.GetResponseBodyMode(),
-				AllowModeOverride:   ep.GetAllowModeOverride(),
-				FailureModeAllow:    ep.GetFailureModeAllow(),
-				MessageTimeout:      ep.GetMessageTimeout().AsDuration(),
-				ResponseAttributes:  ep.GetResponseAttributes(),
-				ReceivingNamespaces: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),
-				InitialMetadata:     map[string]string{},
-			}
-			if cfg.ExtProc.MessageTimeout == 0 {
-				cfg.ExtProc.MessageTimeout = 200e6 // Envoy's default
-			}
-			for _, md := range ep.GetGrpcService().GetInitialMetadata() {
-				cfg.ExtProc.InitialMetadata[md.GetKey()] = md.GetValue()
-			}
+			cfg.ExtProc = extProcConfig(&ep)
 		}
 	}
 	vhs := hcm.GetRouteConfig().GetVirtualHosts()
@@ -126,6 +112,13 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 	}
 	for _, r := range vh.GetRoutes() {
 		ra := r.GetRoute()
+		if ra.GetInlineClusterSpecifierPlugin() != nil {
+			if err := failoverHarness(&cfg, b, vh, r); err != nil {
+				return cfg, err
+			}
+			cfg.RouteTimeout = ra.GetTimeout().AsDuration()
+			continue
+		}
 		if ch := ra.GetClusterHeader(); ch != "" {
 			cfg.ClusterHeader = ch
 			if hs := r.GetMatch().GetHeaders(); len(hs) != 1 || hs[0].GetName() != ch || !hs[0].GetPresentMatch() {
@@ -160,4 +153,111 @@ func retry(cfg *envoysim.Config, rp *routev3.RetryPolicy) {
 	if n := rp.GetNumRetries(); n != nil {
 		cfg.NumRetries = int(n.GetValue())
 	}
+}
+
+// failoverHarness reads the failover deployment (envoy-failover.yaml) into
+// cfg.Failover: route (a)'s priority_group specifier and retry policy, the
+// virtual host's attempt count, and the provider clusters' upstream chains
+// (attempt-role ext_proc, the header_mutation after it, the credential).
+// Credentials are SDS secrets here; the harness stands each one in with
+// "secret-<cluster>" in the header the injector writes.
+func failoverHarness(cfg *envoysim.Config, b *bootstrapv3.Bootstrap, vh *routev3.VirtualHost, r *routev3.Route) error {
+	ra := r.GetRoute()
+	var pg prioritygroupv3.PriorityGroupClusterSpecifier
+	if err := ra.GetInlineClusterSpecifierPlugin().GetExtension().GetTypedConfig().UnmarshalTo(&pg); err != nil {
+		return fmt.Errorf("route (a): %w", err)
+	}
+	fo := &envoysim.FailoverConfig{Namespace: pg.GetOverrideMetadataNamespace(), IncludeAttemptCount: vh.GetIncludeRequestAttemptCount(),
+		Credentials: map[string][2]string{}}
+	for _, g := range pg.GetPriorityGroups() {
+		if cs := g.GetClusters(); len(cs) > 0 {
+			fo.Groups = append(fo.Groups, cs[0].GetClusterName())
+		}
+	}
+	rp := ra.GetRetryPolicy()
+	fo.RetryOn = strings.Split(rp.GetRetryOn(), ",")
+	for _, c := range rp.GetRetriableStatusCodes() {
+		fo.RetriableStatusCodes = append(fo.RetriableStatusCodes, int(c))
+	}
+	fo.NumRetries = 1
+	if n := rp.GetNumRetries(); n != nil {
+		fo.NumRetries = int(n.GetValue())
+	}
+	if !rp.GetRefreshClusterOnRetry() {
+		return fmt.Errorf("route (a): refresh_cluster_on_retry is off: retries would stay on the first cluster")
+	}
+	if hs := r.GetMatch().GetHeaders(); len(hs) == 1 && hs[0].GetPresentMatch() {
+		cfg.ClusterHeader = hs[0].GetName()
+	}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		opts, ok := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+		if !ok {
+			continue
+		}
+		var hpo upstreamhttpv3.HttpProtocolOptions
+		if err := opts.UnmarshalTo(&hpo); err != nil {
+			return err
+		}
+		for _, f := range hpo.GetHttpFilters() {
+			var ep extprocv3.ExternalProcessor
+			var hm headermutationv3.HeaderMutation
+			var ci credentialv3.CredentialInjector
+			switch {
+			case f.GetTypedConfig().MessageIs(&ep):
+				if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+					return err
+				}
+				fo.Attempt = extProcConfig(&ep)
+			case f.GetTypedConfig().MessageIs(&hm):
+				if err := f.GetTypedConfig().UnmarshalTo(&hm); err != nil {
+					return err
+				}
+				fo.Remove = nil
+				for _, m := range hm.GetMutations().GetRequestMutations() {
+					if k := m.GetRemove(); k != "" {
+						fo.Remove = append(fo.Remove, k)
+					}
+				}
+			case f.GetTypedConfig().MessageIs(&ci):
+				if err := f.GetTypedConfig().UnmarshalTo(&ci); err != nil {
+					return err
+				}
+				var g genericv3.Generic
+				if err := ci.GetCredential().GetTypedConfig().UnmarshalTo(&g); err != nil {
+					return err
+				}
+				h := g.GetHeader()
+				if h == "" {
+					h = "authorization"
+				}
+				fo.Credentials[c.GetName()] = [2]string{strings.ToLower(h), "secret-" + c.GetName()}
+			}
+		}
+	}
+	cfg.Failover = fo
+	return nil
+}
+
+// extProcConfig reads an ext_proc filter's settings.
+func extProcConfig(ep *extprocv3.ExternalProcessor) envoysim.ExtProcConfig {
+	pm := ep.GetProcessingMode()
+	c := envoysim.ExtProcConfig{
+		RequestHeaderMode:   pm.GetRequestHeaderMode(),
+		ResponseHeaderMode:  pm.GetResponseHeaderMode(),
+		RequestBodyMode:     pm.GetRequestBodyMode(),
+		ResponseBodyMode:    pm.GetResponseBodyMode(),
+		AllowModeOverride:   ep.GetAllowModeOverride(),
+		FailureModeAllow:    ep.GetFailureModeAllow(),
+		MessageTimeout:      ep.GetMessageTimeout().AsDuration(),
+		ResponseAttributes:  ep.GetResponseAttributes(),
+		ReceivingNamespaces: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),
+		InitialMetadata:     map[string]string{},
+	}
+	if c.MessageTimeout == 0 {
+		c.MessageTimeout = 200e6 // Envoy's default
+	}
+	for _, md := range ep.GetGrpcService().GetInitialMetadata() {
+		c.InitialMetadata[md.GetKey()] = md.GetValue()
+	}
+	return c
 }

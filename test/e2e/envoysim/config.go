@@ -33,6 +33,9 @@ type Config struct {
 	NumRetries             int
 	// BufferLimit is the listener's per-request buffer limit (413 above).
 	BufferLimit int
+	// Failover, when set, plays Envoy >= 1.40's in-request failover on
+	// route (a) (failover.go).
+	Failover *FailoverConfig
 }
 
 // Cluster is one upstream.

@@ -19,6 +19,7 @@ var errMessageTimeout = errors.New("ext_proc message timeout")
 // epStream is the ext_proc filter's stream for one request.
 type epStream struct {
 	p      *Proxy
+	c      *ExtProcConfig // the filter's settings (the route role's, or an upstream attempt role's)
 	modes  modes
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -39,9 +40,13 @@ type recvd struct {
 	err  error
 }
 
-func newEPStream(p *Proxy) *epStream {
-	c := p.cfg.ExtProc
-	return &epStream{p: p, first: true, modes: modes{
+func newEPStream(p *Proxy) *epStream { return newEPStreamFor(p, &p.cfg.ExtProc) }
+
+// newEPStreamFor is the stream of an ext_proc filter configured by c: the
+// route role's, or (failover) the attempt role's in a cluster's upstream
+// chain, a new stream per attempt.
+func newEPStreamFor(p *Proxy, c *ExtProcConfig) *epStream {
+	return &epStream{p: p, c: c, first: true, modes: modes{
 		RequestHeaderMode:  c.RequestHeaderMode,
 		ResponseHeaderMode: c.ResponseHeaderMode,
 		RequestBodyMode:    c.RequestBodyMode,
@@ -57,7 +62,7 @@ type modes struct {
 
 // active reports whether the filter still talks to the server.
 func (e *epStream) active() bool {
-	return e.p.cfg.ExtProc.Addr != "" && !e.failed.Load() && !e.closed.Load()
+	return e.c.Addr != "" && !e.failed.Load() && !e.closed.Load()
 }
 
 func headerMode(m filterv3.ProcessingMode_HeaderSendMode, def bool) bool {
@@ -77,7 +82,7 @@ func (e *epStream) open() error {
 	}
 	e.p.stats.add("streams_started")
 	md := metadata.New(nil)
-	for k, v := range e.p.cfg.ExtProc.InitialMetadata {
+	for k, v := range e.c.InitialMetadata {
 		md.Set(k, v)
 	}
 	e.ctx, e.cancel = context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
@@ -112,8 +117,8 @@ func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
 	}
 	if e.first {
 		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{
-			RequestBodyMode:  e.p.cfg.ExtProc.RequestBodyMode,
-			ResponseBodyMode: e.p.cfg.ExtProc.ResponseBodyMode,
+			RequestBodyMode:  e.c.RequestBodyMode,
+			ResponseBodyMode: e.c.ResponseBodyMode,
 		}
 		req.MetadataContext = &corev3.Metadata{}
 		e.first = false
@@ -124,7 +129,7 @@ func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
 
 // next waits for the next reply, at most the message timeout from since.
 func (e *epStream) next(since time.Time) (*extprocv3.ProcessingResponse, error) {
-	wait := time.Until(since.Add(e.p.cfg.ExtProc.MessageTimeout))
+	wait := time.Until(since.Add(e.c.MessageTimeout))
 	if wait < 0 {
 		wait = 0
 	}
@@ -167,7 +172,7 @@ func (e *epStream) fail(err error) (allowed bool) {
 	if errors.Is(err, io.EOF) {
 		return true // closed with OK: continue without processing
 	}
-	if e.p.cfg.ExtProc.FailureModeAllow {
+	if e.c.FailureModeAllow {
 		e.p.stats.add("failure_mode_allowed")
 		return true
 	}
@@ -183,7 +188,7 @@ func (e *epStream) close() {
 	}
 	_ = e.s.CloseSend()
 	go func(cancel context.CancelFunc, replies chan recvd) {
-		t := time.NewTimer(e.p.cfg.ExtProc.MessageTimeout)
+		t := time.NewTimer(e.c.MessageTimeout)
 		defer t.Stop()
 		for {
 			select {

@@ -36,6 +36,9 @@ type Proxy struct {
 	mu     sync.Mutex
 	log    []Entry
 	active map[string]*atomic.Int64
+
+	attemptMu sync.Mutex
+	attempts  []AttemptLog
 }
 
 // New builds a proxy for cfg.
@@ -254,6 +257,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(r.Context(), p.cfg.RouteTimeout)
 	}
 	defer cancel()
+	if p.cfg.Failover != nil && rt.viaHeader {
+		p.failover(ctx, w, r, entry, &h, body)
+		return
+	}
 	up := p.dispatch(ctx, rt.cluster, h, body)
 	defer up.body.Close()
 	entry.Flags, entry.Details = up.flags, up.details

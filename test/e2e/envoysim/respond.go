@@ -17,12 +17,12 @@ const attrKey = "envoy.filters.http.ext_proc"
 
 // attributes evaluates the configured response attributes once, for the
 // first message of the response direction: ints become numbers.
-func (p *Proxy) attributes(up *response) map[string]*structpb.Struct {
-	if len(p.cfg.ExtProc.ResponseAttributes) == 0 {
+func (p *Proxy) attributes(c *ExtProcConfig, up *response) map[string]*structpb.Struct {
+	if len(c.ResponseAttributes) == 0 {
 		return nil
 	}
 	f := map[string]*structpb.Value{}
-	for _, a := range p.cfg.ExtProc.ResponseAttributes {
+	for _, a := range c.ResponseAttributes {
 		switch a {
 		case "response.flags":
 			f[a] = structpb.NewNumberValue(float64(up.flags))
@@ -55,7 +55,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 		}
 		resp, err := ep.exchange(&extprocv3.ProcessingRequest{
 			Request:    &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}},
-			Attributes: p.attributes(up),
+			Attributes: p.attributes(ep.c, up),
 		})
 		if err != nil {
 			if !ep.fail(err) {
@@ -77,7 +77,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 					p.stats.add("clear_route_cache_ignored") // response path
 				}
 				p.keepMetadata(e, resp)
-				if resp.ModeOverride != nil && p.cfg.ExtProc.AllowModeOverride {
+				if resp.ModeOverride != nil && ep.c.AllowModeOverride {
 					ep.modes = overrideModes(resp.ModeOverride)
 				}
 			default:

@@ -1,0 +1,273 @@
+package envoysim
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// FailoverConfig plays Envoy >= 1.40's in-request failover (envoy/
+// envoy-failover.yaml; the facts and their sources are in docs/envoy.md,
+// "In-request failover"):
+//   - route (a) uses the priority_group cluster specifier: the group of
+//     attempt k is min(k-1, groups-1), read from the request's dynamic
+//     metadata in Namespace at every attempt (refresh_cluster_on_retry),
+//     else the configured groups; an unknown cluster is a 503 NC, no retry;
+//   - x-envoy-attempt-count is set on the request (the shared header map)
+//     before each attempt's upstream filters run;
+//   - each attempt runs the cluster's upstream chain: a new attempt-role
+//     ext_proc stream on the router's header map (edits persist into the
+//     next attempt) and a fresh copy of the router's buffered body, then a
+//     header_mutation that removes Remove (on the same map), then the
+//     cluster's credential;
+//   - retries on connect-failure, reset and the retriable status codes, at
+//     most NumRetries; nothing is retried once response headers went
+//     downstream; an immediate response from the attempt role is a local
+//     reply that ends the request.
+type FailoverConfig struct {
+	Namespace            string
+	Groups               []string // the configured groups' clusters
+	RetryOn              []string // connect-failure, reset, retriable-status-codes
+	RetriableStatusCodes []int
+	NumRetries           int
+	IncludeAttemptCount  bool
+	// Attempt is the upstream ext_proc (attempt role); Addr "" = none.
+	Attempt ExtProcConfig
+	// Remove are the headers the upstream header_mutation removes.
+	Remove []string
+	// Credentials: per cluster, the header credential_injector sets.
+	Credentials map[string][2]string
+}
+
+// AttemptLog is one attempt as the provider cluster saw it (tests read it).
+type AttemptLog struct {
+	N       int
+	Cluster string
+	Status  int // 0 = no response (connect failure, reset)
+}
+
+// failoverGroups returns the clusters of the chain: fusebox's override when
+// the namespace holds one, else the configured groups.
+func (p *Proxy) failoverGroups(e *Entry) []string {
+	fo := p.cfg.Failover
+	if md, ok := e.Metadata[fo.Namespace]; ok {
+		var out []string
+		for _, g := range md.Fields["priority_groups"].GetListValue().GetValues() {
+			cs := g.GetStructValue().Fields["clusters"].GetListValue().GetValues()
+			if len(cs) == 0 {
+				continue
+			}
+			out = append(out, cs[0].GetStructValue().Fields["cluster_name"].GetStringValue())
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return fo.Groups
+}
+
+func (p *Proxy) retriable(status int) bool {
+	fo := p.cfg.Failover
+	if !contains(fo.RetryOn, "retriable-status-codes") {
+		return false
+	}
+	for _, c := range fo.RetriableStatusCodes {
+		if c == status {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// failover runs the router with the failover retry policy and answers the
+// client. It reports the attempts made.
+func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Request, e *Entry, h *headers, body []byte) {
+	fo := p.cfg.Failover
+	groups := p.failoverGroups(e)
+	var flags uint64
+	for n := 1; n <= fo.NumRetries+1; n++ {
+		cluster := groups[min(n-1, len(groups)-1)]
+		e.Cluster = cluster
+		if n > 1 {
+			p.stats.add("upstream_rq_retry")
+			flags |= flagURX
+		}
+		c, ok := p.cfg.Clusters[cluster]
+		if !ok {
+			p.stats.add("no_cluster")
+			p.writeLocalFlags(w, e, localReply(503, flags|flagNC, "cluster_not_found", ""))
+			return
+		}
+		if fo.IncludeAttemptCount {
+			h.set("x-envoy-attempt-count", strconv.Itoa(n))
+		}
+		// The cluster's upstream chain, on the shared header map and a
+		// fresh copy of the router's body.
+		abody := append([]byte(nil), body...)
+		ep := newEPStreamFor(p, &fo.Attempt)
+		if stop := p.upstreamRequestPhase(w, e, ep, h, &abody); stop {
+			ep.reset()
+			return
+		}
+		for _, k := range fo.Remove {
+			h.del(k)
+		}
+		if cred, ok := fo.Credentials[cluster]; ok {
+			h.set(cred[0], cred[1])
+		}
+		req, err := p.upstreamRequest(ctx, c, *h, abody)
+		if err != nil {
+			ep.reset()
+			p.writeLocalFlags(w, e, localReply(500, 0, "bad_request", err.Error()))
+			return
+		}
+		resp, err := p.transport.RoundTrip(req)
+		if err != nil {
+			// No response: the upstream request is reset, and so is its
+			// filter chain's ext_proc stream.
+			ep.reset()
+			p.logAttempt(AttemptLog{N: n, Cluster: cluster})
+			kind := "reset"
+			if isConnectFailure(err) {
+				kind = "connect-failure"
+			}
+			if ctx.Err() == nil && contains(fo.RetryOn, kind) && n <= fo.NumRetries {
+				continue
+			}
+			switch {
+			case ctx.Err() != nil:
+				p.writeLocalFlags(w, e, localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout"))
+			case kind == "connect-failure":
+				p.writeLocalFlags(w, e, localReply(503, flags|flagUF, "upstream_reset_before_response_started{connection_failure}",
+					"upstream connect error or disconnect/reset before headers. reset reason: connection failure"))
+			default:
+				p.writeLocalFlags(w, e, localReply(503, flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
+					"upstream connect error or disconnect/reset before headers. reset reason: connection termination"))
+			}
+			return
+		}
+		hdr := headers{}
+		for k, vs := range resp.Header {
+			for _, v := range vs {
+				hdr.add(strings.ToLower(k), v)
+			}
+		}
+		if resp.ContentLength >= 0 {
+			hdr.set("content-length", strconv.FormatInt(resp.ContentLength, 10))
+		}
+		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
+		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
+		if p.retriable(resp.StatusCode) && n <= fo.NumRetries {
+			// The upstream filters see the response headers before the
+			// router decides to retry; then the attempt is reset.
+			if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
+				rh := headers{{":status", strconv.Itoa(resp.StatusCode)}}
+				rh = append(rh, hdr...)
+				_, _ = ep.exchange(&extprocv3.ProcessingRequest{
+					Request:    &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: rh.proto()}},
+					Attributes: p.attributes(ep.c, up),
+				})
+			}
+			resp.Body.Close()
+			ep.reset()
+			continue
+		}
+		// The response goes downstream through the attempt's upstream
+		// filter (the route role is configured without response phases):
+		// from here nothing is retried.
+		defer resp.Body.Close()
+		e.Flags, e.Details = flags, "via_upstream"
+		p.respond(w, r, e, ep, up)
+		return
+	}
+}
+
+// upstreamRequestPhase runs the attempt role's request phase on the shared
+// header map and the attempt's body copy. It reports stop when the attempt
+// role answered with an immediate response (a local reply: the request
+// ends, no retry).
+func (p *Proxy) upstreamRequestPhase(w http.ResponseWriter, e *Entry, ep *epStream, h *headers, body *[]byte) (stop bool) {
+	if !ep.active() {
+		return false
+	}
+	eos := len(*body) == 0
+	if headerMode(ep.modes.RequestHeaderMode, true) {
+		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}})
+		if err != nil {
+			return !ep.fail(err) && p.localAfterError(w, e, err)
+		}
+		if ir, ok := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); ok {
+			p.writeImmediate(w, e, ep, ir.ImmediateResponse, resp)
+			return true
+		}
+		cr := resp.GetRequestHeaders().GetResponse()
+		if cr.GetClearRouteCache() {
+			p.stats.add("clear_route_cache_upstream_ignored")
+		}
+		if err := p.applyMutation(h, cr.GetHeaderMutation(), false); err != nil {
+			p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+			return true
+		}
+		if resp.ModeOverride != nil && ep.c.AllowModeOverride {
+			ep.modes = overrideModes(resp.ModeOverride)
+		}
+	}
+	if !eos && ep.active() && ep.modes.RequestBodyMode == filterv3.ProcessingMode_BUFFERED {
+		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: *body, EndOfStream: true}}})
+		if err != nil {
+			return !ep.fail(err) && p.localAfterError(w, e, err)
+		}
+		if ir, ok := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); ok {
+			p.writeImmediate(w, e, ep, ir.ImmediateResponse, resp)
+			return true
+		}
+		cr := resp.GetRequestBody().GetResponse()
+		if err := p.applyMutation(h, cr.GetHeaderMutation(), false); err != nil {
+			p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+			return true
+		}
+		*body = replacedBody(cr, *body)
+	}
+	return false
+}
+
+func (p *Proxy) localAfterError(w http.ResponseWriter, e *Entry, err error) bool {
+	p.writeLocal(w, e, p.errorReply(err))
+	return true
+}
+
+// writeLocalFlags answers with a router local reply and its flags.
+func (p *Proxy) writeLocalFlags(w http.ResponseWriter, e *Entry, lr *response) {
+	e.Flags, e.Details = lr.flags, lr.details
+	p.writeLocal(w, e, lr)
+}
+
+func (p *Proxy) logAttempt(a AttemptLog) {
+	p.attemptMu.Lock()
+	p.attempts = append(p.attempts, a)
+	p.attemptMu.Unlock()
+}
+
+// Attempts returns every attempt made so far, in order, and forgets them.
+func (p *Proxy) Attempts() []AttemptLog {
+	p.attemptMu.Lock()
+	defer p.attemptMu.Unlock()
+	out := p.attempts
+	p.attempts = nil
+	return out
+}
