@@ -221,6 +221,16 @@ type parkedAttempts struct {
 	m   map[string]*parked
 	ttl time.Duration
 	max int
+	// later holds, per request, the latest attempt number seen when no
+	// earlier attempt was parked yet: Envoy resets attempt k's stream and
+	// starts attempt k+1's concurrently, so k+1 may reach fusebox before
+	// k's stream has ended.
+	later map[string]laterAttempt
+}
+
+type laterAttempt struct {
+	n  int
+	at time.Time
 }
 
 type parked struct {
@@ -232,7 +242,7 @@ type parked struct {
 const parkFor = 5 * time.Second
 
 func newParkedAttempts() *parkedAttempts {
-	return &parkedAttempts{m: map[string]*parked{}, ttl: parkFor, max: 10000}
+	return &parkedAttempts{m: map[string]*parked{}, later: map[string]laterAttempt{}, ttl: parkFor, max: 10000}
 }
 
 // park keeps st until its request's next attempt or the timeout.
@@ -241,6 +251,13 @@ func (p *parkedAttempts) park(st *stream) {
 	if st.requestID == "" || len(p.m) >= p.max {
 		p.mu.Unlock()
 		st.recordNeither()
+		return
+	}
+	if l, ok := p.later[st.requestID]; ok && l.n > st.attemptN {
+		// The next attempt already arrived: Envoy retried this one.
+		delete(p.later, st.requestID)
+		p.mu.Unlock()
+		st.recordConnError()
 		return
 	}
 	if old, ok := p.m[st.requestID]; ok {
@@ -274,15 +291,46 @@ func (p *parkedAttempts) retried(id string, n int) {
 	}
 	p.mu.Lock()
 	e, ok := p.m[id]
-	if !ok || e.n >= n {
+	if !ok {
+		if n > 1 {
+			p.noteLater(id, n)
+		}
+		p.mu.Unlock()
+		return
+	}
+	if e.n >= n {
 		p.mu.Unlock()
 		return
 	}
 	delete(p.m, id)
 	e.timer.Stop()
 	p.mu.Unlock()
-	now := e.st.now()
-	e.st.record(e.st.timed(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection}, now), now)
+	e.st.recordConnError()
+}
+
+// noteLater remembers that request id reached attempt n, for a parking of
+// an earlier attempt that is still on its way. Entries older than the park
+// time are dropped when the map is full; at most max are kept.
+func (p *parkedAttempts) noteLater(id string, n int) {
+	now := time.Now()
+	if len(p.later) >= p.max {
+		for k, v := range p.later {
+			if now.Sub(v.at) > p.ttl {
+				delete(p.later, k)
+			}
+		}
+		if len(p.later) >= p.max {
+			return
+		}
+	}
+	if l, ok := p.later[id]; !ok || l.n < n {
+		p.later[id] = laterAttempt{n: n, at: now}
+	}
+}
+
+func (st *stream) recordConnError() {
+	now := st.now()
+	st.record(st.timed(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection}, now), now)
 }
 
 // len reports how many attempts are parked (tests).

@@ -141,13 +141,26 @@ func TestAttemptEndedBeforeHeaders(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for e.outcomes("openai:us:gpt", "neither", "client_cancel") != 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("the parked attempt was never settled")
+			t.Fatalf("the parked attempt was never settled: %v neither, %d parked", e.outcomes("openai:us:gpt", "neither", "client_cancel"), e.srv.parked.len())
 		}
 		time.Sleep(time.Millisecond)
 	}
 	if e.srv.parked.len() != 0 {
 		t.Fatal("still parked")
 	}
+
+	// Envoy starts attempt 2 while attempt 1's stream is still being
+	// reset: the later attempt may reach fusebox first.
+	tok = e.routeRole()
+	c2, _, _ := e.attempt(tok, "r-5", 2, "/v1/chat/completions")
+	c, _, _ = e.attempt(tok, "r-5", 1, "/v1/chat/completions")
+	c.end()
+	if got := e.outcomes("openai:us:gpt", "failure", "connection_error"); got != 2 {
+		t.Fatalf("attempt 1 ended after attempt 2 began: %v connection errors, want 2", got)
+	}
+	c2.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+	c2.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+	c2.end()
 }
 
 // A half-open probe admitted by the route role is settled by attempt 1's

@@ -66,6 +66,16 @@ gateways:
     routes:
       - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
       - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
+  - id: failover
+    circuit_breaker: {policy: standard}
+    failover: {max_attempts: 3}
+    models:
+      - name: gpt-4o-mini
+        routes: [openai:us-east:gpt-4o-mini, azure:eu-west:gpt-4o-mini, openai:eu:gpt-4o-mini]
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us}
+      - {key: azure:eu-west:gpt-4o-mini, cluster: azure_eu, upstream_model: gpt4o-mini-deploy, path: "/openai/deployments/gpt4o-mini-deploy/chat/completions?api-version=2024-10-21"}
+      - {key: openai:eu:gpt-4o-mini, cluster: openai_eu}
   - id: ratelimited
     circuit_breaker: {policy: standard, failure_status_codes: [500, 502, 503, 504]}
     models:

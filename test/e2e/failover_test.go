@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+)
+
+var (
+	failoverOnce sync.Once
+	failoverCfg  envoysim.Config
+	failoverErr  error
+)
+
+// failoverProxy plays envoy/envoy-failover.yaml (Envoy >= 1.40) for the
+// "failover" gateway: route (a) through the priority_group specifier, the
+// attempt role in every provider cluster's upstream chain, each cluster's
+// own credential header.
+func (w *world) failoverProxy() *envoysim.Proxy {
+	w.t.Helper()
+	failoverOnce.Do(func() {
+		b, err := envoyconfig.Load("../../envoy/envoy-failover.yaml")
+		if err != nil {
+			failoverErr = err
+			return
+		}
+		failoverCfg, failoverErr = envoyconfig.Harness(b)
+	})
+	if failoverErr != nil {
+		w.t.Fatal(failoverErr)
+	}
+	if failoverCfg.Failover == nil || failoverCfg.Failover.Attempt.InitialMetadata["x-fusebox-role"] != "attempt" {
+		w.t.Fatalf("envoy-failover.yaml does not play as a failover deployment: %+v", failoverCfg.Failover)
+	}
+	cfg := failoverCfg
+	fo := *cfg.Failover
+	cfg.Failover = &fo
+	cfg.Gateway = "failover"
+	cfg.ExtProc.Addr = w.grpcAddr
+	fo.Attempt.Addr = w.grpcAddr
+	cfg.Clusters = map[string]*envoysim.Cluster{}
+	for n, p := range w.providers {
+		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
+	}
+	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024}
+	// The file's clusters are the real providers'; here each fake provider
+	// gets the credential header of its kind, as the file injects them.
+	header := map[string]string{}
+	for c, cred := range failoverCfg.Failover.Credentials {
+		header[strings.Split(c, "_")[0]] = cred[0]
+	}
+	fo.Credentials = map[string][2]string{}
+	for n := range w.providers {
+		if h, ok := header[strings.Split(n, "_")[0]]; ok {
+			fo.Credentials[n] = [2]string{h, "secret-" + n}
+		}
+	}
+	fo.Groups = []string{"openai_us"}
+	p, err := envoysim.New(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := p.Start("127.0.0.1:0"); err != nil {
+		w.t.Fatal(err)
+	}
+	w.proxies = append(w.proxies, p)
+	return p
+}
+
+// With failover on, an outage at the first route costs the client nothing:
+// each failed attempt is retried on the next route of fusebox's chain (with
+// that route's path, model and credential), the failed attempts still open
+// the breaker after failure_threshold of them, and once it is open the dead
+// provider gets no attempts at all.
+func TestFailoverHidesAnOutage(t *testing.T) {
+	cases := []struct {
+		name   string
+		fault  func(p *fakeprovider.Provider)
+		reason string
+	}{
+		{"provider 503", func(p *fakeprovider.Provider) { p.SetFault(fakeprovider.Fault{Status: 503}) }, "provider_5xx"},
+		{"connection refused", func(p *fakeprovider.Provider) { p.Down() }, "connection_error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			p := w.failoverProxy()
+			if r := chat(t, p, gpt, false); r.status != 200 || r.servedBy() != "openai_us" {
+				t.Fatalf("healthy: %d %q", r.status, r.servedBy())
+			}
+			p.Attempts()
+			tc.fault(w.providers["openai_us"])
+			for i := 0; i < 10; i++ {
+				r := chat(t, p, gpt, i%2 == 0)
+				if r.status != 200 || r.servedBy() != "azure_eu" || r.route() != "azure:eu-west:gpt-4o-mini" {
+					t.Fatalf("request %d: %d from %q route %q: %s", i, r.status, r.servedBy(), r.route(), r.body)
+				}
+				if i == 0 {
+					// Attempt 2 went to azure with azure's rewrites and
+					// azure's credential only.
+					hdr, model := w.providers["azure_eu"].LastRequest()
+					if model != "gpt4o-mini-deploy" {
+						t.Fatalf("attempt 2's model %q", model)
+					}
+					if hdr.Get("Authorization") != "" || hdr.Get("Api-Key") != "secret-azure_eu" {
+						t.Fatalf("attempt 2's credentials: authorization %q api-key %q", hdr.Get("Authorization"), hdr.Get("Api-Key"))
+					}
+				}
+			}
+			// Three failed attempts opened the breaker; every later request
+			// went straight to azure.
+			eventually(t, "the breaker opens", func() bool {
+				b := w.breaker("failover", "openai:us-east:gpt-4o-mini")
+				return b != nil && b["state"] == "open" && b["reason"] == tc.reason
+			})
+			toDead := 0
+			for _, a := range p.Attempts() {
+				if a.Cluster == "openai_us" {
+					toDead++
+				}
+			}
+			if toDead != 3 {
+				t.Fatalf("%d attempts went to the failing provider, want failure_threshold=3 and none after it opened", toDead)
+			}
+			if m := w.scrape(); !strings.Contains(m, `aig_circuit_breaker_outcomes_total{class="success",gateway="failover",reason="success",route="azure:eu-west:gpt-4o-mini"} 10`) {
+				t.Errorf("azure's successes are not counted once each:\n%s", grep(m, "outcomes_total"))
+			}
+		})
+	}
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// A half-open probe that fails is retried on the next route: the client
+// sees no error, and the breaker opens again.
+func TestFailoverRetriesAFailedProbe(t *testing.T) {
+	w := newWorld(t)
+	p := w.failoverProxy()
+	w.providers["openai_us"].SetFault(fakeprovider.Fault{Status: 503})
+	for i := 0; i < 3; i++ {
+		chat(t, p, gpt, false)
+	}
+	eventually(t, "open", func() bool { return w.breaker("failover", "openai:us-east:gpt-4o-mini")["state"] == "open" })
+	w.clk.Advance(31 * time.Second)
+	p.Attempts()
+	r := chat(t, p, gpt, false)
+	if r.status != 200 || r.servedBy() != "azure_eu" {
+		t.Fatalf("the failed probe reached the client: %d from %q", r.status, r.servedBy())
+	}
+	if a := p.Attempts(); len(a) != 2 || a[0].Cluster != "openai_us" || a[1].Cluster != "azure_eu" {
+		t.Fatalf("attempts %+v, want the probe then azure", a)
+	}
+	eventually(t, "reopened", func() bool {
+		b := w.breaker("failover", "openai:us-east:gpt-4o-mini")
+		return b["state"] == "open" && b["reopens"] == 1.0 && b["probes_in_flight"] == 0.0
+	})
+}
+
+// A 200 stream that breaks mid-flight is not retried: its headers went to
+// the client, which sees a broken stream; one attempt only.
+func TestFailoverNeverRetriesAfterHeaders(t *testing.T) {
+	w := newWorld(t)
+	p := w.failoverProxy()
+	w.providers["openai_us"].SetFault(fakeprovider.Fault{ResetMidStream: true})
+	p.Attempts()
+	r := chat(t, p, gpt, true)
+	if r.status != 200 || r.servedBy() != "openai_us" || strings.Contains(r.body, "[DONE]") {
+		t.Fatalf("a broken stream: %d from %q, body %q", r.status, r.servedBy(), r.body)
+	}
+	if a := p.Attempts(); len(a) != 1 {
+		t.Fatalf("%d attempts for a stream broken after its headers", len(a))
+	}
+}
