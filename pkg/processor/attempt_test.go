@@ -45,7 +45,6 @@ func (e *env) attempt(tok, id string, n int, path string) (c *call, hdrReply, bo
 	return c, hdrReply, bodyReply
 }
 
-
 func (c *call) send2(tok, id string, n int, path string) *extprocv3.ProcessingResponse {
 	c.e.t.Helper()
 	return c.reqHeaders(false, ":path", path, "content-type", "application/json", AttemptHeader, tok,
