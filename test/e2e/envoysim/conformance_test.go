@@ -30,6 +30,9 @@ type scripted struct {
 	seen   []*extprocv3.ProcessingRequest
 	md     []metadata.MD
 	script func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse
+	// byRole, when set, answers instead of script, told the stream's
+	// x-fusebox-role (the failover tests play both roles).
+	byRole func(role string, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse
 }
 
 func (s *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
@@ -45,7 +48,16 @@ func (s *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 		s.mu.Lock()
 		s.seen = append(s.seen, req)
 		s.mu.Unlock()
-		resp := s.script(req)
+		var resp *extprocv3.ProcessingResponse
+		if s.byRole != nil {
+			role := ""
+			if v := md.Get("x-fusebox-role"); len(v) > 0 {
+				role = v[0]
+			}
+			resp = s.byRole(role, req)
+		} else {
+			resp = s.script(req)
+		}
 		if resp == nil {
 			continue
 		}

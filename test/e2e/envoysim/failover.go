@@ -96,9 +96,10 @@ func contains(l []string, s string) bool {
 // client. It reports the attempts made.
 func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Request, e *Entry, h *headers, body []byte) {
 	fo := p.cfg.Failover
-	groups := p.failoverGroups(e)
 	var flags uint64
 	for n := 1; n <= fo.NumRetries+1; n++ {
+		// The specifier re-reads the override at every evaluation.
+		groups := p.failoverGroups(e)
 		cluster := groups[min(n-1, len(groups)-1)]
 		e.Cluster = cluster
 		if n > 1 {

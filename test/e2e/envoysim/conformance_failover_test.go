@@ -1,0 +1,223 @@
+package envoysim
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The failover facts of docs/envoy.md ("In-request failover"), each held
+// to the proxy with a scripted processor playing both roles.
+
+type foRig struct {
+	*rig
+	mu       sync.Mutex
+	attempts []*extprocv3.ProcessingRequest // the attempt role's messages
+	ups      map[string]*upstream
+}
+
+// newFailoverRig: clusters c1..c3 answer per status (a status of 0 =
+// 200 with a body); the route role chains groups; the attempt role runs
+// attempt(req) (nil = plain).
+func newFailoverRig(t *testing.T, status map[string]int, groups []string, numRetries int,
+	attempt func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse) *foRig {
+	t.Helper()
+	fr := &foRig{ups: map[string]*upstream{}}
+	if attempt == nil {
+		attempt = plain
+	}
+	byRole := func(role string, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if role == "attempt" {
+			fr.mu.Lock()
+			fr.attempts = append(fr.attempts, req)
+			fr.mu.Unlock()
+			return attempt(req)
+		}
+		if req.GetRequestHeaders() != nil {
+			var gs []any
+			for _, g := range groups {
+				gs = append(gs, map[string]any{"name": g, "clusters": []any{map[string]any{"cluster_name": g, "weight": 1}}})
+			}
+			md, _ := structpb.NewStruct(map[string]any{"fusebox.failover": map[string]any{"priority_groups": gs}})
+			resp := reqHeadersReply(&extprocv3.CommonResponse{
+				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{set("x-fusebox-cluster", groups[0])}},
+				ClearRouteCache: true,
+			})
+			resp.DynamicMetadata = md
+			return resp
+		}
+		return plain(req)
+	}
+	fr.rig = newRig(t, plain, func(c *Config) {
+		c.ExtProc.ReceivingNamespaces = []string{"fusebox", "fusebox.failover"}
+		c.ExtProc.ResponseHeaderMode = 2 // SKIP: the attempt role judges
+		for _, name := range []string{"c1", "c2", "c3"} {
+			st := status[name]
+			u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				if st != 0 {
+					w.WriteHeader(st)
+					return
+				}
+				io.WriteString(w, "ok")
+			})
+			fr.ups[name] = u
+			c.Clusters[name] = &Cluster{Addr: strings.TrimPrefix(u.srv.URL, "http://")}
+		}
+		c.Failover = &FailoverConfig{
+			Namespace: "fusebox.failover", Groups: []string{"c1"},
+			RetryOn: []string{"connect-failure", "reset", "retriable-status-codes"}, RetriableStatusCodes: []int{503},
+			NumRetries: numRetries, IncludeAttemptCount: true,
+			Attempt: ExtProcConfig{Addr: c.ExtProc.Addr, RequestHeaderMode: 1, ResponseHeaderMode: 1,
+				RequestBodyMode: c.ExtProc.RequestBodyMode, ResponseBodyMode: c.ExtProc.ResponseBodyMode,
+				MessageTimeout: c.ExtProc.MessageTimeout, InitialMetadata: map[string]string{"x-fusebox-role": "attempt"}},
+			Remove: []string{"x-secret"},
+		}
+	})
+	fr.proc.byRole = byRole
+	return fr
+}
+
+func headerOf(req *extprocv3.ProcessingRequest, k string) string {
+	for _, h := range req.GetRequestHeaders().GetHeaders().GetHeaders() {
+		if h.Key == k {
+			return string(h.RawValue)
+		}
+	}
+	return ""
+}
+
+func clustersOf(a []AttemptLog) string {
+	var out []string
+	for _, x := range a {
+		out = append(out, fmt.Sprintf("%s:%d", x.Cluster, x.Status))
+	}
+	return strings.Join(out, ",")
+}
+
+
+// priority_group: attempt k uses group min(k-1, groups-1), from fusebox's
+// override; attempts are at most num_retries+1; x-envoy-attempt-count is
+// 1..k on each attempt's request.
+func TestFailoverGroupsPerAttempt(t *testing.T) {
+	fr := newFailoverRig(t, map[string]int{"c1": 503, "c2": 503}, []string{"c1", "c2"}, 3, nil)
+	resp, _ := fr.post(`{"a":1}`)
+	if resp.StatusCode != 503 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := clustersOf(fr.proxy.Attempts()); got != "c1:503,c2:503,c2:503,c2:503" {
+		t.Fatalf("attempts %s", got)
+	}
+	var counts []string
+	for _, r := range fr.attempts {
+		if r.GetRequestHeaders() != nil {
+			counts = append(counts, headerOf(r, "x-envoy-attempt-count"))
+		}
+	}
+	if strings.Join(counts, ",") != "1,2,3,4" {
+		t.Fatalf("attempt counts seen by the upstream filter: %v", counts)
+	}
+	if fr.ups["c2"].last.Header.Get("X-Envoy-Attempt-Count") != "4" {
+		t.Fatalf("the upstream request carries attempt count %q", fr.ups["c2"].last.Header.Get("X-Envoy-Attempt-Count"))
+	}
+}
+
+// The upstream filters of every attempt share the router's header map (an
+// edit or a removal in attempt 1 is there in attempt 2), but each attempt
+// gets a fresh copy of the router's body.
+func TestFailoverSharedHeadersFreshBody(t *testing.T) {
+	n := 0
+	attempt := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		switch {
+		case req.GetRequestHeaders() != nil:
+			n++
+			return reqHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+				SetHeaders: []*corev3.HeaderValueOption{set(fmt.Sprintf("x-edit-%d", n), "1")}}, ClearRouteCache: true})
+		case req.GetRequestBody() != nil:
+			return reqBodyReply(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte(fmt.Sprintf(`{"attempt":%d}`, n))}}})
+		}
+		return plain(req)
+	}
+	fr := newFailoverRig(t, map[string]int{"c1": 503}, []string{"c1", "c2"}, 2, attempt)
+	resp, _ := fr.post(`{"a":1}`, "X-Secret", "s")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	var second *extprocv3.ProcessingRequest
+	var bodies []string
+	for _, r := range fr.attempts {
+		if headerOf(r, "x-envoy-attempt-count") == "2" {
+			second = r
+		}
+		if b := r.GetRequestBody(); b != nil {
+			bodies = append(bodies, string(b.Body))
+		}
+	}
+	if second == nil || headerOf(second, "x-edit-1") != "1" || headerOf(second, "x-secret") != "" {
+		t.Fatalf("attempt 2's headers do not carry attempt 1's edit and removal: %v", second.GetRequestHeaders())
+	}
+	if len(bodies) != 2 || bodies[1] != `{"a":1}` {
+		t.Fatalf("bodies seen per attempt %q: attempt 2 must get the router's body, not attempt 1's", bodies)
+	}
+	if fr.ups["c2"].body != `{"attempt":2}` || fr.ups["c2"].last.Header.Get("X-Edit-1") != "1" {
+		t.Fatalf("c2 got body %q", fr.ups["c2"].body)
+	}
+	if fr.proxy.Stats().Get("clear_route_cache_upstream_ignored") != 2 {
+		t.Fatalf("clear_route_cache from an upstream filter must be ignored (and counted): %v", fr.proxy.Stats().Get("clear_route_cache_upstream_ignored"))
+	}
+}
+
+// An unknown cluster in the override fails the request with no_cluster
+// (503, flag NC), no retry; an immediate response from the attempt role is
+// a local reply that ends the request without a retry.
+func TestFailoverNoClusterAndImmediate(t *testing.T) {
+	fr := newFailoverRig(t, nil, []string{"nope", "c2"}, 2, nil)
+	resp, _ := fr.post(`{"a":1}`)
+	if resp.StatusCode != 503 || fr.proxy.Stats().Get("no_cluster") != 1 || fr.ups["c2"].hits != 0 {
+		t.Fatalf("unknown cluster: %d, no_cluster %d, c2 hits %d", resp.StatusCode, fr.proxy.Stats().Get("no_cluster"), fr.ups["c2"].hits)
+	}
+	immediate := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+				Status: &typev3.HttpStatus{Code: 429}, Body: []byte("no")}}}
+		}
+		return plain(req)
+	}
+	fr = newFailoverRig(t, map[string]int{"c1": 503}, []string{"c1", "c2"}, 2, immediate)
+	resp, _ = fr.post(`{"a":1}`)
+	if resp.StatusCode != 429 || fr.ups["c1"].hits+fr.ups["c2"].hits != 0 {
+		t.Fatalf("immediate response from the attempt role: %d, upstream hits %d", resp.StatusCode, fr.ups["c1"].hits+fr.ups["c2"].hits)
+	}
+}
+
+// Once response headers went downstream nothing is retried: a body that
+// breaks mid-flight reaches the client broken, after one attempt.
+func TestFailoverNoRetryAfterHeaders(t *testing.T) {
+	fr := newFailoverRig(t, nil, []string{"c1", "c2"}, 2, nil)
+	fr.ups["c1"].srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	req, _ := http.NewRequest("POST", fr.proxy.URL()+"/v1/x", strings.NewReader(`{"a":1}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || rerr == nil {
+		t.Fatalf("status %d, read error %v: the client must see a broken stream", resp.StatusCode, rerr)
+	}
+	if got := clustersOf(fr.proxy.Attempts()); got != "c1:200" {
+		t.Fatalf("attempts %s", got)
+	}
+}
