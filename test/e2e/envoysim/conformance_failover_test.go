@@ -102,7 +102,6 @@ func clustersOf(a []AttemptLog) string {
 	return strings.Join(out, ",")
 }
 
-
 // priority_group: attempt k uses group min(k-1, groups-1), from fusebox's
 // override; attempts are at most num_retries+1; x-envoy-attempt-count is
 // 1..k on each attempt's request.
