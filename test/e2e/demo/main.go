@@ -1,7 +1,9 @@
 // Command demo shows fusebox at work without Envoy: fusebox on its embedded
-// default config, the Envoy-playing proxy configured from envoy/envoy.yaml,
-// and two fake providers. It drives traffic through an outage of the first
-// route and its recovery and prints a per-second timeline.
+// default config, the Envoy-playing proxy and two fake providers, twice side
+// by side: configured from envoy/envoy.yaml (no failover) and from
+// envoy/envoy-failover.yaml (Envoy >= 1.40, failover.max_attempts 2). It
+// drives traffic through an outage of the first route and its recovery and
+// prints a per-second timeline of both.
 //
 //	make demo            real time (about 45 s: the default cooldown is 30 s)
 //	go run ./test/e2e/demo -fast   the same timeline on a simulated clock
@@ -60,120 +62,219 @@ func repoFile(rel string) string {
 	return filepath.Join(filepath.Dir(self), "..", "..", "..", rel)
 }
 
+// lane is one deployment under the same outage: fusebox, envoysim playing
+// an Envoy config, and the two providers.
+type lane struct {
+	name          string
+	first, second *fakeprovider.Provider
+	fb            *mainlib.Instance
+	proxy         *envoysim.Proxy
+	fake          *breaker.FakeClock
+	logs          *logbuf.Buffer
+	seenLog       int
+	s             *summary
+	stop          func()
+}
+
 func run(out io.Writer, o options) (*summary, error) {
+	plain, withFailover, err := runBoth(out, o)
+	_ = withFailover
+	return plain, err
+}
+
+// runBoth runs the outage twice at once, on the shipped deployment
+// (envoy/envoy.yaml, no failover) and on the failover one
+// (envoy/envoy-failover.yaml, failover.max_attempts 2 set through the admin
+// API), and prints them side by side.
+func runBoth(out io.Writer, o options) (plain, failover *summary, err error) {
 	if o.outageAt == 0 {
 		o.outageAt, o.recoverAt, o.duration, o.perSecond = 4, 20, 42, 4
 	}
 	if o.envoyConfig == "" {
 		o.envoyConfig = repoFile("envoy/envoy.yaml")
 	}
-	// Providers for the embedded config's two clusters.
-	first, err := fakeprovider.Start("openai_us_east")
+	a, err := startLane("without failover", o, o.envoyConfig, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer first.Close()
-	second, err := fakeprovider.Start("azure_eu_west")
+	defer a.stop()
+	b, err := startLane("with failover", o, repoFile("envoy/envoy-failover.yaml"), true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer second.Close()
+	defer b.stop()
+	lanes := []*lane{a, b}
 
-	// fusebox on its embedded default config.
-	var clk breaker.Clock
-	var fake *breaker.FakeClock
-	opts := []mainlib.Option{}
-	if o.fast {
-		fake = breaker.NewFakeClock(time.Now())
-		clk = fake
-		opts = append(opts, mainlib.WithClock(clk))
+	fmt.Fprintf(out, "fusebox demo: gateway \"default\", model gpt-4o-mini, routes openai:us-east (first) and azure:eu-west\n")
+	fmt.Fprintf(out, "breaker: failure_threshold 5 in 60 s, cooldown 30 s (the embedded default config)\n")
+	fmt.Fprintf(out, "outage of openai_us_east from t=%ds to t=%ds; %d requests a second to each deployment\n", o.outageAt, o.recoverAt, o.perSecond)
+	fmt.Fprintf(out, "left: envoy/envoy.yaml (no failover); right: envoy/envoy-failover.yaml with failover.max_attempts 2\n\n")
+	fmt.Fprintf(out, "%-5s | %-16s %-16s %-10s | %-16s %-16s %-10s %s\n", "t", "openai_us_east", "azure_eu_west", "breaker",
+		"openai_us_east", "azure_eu_west", "breaker", "transitions (left / right)")
+	start := time.Now()
+	for sec := 0; sec < o.duration; sec++ {
+		for _, l := range lanes {
+			if sec == o.outageAt {
+				l.first.SetFault(fakeprovider.Fault{Status: 503})
+			}
+			if sec == o.recoverAt {
+				l.first.SetFault(fakeprovider.Fault{})
+			}
+		}
+		row := fmt.Sprintf("t+%02ds ", sec)
+		var trans []string
+		for _, l := range lanes {
+			counts := map[string][2]int{} // provider → ok, errors
+			for i := 0; i < o.perSecond; i++ {
+				code, by := request(l.proxy.URL(), i%2 == 0)
+				l.s.requests++
+				c := counts[by]
+				if code == 200 {
+					c[0]++
+					l.s.servedBy[by]++
+				} else {
+					c[1]++
+					l.s.clientErrors++
+				}
+				counts[by] = c
+				if !o.fast {
+					time.Sleep(time.Second / time.Duration(2*o.perSecond+1))
+				}
+			}
+			// With failover the client only sees the route that answered;
+			// the attempts the first route failed are in envoysim's log.
+			failed := 0
+			for _, at := range l.proxy.Attempts() {
+				if at.Cluster == "openai_us_east" && at.Status != 200 {
+					failed++
+				}
+			}
+			first := fmtCount(counts["openai_us_east"])
+			if failed > 0 && counts["openai_us_east"][1] == 0 {
+				first = fmt.Sprintf("%d retried", failed)
+			}
+			if sec >= o.recoverAt+2 && counts["openai_us_east"][0] > 0 {
+				l.s.backOnFirstRoute = true
+			}
+			row += fmt.Sprintf("| %-16s %-16s %-10s ", first, fmtCount(counts["azure_eu_west"]), breakerState(l.fb.AdminAddr()))
+			var t []string
+			lines := l.logs.Lines()
+			for _, ln := range lines[l.seenLog:] {
+				if i := strings.Index(ln, "transition="); i >= 0 && strings.Contains(ln, "[circuit_breaker]") {
+					f := strings.Fields(ln[i:])
+					tr := strings.TrimPrefix(f[0], "transition=") + " (" + strings.TrimPrefix(f[1], "reason=") + ")"
+					t = append(t, tr)
+					l.s.transitions = append(l.s.transitions, tr)
+				}
+			}
+			l.seenLog = len(lines)
+			trans = append(trans, strings.Join(t, ", "))
+		}
+		if trans[0] != "" || trans[1] != "" {
+			row += strings.Join(trans, " / ")
+		}
+		fmt.Fprintln(out, strings.TrimRight(row, " "))
+		for _, l := range lanes {
+			if o.fast {
+				l.fake.Advance(time.Second)
+			}
+		}
+		if !o.fast {
+			if wait := time.Until(start.Add(time.Duration(sec+1) * time.Second)); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
 	}
-	logs := &logbuf.Buffer{}
+	fmt.Fprintf(out, "\n%s\n\n%s\n", explain(a.s, o), explainFailover(b.s, a.s))
+	return a.s, b.s, nil
+}
+
+// startLane starts fusebox (embedded default config), envoysim playing
+// envoyYAML and two providers; with failover, the gateway's
+// failover.max_attempts is set to 2 through the admin API.
+func startLane(name string, o options, envoyYAML string, failover bool) (*lane, error) {
+	l := &lane{name: name, logs: &logbuf.Buffer{}, s: &summary{servedBy: map[string]int{}}}
+	var closers []func()
+	l.stop = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	var err error
+	if l.first, err = fakeprovider.Start("openai_us_east"); err != nil {
+		return nil, err
+	}
+	closers = append(closers, l.first.Close)
+	if l.second, err = fakeprovider.Start("azure_eu_west"); err != nil {
+		l.stop()
+		return nil, err
+	}
+	closers = append(closers, l.second.Close)
+	var opts []mainlib.Option
+	if o.fast {
+		l.fake = breaker.NewFakeClock(time.Now())
+		opts = append(opts, mainlib.WithClock(l.fake))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	fb, err := mainlib.Start(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, logs, opts...)
+	l.fb, err = mainlib.Start(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, l.logs, opts...)
 	if err != nil {
 		cancel()
+		l.stop()
 		return nil, err
 	}
-	defer func() { cancel(); _ = fb.Wait() }()
-
-	// Envoy, played by envoysim from envoy/envoy.yaml.
-	b, err := envoyconfig.Load(o.envoyConfig)
+	fb := l.fb
+	closers = append(closers, func() { cancel(); _ = fb.Wait() })
+	if failover {
+		req, _ := http.NewRequest(http.MethodPatch, "http://"+fb.AdminAddr()+"/admin/v1/gateways/default", strings.NewReader(`{"failover": {"max_attempts": 2}}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			l.stop()
+			return nil, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			l.stop()
+			return nil, fmt.Errorf("setting failover.max_attempts: %s", resp.Status)
+		}
+	}
+	b, err := envoyconfig.Load(envoyYAML)
 	if err != nil {
+		l.stop()
 		return nil, err
 	}
 	cfg, err := envoyconfig.Harness(b)
 	if err != nil {
+		l.stop()
 		return nil, err
 	}
 	cfg.ExtProc.Addr = fb.GRPCAddr()
-	cfg.Clusters["openai_us_east"].Addr = first.Addr()
-	cfg.Clusters["azure_eu_west"].Addr = second.Addr()
-	proxy, err := envoysim.New(cfg)
-	if err != nil {
+	if cfg.Failover != nil {
+		fo := *cfg.Failover
+		fo.Attempt.Addr = fb.GRPCAddr()
+		cfg.Failover = &fo
+	}
+	cfg.Clusters["openai_us_east"].Addr = l.first.Addr()
+	cfg.Clusters["azure_eu_west"].Addr = l.second.Addr()
+	if l.proxy, err = envoysim.New(cfg); err != nil {
+		l.stop()
 		return nil, err
 	}
-	if err := proxy.Start("127.0.0.1:0"); err != nil {
+	if err := l.proxy.Start("127.0.0.1:0"); err != nil {
+		l.stop()
 		return nil, err
 	}
-	defer proxy.Close()
+	closers = append(closers, l.proxy.Close)
+	return l, nil
+}
 
-	fmt.Fprintf(out, "fusebox demo: gateway \"default\", model gpt-4o-mini, routes openai:us-east (first) and azure:eu-west\n")
-	fmt.Fprintf(out, "breaker: failure_threshold 5 in 60 s, cooldown 30 s (the embedded default config)\n")
-	fmt.Fprintf(out, "outage of openai_us_east from t=%ds to t=%ds; %d requests a second\n\n", o.outageAt, o.recoverAt, o.perSecond)
-	fmt.Fprintf(out, "%-6s %-22s %-22s %-12s %s\n", "t", "openai_us_east", "azure_eu_west", "breaker", "transitions")
-
-	s := &summary{servedBy: map[string]int{}}
-	seenLog := 0
-	start := time.Now()
-	for sec := 0; sec < o.duration; sec++ {
-		if sec == o.outageAt {
-			first.SetFault(fakeprovider.Fault{Status: 503})
-		}
-		if sec == o.recoverAt {
-			first.SetFault(fakeprovider.Fault{})
-		}
-		counts := map[string][2]int{} // provider → ok, errors
-		for i := 0; i < o.perSecond; i++ {
-			code, by := request(proxy.URL(), i%2 == 0)
-			s.requests++
-			c := counts[by]
-			if code == 200 {
-				c[0]++
-				s.servedBy[by]++
-			} else {
-				c[1]++
-				s.clientErrors++
-			}
-			counts[by] = c
-			if !o.fast {
-				time.Sleep(time.Second / time.Duration(o.perSecond+1))
-			}
-		}
-		if sec >= o.recoverAt+2 && counts["openai_us_east"][0] > 0 {
-			s.backOnFirstRoute = true
-		}
-		state := breakerState(fb.AdminAddr())
-		var trans []string
-		lines := logs.Lines()
-		for _, l := range lines[seenLog:] {
-			if i := strings.Index(l, "transition="); i >= 0 && strings.Contains(l, "[circuit_breaker]") {
-				f := strings.Fields(l[i:])
-				t := strings.TrimPrefix(f[0], "transition=") + " (" + strings.TrimPrefix(f[1], "reason=") + ")"
-				trans = append(trans, t)
-				s.transitions = append(s.transitions, t)
-			}
-		}
-		seenLog = len(lines)
-		fmt.Fprintf(out, "t+%02ds  %-22s %-22s %-12s %s\n", sec, fmtCount(counts["openai_us_east"]), fmtCount(counts["azure_eu_west"]), state, strings.Join(trans, ", "))
-		if o.fast {
-			fake.Advance(time.Second)
-		} else if wait := time.Until(start.Add(time.Duration(sec+1) * time.Second)); wait > 0 {
-			time.Sleep(wait)
-		}
-	}
-	fmt.Fprintf(out, "\n%s\n", explain(s, o))
-	return s, nil
+func explainFailover(f, plain *summary) string {
+	return fmt.Sprintf(`With failover (right): the same outage cost clients %d errors instead of %d. Each request that
+openai_us_east failed was retried by Envoy, within the same client request, on the next route of
+fusebox's chain (azure_eu_west, with its own path, model and credential); fusebox's attempt role
+recorded each failed attempt against openai:us-east, so the breaker still opened at the 5th
+failure and from then on no attempt went to the failing provider. Transitions: %s.`,
+		f.clientErrors, plain.clientErrors, strings.Join(f.transitions, "; "))
 }
 
 func fmtCount(c [2]int) string {

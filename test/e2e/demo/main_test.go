@@ -10,9 +10,17 @@ import (
 // exactly failure_threshold client errors, and recovery closes the breaker.
 func TestDemoFast(t *testing.T) {
 	var out bytes.Buffer
-	s, err := run(&out, options{fast: true})
+	s, f, err := runBoth(&out, options{fast: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The same outage with failover: no client error, the breaker still
+	// opens on the failed attempts and recovers the same way.
+	if f.clientErrors != 0 {
+		t.Errorf("with failover: %d client errors, want 0", f.clientErrors)
+	}
+	if strings.Join(f.transitions, ";") != strings.Join([]string{"closed->open (provider_5xx)", "open->half_open (cooldown_elapsed)", "half_open->closed (probe_success)"}, ";") {
+		t.Errorf("with failover: transitions %v", f.transitions)
 	}
 	if s.clientErrors != 5 {
 		t.Errorf("client errors %d, want 5 (the threshold)", s.clientErrors)
