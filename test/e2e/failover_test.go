@@ -107,6 +107,9 @@ func TestFailoverHidesAnOutage(t *testing.T) {
 					if model != "gpt4o-mini-deploy" {
 						t.Fatalf("attempt 2's model %q", model)
 					}
+					if path := w.providers["azure_eu"].LastPath(); path != "/openai/deployments/gpt4o-mini-deploy/chat/completions?api-version=2024-10-21" {
+						t.Fatalf("attempt 2's path %q", path)
+					}
 					if hdr.Get("Authorization") != "" || hdr.Get("Api-Key") != "secret-azure_eu" {
 						t.Fatalf("attempt 2's credentials: authorization %q api-key %q", hdr.Get("Authorization"), hdr.Get("Api-Key"))
 					}

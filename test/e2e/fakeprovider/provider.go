@@ -47,6 +47,7 @@ type Provider struct {
 	served atomic.Int64
 	last   http.Header
 	model  string
+	path   string
 }
 
 // Start listens on a free loopback port.
@@ -147,6 +148,13 @@ func (p *Provider) LastRequest() (http.Header, string) {
 	return p.last, p.model
 }
 
+// LastPath returns the path (with its query) of the last request.
+func (p *Provider) LastPath() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.path
+}
+
 // FaultPath is the control endpoint: POST a Fault as JSON to change what
 // the provider does (the demo and docker-compose use it).
 const FaultPath = "/__fault"
@@ -171,7 +179,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &req)
 	p.mu.Lock()
 	f := p.fault
-	p.last, p.model = r.Header.Clone(), req.Model
+	p.last, p.model, p.path = r.Header.Clone(), req.Model, r.URL.RequestURI()
 	p.mu.Unlock()
 
 	if f.ResetBeforeHeaders {
