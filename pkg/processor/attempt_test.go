@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -218,4 +219,38 @@ func FuzzAttemptToken(f *testing.F) {
 			t.Fatalf("group of a late attempt: %d", g)
 		}
 	})
+}
+
+// In the failover deployment the route role is sent no response phases
+// (response body NONE): even a model with max_attempts 1 gets a one-group
+// chain, since Envoy's priority_group specifier would otherwise send it to
+// its configured group, and the attempt role records its outcome.
+func TestFailoverDeploymentWithOneAttempt(t *testing.T) {
+	e := newEnv(t)
+	c := e.open("route")
+	c.respMode = filterv3.ProcessingMode_NONE
+	r := c.chat("gpt")
+	c.end()
+	tok, ok := headerSet(t, common(r), AttemptHeader)
+	fo := r.GetDynamicMetadata().GetFields()["fusebox.failover"].GetStructValue()
+	groups := fo.GetFields()["priority_groups"].GetListValue().GetValues()
+	if !ok || len(groups) != 1 || groups[0].GetStructValue().Fields["name"].GetStringValue() != "openai:us:gpt" {
+		t.Fatalf("token %v, groups %v", ok, groups)
+	}
+	a := e.open("attempt")
+	a.reqHeaders(false, AttemptHeader, tok, "x-envoy-attempt-count", "1", "x-request-id", "r-1")
+	a.reqBody(`{"model":"gpt","messages":[]}`)
+	a.respHeaders("503", true, attrs(0, "via_upstream"))
+	a.end()
+	if got := e.outcomes("openai:us:gpt", "failure", "provider_5xx"); got != 1 {
+		t.Fatalf("the attempt role recorded %v", got)
+	}
+	// The shipped envoy.yaml (response body STREAMED) with max_attempts 1:
+	// no chain, no token, unchanged.
+	c = e.open("route")
+	r = c.chat("gpt")
+	c.end()
+	if _, ok := headerSet(t, common(r), AttemptHeader); ok || r.GetDynamicMetadata().GetFields()["fusebox.failover"] != nil {
+		t.Fatal("a chain without failover in the shipped deployment")
+	}
 }

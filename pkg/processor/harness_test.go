@@ -154,6 +154,9 @@ type call struct {
 	stream extprocv3.ExternalProcessor_ProcessClient
 	cancel context.CancelFunc
 	first  bool
+	// respMode is the response body mode the stream's protocol_config
+	// announces (the shipped envoy.yaml: STREAMED).
+	respMode filterv3.ProcessingMode_BodySendMode
 }
 
 func (e *env) open(role string) *call {
@@ -165,7 +168,7 @@ func (e *env) open(role string) *call {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return &call{e: e, stream: s, cancel: cancel, first: true}
+	return &call{e: e, stream: s, cancel: cancel, first: true, respMode: filterv3.ProcessingMode_STREAMED}
 }
 
 func hdrs(kv ...string) *corev3.HeaderMap {
@@ -183,7 +186,7 @@ func (c *call) send(req *extprocv3.ProcessingRequest) {
 	if c.first {
 		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{
 			RequestBodyMode:  filterv3.ProcessingMode_BUFFERED,
-			ResponseBodyMode: filterv3.ProcessingMode_STREAMED,
+			ResponseBodyMode: c.respMode,
 		}
 		req.MetadataContext = &corev3.Metadata{}
 		c.first = false

@@ -90,7 +90,7 @@ func TestHarnessFromEnvoyYAML(t *testing.T) {
 		{"route role", ep.InitialMetadata["x-fusebox-role"] == "route"},
 		{"cluster_header route", cfg.ClusterHeader == "x-fusebox-cluster"},
 		{"default route", cfg.DefaultCluster != ""},
-		{"fusebox headers removed upstream", len(cfg.RequestHeadersToRemove) == 6},
+		{"fusebox headers removed upstream", len(cfg.RequestHeadersToRemove) == 7 && contains(cfg.RequestHeadersToRemove, "x-fusebox-attempt")},
 		{"retry connect-failure,reset once", strings.Join(cfg.RetryOn, ",") == "connect-failure,reset" && cfg.NumRetries == 1},
 		{"long route timeout", cfg.RouteTimeout >= time.Minute},
 		{"raised buffer limit", cfg.BufferLimit > 1<<20},
@@ -175,4 +175,13 @@ func TestFailoverDeployment(t *testing.T) {
 			t.Errorf("%s: upstream filters %v, want %s", name, names, want)
 		}
 	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
