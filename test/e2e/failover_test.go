@@ -61,15 +61,7 @@ func (w *world) failoverProxy() *envoysim.Proxy {
 		}
 	}
 	fo.Groups = []string{"openai_us"}
-	p, err := envoysim.New(cfg)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	if err := p.Start("127.0.0.1:0"); err != nil {
-		w.t.Fatal(err)
-	}
-	w.proxies = append(w.proxies, p)
-	return p
+	return w.startProxy(cfg)
 }
 
 // With failover on, an outage at the first route costs the client nothing:

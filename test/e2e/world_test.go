@@ -183,6 +183,12 @@ func (w *world) proxy(gateway string, vhostHeaders map[string]string, mod ...fun
 	for _, m := range mod {
 		m(&cfg)
 	}
+	return w.startProxy(cfg)
+}
+
+// startProxy starts envoysim on cfg, closed with the world.
+func (w *world) startProxy(cfg envoysim.Config) *envoysim.Proxy {
+	w.t.Helper()
 	p, err := envoysim.New(cfg)
 	if err != nil {
 		w.t.Fatal(err)

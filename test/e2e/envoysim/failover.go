@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -160,15 +159,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			return
 		}
-		hdr := headers{}
-		for k, vs := range resp.Header {
-			for _, v := range vs {
-				hdr.add(strings.ToLower(k), v)
-			}
-		}
-		if resp.ContentLength >= 0 {
-			hdr.set("content-length", strconv.FormatInt(resp.ContentLength, 10))
-		}
+		hdr := upstreamHeaders(resp)
 		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
 		if p.retriable(resp.StatusCode) && n <= fo.NumRetries {

@@ -472,16 +472,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		}
 		resp, err := p.transport.RoundTrip(req)
 		if err == nil {
-			hdr := headers{}
-			for k, vs := range resp.Header {
-				for _, v := range vs {
-					hdr.add(strings.ToLower(k), v)
-				}
-			}
-			if resp.ContentLength >= 0 {
-				hdr.set("content-length", strconv.FormatInt(resp.ContentLength, 10))
-			}
-			return &response{status: resp.StatusCode, hdr: hdr, body: &releaseBody{ReadCloser: resp.Body, release: release}, details: "via_upstream"}
+			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: resp.Body, release: release}, details: "via_upstream"}
 		}
 		lastErr = err
 		if ctx.Err() != nil {
@@ -509,6 +500,21 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 	}
 	return localReply(503, flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
 		"upstream connect error or disconnect/reset before headers. reset reason: connection termination")
+}
+
+// upstreamHeaders are a provider's response headers as Envoy keeps them:
+// lower-case keys, content-length when known.
+func upstreamHeaders(resp *http.Response) headers {
+	hdr := headers{}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			hdr.add(strings.ToLower(k), v)
+		}
+	}
+	if resp.ContentLength >= 0 {
+		hdr.set("content-length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	return hdr
 }
 
 type releaseBody struct {
