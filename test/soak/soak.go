@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,7 @@ type rig struct {
 	gathered  [][]*dto.MetricFamily // the metrics of every stopped instance
 	threshold int
 	redis     *redistest.Server // nil: the memory store
+	profiles  int
 
 	// The load can be paused (to kill fusebox with nothing in flight).
 	gate     sync.RWMutex
@@ -300,6 +302,16 @@ func (r *rig) settle() (goroutines int, rss, heap int64) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if dir := os.Getenv("SOAK_PROFILE_DIR"); dir != "" {
+		// A heap profile at each settle point (before, then after the
+		// load): go tool pprof -base heap-1.pb.gz heap-2.pb.gz shows
+		// what the load left behind.
+		r.profiles++
+		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", r.profiles))); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
 	if os.Getenv("SOAK_DEBUG") != "" {
 		fmt.Fprintf(os.Stderr, "heap inuse %.1f MiB, heap sys %.1f MiB, stack %.1f MiB, released %.1f MiB, other sys %.1f MiB, total sys %.1f MiB\n",
 			float64(ms.HeapInuse)/(1<<20), float64(ms.HeapSys)/(1<<20), float64(ms.StackSys)/(1<<20), float64(ms.HeapReleased)/(1<<20),
