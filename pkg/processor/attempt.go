@@ -225,7 +225,8 @@ type parkedAttempts struct {
 	// earlier attempt was parked yet: Envoy resets attempt k's stream and
 	// starts attempt k+1's concurrently, so k+1 may reach fusebox before
 	// k's stream has ended.
-	later map[string]laterAttempt
+	later  map[string]laterAttempt
+	pruned time.Time
 }
 
 type laterAttempt struct {
@@ -313,7 +314,11 @@ func (p *parkedAttempts) retried(id string, n int) {
 // time are dropped when the map is full; at most max are kept.
 func (p *parkedAttempts) noteLater(id string, n int) {
 	now := time.Now()
-	if len(p.later) >= p.max {
+	// Most retries follow an attempt that got its headers (a 503), so
+	// most entries are never claimed: they are dropped once stale, at most
+	// once per park time.
+	if len(p.later) >= 1024 && now.Sub(p.pruned) > p.ttl || len(p.later) >= p.max {
+		p.pruned = now
 		for k, v := range p.later {
 			if now.Sub(v.at) > p.ttl {
 				delete(p.later, k)
