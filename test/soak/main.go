@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 	"time"
 )
@@ -19,9 +20,13 @@ func main() {
 	faults := flag.Bool("faults", true, "run the fault schedule")
 	every := flag.Duration("fault-every", 3*time.Second, "pause between fault steps")
 	envoy := flag.String("envoy", "envoy/envoy.yaml", "the shipped Envoy config")
+	warm := flag.Bool("warmup-faults", true, "run the fault schedule once in the warm-up, before the baseline of goroutines and memory")
 	redis := flag.Bool("redis", false, "run fusebox on the Redis store (a redis-server started here) and kill and restart Redis in the schedule")
 	flag.Parse()
-	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy, Redis: *redis})
+	if os.Getenv("SOAK_PROFILE_DIR") != "" {
+		runtime.MemProfileRate = 1 // every allocation: the profiles are exact, the run slower
+	}
+	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy, Redis: *redis, WarmupFaults: *warm})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)

@@ -71,12 +71,27 @@ func Run(opts Options) (*Report, error) {
 	}
 
 	// Warm up at the same concurrency (connection pools reach their
-	// steady size), then take the baseline of goroutines and memory.
-	r.drive(max(2000, 50*opts.Concurrency), opts.Concurrency, 0, nil)
+	// steady size), then take the baseline of goroutines and memory. With
+	// WarmupFaults the warm-up also runs the fault schedule once, so that
+	// what a fault costs the first time only (a code path's lazy set-up, a
+	// second fusebox's allocations, the allocator's spans after a restart)
+	// is in the baseline, and the comparison measures what the load
+	// accumulates.
+	var mu sync.Mutex
+	r.drive(max(2000, 50*opts.Concurrency), opts.Concurrency, 0, nil, nil)
+	if opts.Faults && opts.WarmupFaults {
+		done := make(chan struct{})
+		go func() { defer close(done); r.faults(nil, opts.FaultEvery, rep, &mu, 1) }()
+		r.drive(math.MaxInt, opts.Concurrency, opts.Rate, nil, done)
+		for _, p := range r.providers {
+			p.SetFault(fakeprovider.Fault{})
+			_ = p.Up()
+		}
+		time.Sleep(4 * time.Second) // probes time out, breakers settle
+	}
 	r.proxy.ResetLog() // the harness's access log is not fusebox's memory
 	rep.BeforeGoroutines, rep.BeforeRSS, rep.BeforeHeap = r.settle()
 
-	var mu sync.Mutex
 	record := func(status int, err error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -110,10 +125,10 @@ func Run(opts Options) (*Report, error) {
 	var faultWG sync.WaitGroup
 	if opts.Faults {
 		faultWG.Add(1)
-		go func() { defer faultWG.Done(); r.faults(stopFaults, opts.FaultEvery, rep, &mu) }()
+		go func() { defer faultWG.Done(); r.faults(stopFaults, opts.FaultEvery, rep, &mu, 0) }()
 	}
 	start := time.Now()
-	r.drive(opts.Requests, opts.Concurrency, opts.Rate, record)
+	r.drive(opts.Requests, opts.Concurrency, opts.Rate, record, nil)
 	rep.Duration = time.Since(start)
 	rep.Requests = opts.Requests
 	close(stopFaults)
@@ -132,9 +147,9 @@ func Run(opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// drive sends n requests over conc workers; record (may be nil) is told of
-// each answer.
-func (r *rig) drive(n, conc, rate int, record func(int, error)) {
+// drive sends n requests over conc workers, or until stop is closed (nil:
+// never); record (may be nil) is told of each answer.
+func (r *rig) drive(n, conc, rate int, record func(int, error), stop <-chan struct{}) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var tokens <-chan time.Time
@@ -151,6 +166,11 @@ func (r *rig) drive(n, conc, rate int, record func(int, error)) {
 				i := int(next.Add(1))
 				if i > n {
 					return
+				}
+				select {
+				case <-stop:
+					return
+				default:
 				}
 				if tokens != nil {
 					<-tokens
@@ -169,13 +189,17 @@ func (r *rig) drive(n, conc, rate int, record func(int, error)) {
 	wg.Wait()
 }
 
-// faults runs the schedule until stop.
-func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu *sync.Mutex) {
+// faults runs the schedule until stop, or for cycles full cycles (0 = no
+// limit).
+func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu *sync.Mutex, cycles int) {
 	steps := []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"}
 	if r.redis != nil {
 		steps = append(steps, "redis_restart")
 	}
 	for i := 0; ; i++ {
+		if cycles > 0 && i >= cycles*len(steps) {
+			return
+		}
 		select {
 		case <-stop:
 			return

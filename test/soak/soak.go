@@ -45,6 +45,9 @@ type Options struct {
 	FaultEvery time.Duration
 	EnvoyYAML  string // the shipped Envoy config the proxy is built from
 	Log        io.Writer
+	// WarmupFaults runs the fault schedule once during the warm-up, before
+	// the baseline is taken.
+	WarmupFaults bool
 	// Redis runs fusebox on the Redis store (a redis-server the campaign
 	// starts), and adds Redis killed and restarted to the schedule.
 	Redis bool
@@ -311,6 +314,9 @@ func (r *rig) settle() (goroutines int, rss, heap int64) {
 			_ = pprof.WriteHeapProfile(f)
 			f.Close()
 		}
+	}
+	if os.Getenv("SOAK_DEBUG") != "" || os.Getenv("SOAK_PROFILE_DIR") != "" {
+		fmt.Fprintf(os.Stderr, "heap live (alloc) %.2f MiB, objects %d\n", float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects)
 	}
 	if os.Getenv("SOAK_DEBUG") != "" {
 		fmt.Fprintf(os.Stderr, "heap inuse %.1f MiB, heap sys %.1f MiB, stack %.1f MiB, released %.1f MiB, other sys %.1f MiB, total sys %.1f MiB\n",
