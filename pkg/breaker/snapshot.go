@@ -1,7 +1,5 @@
 package breaker
 
-import "context"
-
 // Snapshot is the decision state of one breaker: what a decision reads,
 // without its windows. A shared store keeps each replica's local view as a
 // Memory store and puts the shared state into it with Restore (R-ST2); it
@@ -30,7 +28,10 @@ type Snapshot struct {
 // call made the transition reports it. Leases end when the state changes
 // (the shared store holds the probe slots); windows restart when the
 // breaker closes.
-func (s *Memory) Restore(_ context.Context, k Key, snap Snapshot) error {
+//
+// It is a function, not a method, so that a store embedding a Memory as its
+// view does not offer it to callers.
+func Restore(s *Memory, k Key, snap Snapshot) error {
 	m, err := s.get(k)
 	if err != nil {
 		return err
@@ -39,9 +40,9 @@ func (s *Memory) Restore(_ context.Context, k Key, snap Snapshot) error {
 	return nil
 }
 
-// Snapshot returns the breaker's decision state (due transitions made
+// SnapshotOf returns the breaker's decision state (due transitions made
 // first, as every read does).
-func (s *Memory) Snapshot(_ context.Context, k Key, now int64) (Snapshot, error) {
+func SnapshotOf(s *Memory, k Key, now int64) (Snapshot, error) {
 	m, err := s.get(k)
 	if err != nil {
 		return Snapshot{}, err
@@ -88,7 +89,7 @@ func (m *machine) restore(s Snapshot) {
 // one atomic load. It reports false when the breaker needs more (a probe
 // slot, a refusal) or is not installed; a shared store then asks its
 // backend.
-func (s *Memory) AcquireHealthy(k Key) (Admission, bool) {
+func AcquireHealthy(s *Memory, k Key) (Admission, bool) {
 	m, err := s.get(k)
 	if err != nil {
 		return Admission{}, false

@@ -362,7 +362,7 @@ func (s *Store) reachable(ctx context.Context) bool {
 // writeBack writes an open (or forced open) the local view learned while
 // Redis was unreachable; the script keeps the later of two opens.
 func (s *Store) writeBack(ctx context.Context, e *entry, now int64) error {
-	snap, err := s.local.Snapshot(ctx, e.lk, now)
+	snap, err := breaker.SnapshotOf(s.local, e.lk, now)
 	if err != nil || (snap.State != breaker.Open && snap.BlockedUntil <= now) {
 		return nil
 	}

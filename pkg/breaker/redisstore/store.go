@@ -68,6 +68,10 @@ type Store struct {
 	log     *slog.Logger
 	origin  string
 
+	// The local view. Embedded (through an unexported alias) so that Peek,
+	// the one method the Store does not define itself, is the memory
+	// store's own: the decision pays no extra call or Verdict copy.
+	*viewMemory
 	local    *breaker.Memory
 	degraded atomic.Bool
 	ready    atomic.Bool
@@ -146,6 +150,7 @@ func New(opts Options) *Store {
 		}
 	})
 	s.tab.Store(&table{byID: map[breaker.ID]*entry{}})
+	s.viewMemory = s.local
 	return s
 }
 
@@ -260,7 +265,7 @@ func (s *Store) apply(e *entry, seq uint64, snap breaker.Snapshot) {
 		return // older than the view
 	}
 	e.seq = seq
-	_ = s.local.Restore(context.Background(), e.lk, snap)
+	_ = breaker.Restore(s.local, e.lk, snap)
 	if s.opts.OnView != nil {
 		s.opts.OnView(e.id, snap.State)
 	}
@@ -279,11 +284,11 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 	return out
 }
 
-// Peek implements breaker.Store from the local view: no round trip, the
-// memory store's own decision path (R-ST2).
-func (s *Store) Peek(ctx context.Context, k breaker.Key, now int64) breaker.Verdict {
-	return s.local.Peek(ctx, k, now)
-}
+// viewMemory names the embedded local view. Its Peek is the Store's
+// (breaker.Store): the memory store's own decision path, answered from
+// local state only, with no round trip (R-ST2). Every other method of the
+// Store is defined here and shadows the view's.
+type viewMemory = breaker.Memory
 
 // Acquire implements breaker.Store. A healthy view admits with no round
 // trip; otherwise one script call takes the probe slot, so the bound holds
@@ -292,7 +297,7 @@ func (s *Store) Peek(ctx context.Context, k breaker.Key, now int64) breaker.Verd
 func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
 	// A healthy local view admits on the memory store's own lock-free
 	// path: one atomic load, no round trip.
-	if adm, ok := s.local.AcquireHealthy(k); ok {
+	if adm, ok := breaker.AcquireHealthy(s.local, k); ok {
 		return adm, true, nil
 	}
 	e, err := s.get(k)
