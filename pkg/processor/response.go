@@ -183,7 +183,7 @@ func (st *stream) finish() {
 		st.onResponseEnd()
 		return
 	}
-	st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: -1}, st.now())
+	st.recordNeither()
 }
 
 // record applies the attempt's result to its route and fleet breakers and

@@ -128,7 +128,9 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if cred, ok := fo.Credentials[cluster]; ok {
 			h.set(cred[0], cred[1])
 		}
-		req, err := p.upstreamRequest(ctx, c, *h, abody)
+		// Route (a) of the failover file removes no headers itself: the
+		// upstream header_mutation above did.
+		req, err := p.upstreamRequest(ctx, c, *h, abody, nil)
 		if err != nil {
 			ep.reset()
 			p.writeLocalFlags(w, e, localReply(500, 0, "bad_request", err.Error()))
@@ -195,52 +197,56 @@ func (p *Proxy) upstreamRequestPhase(w http.ResponseWriter, e *Entry, ep *epStre
 	if !ep.active() {
 		return false
 	}
-	eos := len(*body) == 0
-	if headerMode(ep.modes.RequestHeaderMode, true) {
-		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}})
-		if err != nil {
-			return !ep.fail(err) && p.localAfterError(w, e, err)
-		}
-		if ir, ok := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); ok {
-			p.writeImmediate(w, e, ep, ir.ImmediateResponse, resp)
-			return true
-		}
-		cr := resp.GetRequestHeaders().GetResponse()
+	// apply takes a request-path reply on the shared header map; from an
+	// upstream filter clear_route_cache is ignored (and counted).
+	apply := func(cr *extprocv3.CommonResponse) bool {
 		if cr.GetClearRouteCache() {
 			p.stats.add("clear_route_cache_upstream_ignored")
 		}
 		if err := p.applyMutation(h, cr.GetHeaderMutation(), false); err != nil {
 			p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+			return false
+		}
+		return true
+	}
+	eos := len(*body) == 0
+	if headerMode(ep.modes.RequestHeaderMode, true) {
+		cr, resp, stop := p.requestPhase(w, e, ep, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}},
+			func(r *extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool) {
+				x, ok := r.Response.(*extprocv3.ProcessingResponse_RequestHeaders)
+				return x.RequestHeaders.GetResponse(), ok
+			})
+		if stop {
 			return true
 		}
-		if resp.ModeOverride != nil && ep.c.AllowModeOverride {
-			ep.modes = overrideModes(resp.ModeOverride)
+		if resp != nil {
+			if !apply(cr) {
+				return true
+			}
+			if resp.ModeOverride != nil && ep.c.AllowModeOverride {
+				ep.modes = overrideModes(resp.ModeOverride)
+			}
 		}
 	}
 	if !eos && ep.active() && ep.modes.RequestBodyMode == filterv3.ProcessingMode_BUFFERED {
-		resp, err := ep.exchange(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: *body, EndOfStream: true}}})
-		if err != nil {
-			return !ep.fail(err) && p.localAfterError(w, e, err)
-		}
-		if ir, ok := resp.Response.(*extprocv3.ProcessingResponse_ImmediateResponse); ok {
-			p.writeImmediate(w, e, ep, ir.ImmediateResponse, resp)
+		cr, resp, stop := p.requestPhase(w, e, ep, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: *body, EndOfStream: true}}},
+			func(r *extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool) {
+				x, ok := r.Response.(*extprocv3.ProcessingResponse_RequestBody)
+				return x.RequestBody.GetResponse(), ok
+			})
+		if stop {
 			return true
 		}
-		cr := resp.GetRequestBody().GetResponse()
-		if err := p.applyMutation(h, cr.GetHeaderMutation(), false); err != nil {
-			p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
-			return true
+		if resp != nil {
+			if !apply(cr) {
+				return true
+			}
+			*body = replacedBody(cr, *body)
 		}
-		*body = replacedBody(cr, *body)
 	}
 	return false
-}
-
-func (p *Proxy) localAfterError(w http.ResponseWriter, e *Entry, err error) bool {
-	p.writeLocal(w, e, p.errorReply(err))
-	return true
 }
 
 // writeLocalFlags answers with a router local reply and its flags.

@@ -465,7 +465,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 			p.stats.add("upstream_rq_retry")
 			flags |= flagURX
 		}
-		req, err := p.upstreamRequest(ctx, c, h, body)
+		req, err := p.upstreamRequest(ctx, c, h, body, p.cfg.RequestHeadersToRemove)
 		if err != nil {
 			release()
 			return localReply(500, 0, "bad_request", err.Error())
@@ -529,9 +529,9 @@ func (b *releaseBody) Close() error {
 }
 
 // upstreamRequest builds the request a cluster receives: the route's
-// request_headers_to_remove applied, the Host rewritten to the cluster's
-// address (auto_host_rewrite).
-func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body []byte) (*http.Request, error) {
+// request_headers_to_remove (remove) applied, the Host rewritten to the
+// cluster's address (auto_host_rewrite).
+func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body []byte, remove []string) (*http.Request, error) {
 	method, _ := h.get(":method")
 	path, _ := h.get(":path")
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.Addr+path, bytes.NewReader(body))
@@ -544,7 +544,7 @@ func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body
 			continue
 		}
 		drop := false
-		for _, r := range p.cfg.RequestHeadersToRemove {
+		for _, r := range remove {
 			if x.k == r {
 				drop = true
 			}
