@@ -375,23 +375,13 @@ func (s *Store) writeBack(ctx context.Context, e *entry, now int64) error {
 	if !live {
 		ou = 0
 	}
-	_, err = s.runNoDegrade(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
+	// Not run(): the result must not reach the local view, which is still
+	// the store until the resync ends.
+	_, err = s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
 		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
 		strconv.FormatInt(snap.BlockedUntil/ms, 10))
-	return err
-}
-
-// runNoDegrade runs a script while the store is degraded (the write-back):
-// its result is not applied to the local view, which is still the store.
-func (s *Store) runNoDegrade(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	args := append([]any{op, now / ms}, e.args...)
-	args = append(args, extra...)
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
 	if err != nil {
-		s.count(op)
-		return nil, err
+		s.count("merge")
 	}
-	return parseReply(vals)
+	return err
 }

@@ -223,22 +223,10 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 // reports this replica's transitions in order. A failed call turns the
 // store degraded (R-ST4).
 func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	args := make([]any, 0, 2+len(e.args)+len(extra))
-	args = append(args, op, now/ms)
-	args = append(args, e.args...)
-	args = append(args, extra...)
 	e.emitMu.Lock()
 	defer e.emitMu.Unlock()
 	e.lastNow.Store(now)
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
-	if err != nil {
-		err = fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
-		s.failed(op, err)
-		return nil, err
-	}
-	r, err := parseReply(vals)
+	r, err := s.call(ctx, e, op, now, extra...)
 	if err != nil {
 		s.failed(op, err)
 		return nil, err
@@ -254,6 +242,22 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 		s.publish(e, r, now)
 	}
 	return r, nil
+}
+
+// call runs the script once for e, within the op timeout, and parses its
+// reply; it changes nothing on this side.
+func (s *Store) call(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	args := make([]any, 0, 2+len(e.args)+len(extra))
+	args = append(args, op, now/ms)
+	args = append(args, e.args...)
+	args = append(args, extra...)
+	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
+	}
+	return parseReply(vals)
 }
 
 // apply puts a state from Redis into the local view when it is newer than
