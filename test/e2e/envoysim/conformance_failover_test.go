@@ -115,10 +115,19 @@ func TestFailoverGroupsPerAttempt(t *testing.T) {
 		t.Fatalf("attempts %s", got)
 	}
 	var counts []string
+	respHeaders := 0
 	for _, r := range fr.attempts {
 		if r.GetRequestHeaders() != nil {
 			counts = append(counts, headerOf(r, "x-envoy-attempt-count"))
 		}
+		if r.GetResponseHeaders() != nil {
+			respHeaders++
+		}
+	}
+	// Each retried 503 went through the upstream filters before the
+	// router decided to retry.
+	if respHeaders != 4 {
+		t.Fatalf("the attempt role saw %d response headers for 4 answered attempts", respHeaders)
 	}
 	if strings.Join(counts, ",") != "1,2,3,4" {
 		t.Fatalf("attempt counts seen by the upstream filter: %v", counts)
@@ -218,5 +227,34 @@ func TestFailoverNoRetryAfterHeaders(t *testing.T) {
 	}
 	if got := clustersOf(fr.proxy.Attempts()); got != "c1:200" {
 		t.Fatalf("attempts %s", got)
+	}
+}
+
+// An attempt whose connection fails shows its upstream filters nothing but
+// the end of their stream (request messages, no response headers); the
+// next attempt goes to the next group.
+func TestFailoverConnectFailureEndsTheAttemptStream(t *testing.T) {
+	fr := newFailoverRig(t, nil, []string{"c1", "c2"}, 2, nil)
+	fr.ups["c1"].srv.Close() // refused
+	resp, _ := fr.post(`{"a":1}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := clustersOf(fr.proxy.Attempts()); got != "c1:0,c2:200" {
+		t.Fatalf("attempts %s", got)
+	}
+	var kinds []string
+	for _, r := range fr.attempts {
+		switch {
+		case r.GetRequestHeaders() != nil:
+			kinds = append(kinds, "headers:"+headerOf(r, "x-envoy-attempt-count"))
+		case r.GetRequestBody() != nil:
+			kinds = append(kinds, "body")
+		case r.GetResponseHeaders() != nil:
+			kinds = append(kinds, "response")
+		}
+	}
+	if got := strings.Join(kinds, ","); !strings.HasPrefix(got, "headers:1,body,headers:2") {
+		t.Fatalf("attempt-role messages %s: attempt 1 must end after its request", got)
 	}
 }
