@@ -86,14 +86,24 @@ func (m *Manager) Refresh(ctx context.Context) error {
 		return err
 	}
 	m.logBad(bad)
-	cur := m.Holder.Load()
+	m.put(keepStartSettings(rt, m.Holder.Load()), ovs)
+	return nil
+}
+
+// keepStartSettings gives rt the start-only settings in force in cur (an
+// overlay change is not a restart).
+func keepStartSettings(rt, cur *Runtime) *Runtime {
 	rt.Listen, rt.Limits, rt.Admin, rt.Store = cur.Listen, cur.Limits, cur.Admin, cur.Store
+	return rt
+}
+
+// put puts rt in force with the overlays it was composed from.
+func (m *Manager) put(rt *Runtime, ovs map[string]Overlay) {
 	m.Holder.Store(rt)
 	m.ovs = ovs
 	if m.Report != nil {
 		m.Report(rt)
 	}
-	return nil
 }
 
 func (m *Manager) log() *slog.Logger {
@@ -237,16 +247,11 @@ func (m *Manager) commit(ctx context.Context, id string, o *Overlay) (*Gateway, 
 	if err := bad[id]; err != nil {
 		return nil, err
 	}
-	cur := m.Holder.Load()
-	rt.Listen, rt.Limits, rt.Admin, rt.Store = cur.Listen, cur.Limits, cur.Admin, cur.Store
+	keepStartSettings(rt, m.Holder.Load())
 	if err := m.Store.Save(ctx, id, o); err != nil {
 		return nil, fmt.Errorf("storing the change: %w", err)
 	}
-	m.Holder.Store(rt)
-	m.ovs = next
-	if m.Report != nil {
-		m.Report(rt)
-	}
+	m.put(rt, next)
 	return rt.Gateways[id], nil
 }
 
