@@ -9,29 +9,42 @@ import (
 )
 
 var (
-	shippedOnce sync.Once
-	shipped     envoysim.Config
-	shippedErr  error
+	deploymentsMu sync.Mutex
+	deployments   = map[string]envoysim.Config{}
 )
 
-// shippedDeployment is envoy/envoy.yaml as the proxy plays it: modes, header
-// names, timeouts and the retry policy all come from the file.
-func shippedDeployment(t *testing.T) envoysim.Config {
-	shippedOnce.Do(func() {
-		b, err := envoyconfig.Load("../../envoy/envoy.yaml")
-		if err != nil {
-			shippedErr = err
-			return
+// deploymentOf is an Envoy config file as the proxy plays it: modes, header
+// names, timeouts and the retry policy all come from the file. Each file is
+// read once; every caller gets its own copy of the maps it may change.
+func deploymentOf(t *testing.T, path string) envoysim.Config {
+	t.Helper()
+	deploymentsMu.Lock()
+	cfg, ok := deployments[path]
+	if !ok {
+		b, err := envoyconfig.Load(path)
+		if err == nil {
+			cfg, err = envoyconfig.Harness(b)
 		}
-		shipped, shippedErr = envoyconfig.Harness(b)
-	})
-	if shippedErr != nil {
-		t.Fatal(shippedErr)
+		if err != nil {
+			deploymentsMu.Unlock()
+			t.Fatal(err)
+		}
+		deployments[path] = cfg
 	}
-	c := shipped
+	deploymentsMu.Unlock()
+	c := cfg
 	c.ExtProc.InitialMetadata = map[string]string{}
-	for k, v := range shipped.ExtProc.InitialMetadata {
+	for k, v := range cfg.ExtProc.InitialMetadata {
 		c.ExtProc.InitialMetadata[k] = v
 	}
+	if cfg.Failover != nil {
+		fo := *cfg.Failover
+		c.Failover = &fo
+	}
 	return c
+}
+
+// shippedDeployment is envoy/envoy.yaml, the deployment fusebox ships.
+func shippedDeployment(t *testing.T) envoysim.Config {
+	return deploymentOf(t, "../../envoy/envoy.yaml")
 }

@@ -2,19 +2,11 @@ package e2e
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
-)
-
-var (
-	failoverOnce sync.Once
-	failoverCfg  envoysim.Config
-	failoverErr  error
 )
 
 // failoverProxy plays envoy/envoy-failover.yaml (Envoy >= 1.40) for the
@@ -23,23 +15,12 @@ var (
 // own credential header.
 func (w *world) failoverProxy() *envoysim.Proxy {
 	w.t.Helper()
-	failoverOnce.Do(func() {
-		b, err := envoyconfig.Load("../../envoy/envoy-failover.yaml")
-		if err != nil {
-			failoverErr = err
-			return
-		}
-		failoverCfg, failoverErr = envoyconfig.Harness(b)
-	})
-	if failoverErr != nil {
-		w.t.Fatal(failoverErr)
+	cfg := deploymentOf(w.t, "../../envoy/envoy-failover.yaml")
+	if cfg.Failover == nil || cfg.Failover.Attempt.InitialMetadata["x-fusebox-role"] != "attempt" {
+		w.t.Fatalf("envoy-failover.yaml does not play as a failover deployment: %+v", cfg.Failover)
 	}
-	if failoverCfg.Failover == nil || failoverCfg.Failover.Attempt.InitialMetadata["x-fusebox-role"] != "attempt" {
-		w.t.Fatalf("envoy-failover.yaml does not play as a failover deployment: %+v", failoverCfg.Failover)
-	}
-	cfg := failoverCfg
-	fo := *cfg.Failover
-	cfg.Failover = &fo
+	fo := cfg.Failover
+	fileCreds := fo.Credentials
 	cfg.Gateway = "failover"
 	cfg.ExtProc.Addr = w.grpcAddr
 	fo.Attempt.Addr = w.grpcAddr
@@ -51,7 +32,7 @@ func (w *world) failoverProxy() *envoysim.Proxy {
 	// The file's clusters are the real providers'; here each fake provider
 	// gets the credential header of its kind, as the file injects them.
 	header := map[string]string{}
-	for c, cred := range failoverCfg.Failover.Credentials {
+	for c, cred := range fileCreds {
 		header[strings.Split(c, "_")[0]] = cred[0]
 	}
 	fo.Credentials = map[string][2]string{}
