@@ -24,7 +24,10 @@ type Manager struct {
 	Store  OverlayStore
 	Log    *slog.Logger
 	// Report is told of every Runtime an admin change puts in force
-	// (warnings, R-P2 fallbacks); the file reloader reports its own.
+	// (warnings, R-P2 fallbacks); the file reloader reports its own. It is
+	// called after the manager's lock is released (R-L11): the reloader
+	// holds its own lock while it calls ApplyFile, so reporting under ours
+	// would take the two in the reverse order.
 	Report func(*Runtime)
 	// SharedStore: the overlays live in a shared store (Redis) that may be
 	// unreachable when fusebox starts. Then fusebox starts on the file
@@ -76,18 +79,24 @@ func (m *Manager) loadOverlays(ctx context.Context) (map[string]Overlay, error) 
 // unreachable) nothing changes.
 func (m *Manager) Refresh(ctx context.Context) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	rt, err := m.refresh(ctx)
+	m.mu.Unlock()
+	m.report(rt)
+	return err
+}
+
+func (m *Manager) refresh(ctx context.Context) (*Runtime, error) {
 	ovs, err := m.loadOverlays(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rt, bad, err := compose(m.file, ovs, "")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.logBad(bad)
 	m.put(keepStartSettings(rt, m.Holder.Load()), ovs)
-	return nil
+	return rt, nil
 }
 
 // keepStartSettings gives rt the start-only settings in force in cur (an
@@ -97,11 +106,17 @@ func keepStartSettings(rt, cur *Runtime) *Runtime {
 	return rt
 }
 
-// put puts rt in force with the overlays it was composed from.
+// put puts rt in force with the overlays it was composed from. The caller
+// reports rt once the manager's lock is released.
 func (m *Manager) put(rt *Runtime, ovs map[string]Overlay) {
 	m.Holder.Store(rt)
 	m.ovs = ovs
-	if m.Report != nil {
+}
+
+// report tells Report of a Runtime put in force (nil: none was). Never
+// called with m.mu held (R-L11).
+func (m *Manager) report(rt *Runtime) {
+	if rt != nil && m.Report != nil {
 		m.Report(rt)
 	}
 }
@@ -141,49 +156,59 @@ func (m *Manager) ApplyFile(data []byte, prepare func(*Runtime)) (*Runtime, erro
 
 // Put creates or replaces gateway id with doc (a JSON object with the config
 // file's field names; "source" is ignored, "id" must be id when given).
+// The body is bounded and decoded before the lock is taken (R-L13): a
+// hostile body costs its sender, not every other change.
 func (m *Manager) Put(ctx context.Context, id string, doc []byte) (*Gateway, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	obj, err := jsonObject(doc)
 	if err != nil {
 		return nil, err
 	}
-	return m.change(ctx, id, obj)
+	return m.locked(func() (*Runtime, *Gateway, error) { return m.change(ctx, id, obj) })
 }
 
 // Patch applies an RFC 7396 merge patch to gateway id's document: objects
 // merge, arrays replace, null removes a field (so the inherited value
 // applies); id cannot change.
 func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	g, ok := m.Holder.Load().Gateways[id]
-	if !ok {
-		return nil, ErrNotFound
-	}
 	p, err := jsonObject(patch)
 	if err != nil {
 		return nil, err
 	}
-	var base any
-	if err := json.Unmarshal(g.Doc, &base); err != nil {
-		return nil, err
-	}
-	merged, _ := mergePatch(base, p).(map[string]any)
-	return m.change(ctx, id, merged)
+	return m.locked(func() (*Runtime, *Gateway, error) {
+		g, ok := m.Holder.Load().Gateways[id]
+		if !ok {
+			return nil, nil, ErrNotFound
+		}
+		var base any
+		if err := json.Unmarshal(g.Doc, &base); err != nil {
+			return nil, nil, err
+		}
+		merged, _ := mergePatch(base, p).(map[string]any)
+		return m.change(ctx, id, merged)
+	})
+}
+
+// locked runs one change under the manager's lock, then reports the
+// Runtime it put in force once the lock is released (R-L11).
+func (m *Manager) locked(fn func() (*Runtime, *Gateway, error)) (*Gateway, error) {
+	m.mu.Lock()
+	rt, g, err := fn()
+	m.mu.Unlock()
+	m.report(rt)
+	return g, err
 }
 
 // change validates and applies a new document for gateway id.
-func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*Gateway, error) {
+func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*Runtime, *Gateway, error) {
 	delete(obj, "source")
 	delete(obj, "effective") // read-only views of GET
 	if v, ok := obj["id"]; ok && v != id {
-		return nil, &ConfigError{Problems: []string{fmt.Sprintf("id: the id of a gateway cannot change (it is %q)", id)}}
+		return nil, nil, &ConfigError{Problems: []string{fmt.Sprintf("id: the id of a gateway cannot change (it is %q)", id)}}
 	}
 	obj["id"] = id
 	doc, err := json.Marshal(obj)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return m.commit(ctx, id, &Overlay{Doc: doc, UpdatedAt: time.Now().UTC()})
 }
@@ -191,28 +216,28 @@ func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*G
 // Delete removes gateway id: a file gateway gets a tombstone, an admin one
 // loses its overlay.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.Holder.Load().Gateways[id]; !ok {
-		return ErrNotFound
-	}
-	var o *Overlay
-	if m.inFile(id) {
-		o = &Overlay{Tombstone: true, UpdatedAt: time.Now().UTC()}
-	}
-	_, err := m.commit(ctx, id, o)
+	_, err := m.locked(func() (*Runtime, *Gateway, error) {
+		if _, ok := m.Holder.Load().Gateways[id]; !ok {
+			return nil, nil, ErrNotFound
+		}
+		var o *Overlay
+		if m.inFile(id) {
+			o = &Overlay{Tombstone: true, UpdatedAt: time.Now().UTC()}
+		}
+		return m.commit(ctx, id, o)
+	})
 	return err
 }
 
 // RevertOverlay removes gateway id's overlay: the file's gateway (if any)
 // is in force again. It returns that gateway, or nil when the file has none.
 func (m *Manager) RevertOverlay(ctx context.Context, id string) (*Gateway, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.ovs[id]; !ok {
-		return nil, ErrNotFound
-	}
-	return m.commit(ctx, id, nil)
+	return m.locked(func() (*Runtime, *Gateway, error) {
+		if _, ok := m.ovs[id]; !ok {
+			return nil, nil, ErrNotFound
+		}
+		return m.commit(ctx, id, nil)
+	})
 }
 
 func (m *Manager) inFile(id string) bool {
@@ -229,8 +254,9 @@ func (m *Manager) inFile(id string) bool {
 }
 
 // commit composes the config with overlay o for id (nil: none), and only
-// when it compiles stores it and puts it in force.
-func (m *Manager) commit(ctx context.Context, id string, o *Overlay) (*Gateway, error) {
+// when it compiles stores it and puts it in force. It returns the Runtime
+// put in force, for the caller to report once unlocked.
+func (m *Manager) commit(ctx context.Context, id string, o *Overlay) (*Runtime, *Gateway, error) {
 	next := make(map[string]Overlay, len(m.ovs)+1)
 	for k, v := range m.ovs {
 		next[k] = v
@@ -242,17 +268,17 @@ func (m *Manager) commit(ctx context.Context, id string, o *Overlay) (*Gateway, 
 	}
 	rt, bad, err := compose(m.file, next, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := bad[id]; err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	keepStartSettings(rt, m.Holder.Load())
 	if err := m.Store.Save(ctx, id, o); err != nil {
-		return nil, fmt.Errorf("storing the change: %w", err)
+		return nil, nil, fmt.Errorf("storing the change: %w", err)
 	}
 	m.put(rt, next)
-	return rt.Gateways[id], nil
+	return rt, rt.Gateways[id], nil
 }
 
 // compose decodes the file, applies the overlays and compiles the result.

@@ -43,9 +43,14 @@ type Reloader struct {
 	// Now is the clock of the settle time (tests); nil = time.Now.
 	Now func() time.Time
 
+	// mu serialises reloads and polls. It is held while ApplyFile takes
+	// the manager's lock, so nothing the manager calls may take it:
+	// reporting has its own lock (R-L11).
 	mu       sync.Mutex
 	lastSize int64
 	lastMod  time.Time
+	// reportMu guards warned, the fallbacks already logged.
+	reportMu sync.Mutex
 	warned   map[string]bool
 	// pending is a change seen by a poll and not applied yet.
 	pending     string // content hash
@@ -55,12 +60,8 @@ type Reloader struct {
 // Report logs the warnings and R-P2 fallbacks of a Runtime just put in force;
 // a fallback is logged once per policy version.
 func (r *Reloader) Report(rt *Runtime) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.report(rt)
-}
-
-func (r *Reloader) report(rt *Runtime) {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
 	for _, w := range rt.Warnings {
 		r.log().Warn("[config] " + w)
 	}
@@ -130,7 +131,7 @@ func (r *Reloader) apply(data []byte) error {
 		r.result(ReloadError)
 		return err
 	}
-	r.report(rt)
+	r.Report(rt)
 	r.log().Info("[config] reloaded", "path", r.Path, "gateways", len(rt.Gateways), "hash", rt.Hash[:12])
 	r.result(ReloadSuccess)
 	return nil

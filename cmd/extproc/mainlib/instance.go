@@ -112,20 +112,20 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
 	// The store, and where admin changes are kept: a file beside the
 	// memory store, Redis beside the Redis one (R-API2a).
-	var mgr *routes.Manager
-	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, func(string) {
-		// Another replica changed an overlay: load them all again.
-		if err := mgr.Refresh(context.Background()); err != nil {
-			log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
-		}
-	})
+	// Another replica changed an overlay: load them all again, off the
+	// feed reader (it must never wait on an admin change: R-L11).
+	refresher := &routes.Refresher{OnError: func(err error) {
+		log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
+	}}
+	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, func(string) { refresher.Notify() })
 	if err != nil {
 		in.stopClk()
 		return nil, err
 	}
 	in.Store = sw.store
 	// The effective config: the file overlaid by admin changes (R-API2a).
-	mgr = &routes.Manager{Store: sw.overlays, Log: log, SharedStore: sw.shared}
+	mgr := &routes.Manager{Store: sw.overlays, Log: log, SharedStore: sw.shared}
+	refresher.Manager = mgr
 	rt, err := mgr.Open(ctx, data)
 	if err != nil {
 		in.stopClk()
@@ -227,6 +227,8 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		defer in.bg.Done()
 		procSrv.RunStallWatch(bgCtx, 250*time.Millisecond)
 	}()
+	in.bg.Add(1)
+	go func() { defer in.bg.Done(); refresher.Run(bgCtx) }()
 	if sw.start != nil {
 		wg := sw.start(bgCtx)
 		in.bg.Add(1)
