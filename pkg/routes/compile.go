@@ -80,6 +80,9 @@ func compileHashed(f *File, data []byte, opt Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	if int64(len(data)) > rt.Limits.MaxConfigBytes {
+		return nil, &ConfigError{Problems: []string{fmt.Sprintf("limits.max_config_bytes: the document is %d bytes, over the limit of %d", len(data), rt.Limits.MaxConfigBytes)}}
+	}
 	sum := sha256.Sum256(data)
 	rt.Hash = hex.EncodeToString(sum[:])
 	return rt, nil
@@ -202,6 +205,15 @@ func (c *compiler) checkLimits(f *File) {
 	}
 	if v := f.Limits.MaxConcurrentStreams; v != nil && (*v < 1 || *v > 10000000) {
 		c.errf("limits.max_concurrent_streams: must be in 1..10000000, got %d", *v)
+	}
+	if v := f.Limits.MaxConfigBytes; v != nil && (*v < 4096 || *v > MaxMaxConfigBytes) {
+		c.errf("limits.max_config_bytes: must be in 4096..%d, got %d", MaxMaxConfigBytes, *v)
+	}
+	if v := f.Limits.MaxStreamIdleSec; v != nil && (*v < 1 || *v > 86400) {
+		c.errf("limits.max_stream_idle_sec: must be in 1..86400, got %d", *v)
+	}
+	if v := f.Limits.MaxStreamDurationSec; v != nil && (*v < 1 || *v > 7*86400) {
+		c.errf("limits.max_stream_duration_sec: must be in 1..%d, got %d", 7*86400, *v)
 	}
 	t := f.Listen.TLS
 	if (t.CertFile == "") != (t.KeyFile == "") {

@@ -1,5 +1,7 @@
 package routes
 
+import "time"
+
 // File is the YAML configuration document of SPEC §2, as written. It is
 // decoded strictly (unknown fields are errors) and then compiled into an
 // immutable Runtime; nothing on the request path reads a File.
@@ -30,16 +32,25 @@ type TLSConfig struct {
 	ClientCAFile string `yaml:"client_ca_file"`
 }
 
-// LimitsSpec bounds what a peer can make fusebox hold (R-L1, R-L6).
+// LimitsSpec bounds what a peer can make fusebox hold (R-L1, R-L6, R-L10,
+// R-L13).
 type LimitsSpec struct {
 	MaxMessageBytes      *int64 `yaml:"max_message_bytes"`
 	MaxConcurrentStreams *int64 `yaml:"max_concurrent_streams"`
+	MaxConfigBytes       *int64 `yaml:"max_config_bytes"`
+	MaxStreamIdleSec     *int64 `yaml:"max_stream_idle_sec"`
+	MaxStreamDurationSec *int64 `yaml:"max_stream_duration_sec"`
 }
 
 // Limits are the resolved limits.
 type Limits struct {
 	MaxMessageBytes      int
 	MaxConcurrentStreams int
+	MaxConfigBytes       int64
+	// MaxStreamIdle: a stream with no message for this long ends (as a
+	// neither); MaxStreamDuration: no stream lives longer (R-L13).
+	MaxStreamIdle     time.Duration
+	MaxStreamDuration time.Duration
 }
 
 // Defaults and bounds of limits (SPEC §12).
@@ -47,10 +58,26 @@ const (
 	DefaultMaxMessageBytes      = 32 << 20
 	MinMaxMessageBytes          = 16<<20 + 64<<10
 	DefaultMaxConcurrentStreams = 100000
+	// A little above the shipped Envoy configs' stream_idle_timeout (300 s):
+	// Envoy ends an idle request first, fusebox only what Envoy forgot.
+	DefaultMaxStreamIdleSec = 360
+	// An hour: longer than any LLM response the shipped route timeouts let through.
+	DefaultMaxStreamDurationSec = 3600
 )
 
 func (l LimitsSpec) resolved() Limits {
-	out := Limits{MaxMessageBytes: DefaultMaxMessageBytes, MaxConcurrentStreams: DefaultMaxConcurrentStreams}
+	out := Limits{MaxMessageBytes: DefaultMaxMessageBytes, MaxConcurrentStreams: DefaultMaxConcurrentStreams,
+		MaxConfigBytes: DefaultMaxConfigBytes, MaxStreamIdle: DefaultMaxStreamIdleSec * time.Second,
+		MaxStreamDuration: DefaultMaxStreamDurationSec * time.Second}
+	if l.MaxConfigBytes != nil {
+		out.MaxConfigBytes = *l.MaxConfigBytes
+	}
+	if l.MaxStreamIdleSec != nil {
+		out.MaxStreamIdle = time.Duration(*l.MaxStreamIdleSec) * time.Second
+	}
+	if l.MaxStreamDurationSec != nil {
+		out.MaxStreamDuration = time.Duration(*l.MaxStreamDurationSec) * time.Second
+	}
 	if l.MaxMessageBytes != nil {
 		out.MaxMessageBytes = int(*l.MaxMessageBytes)
 	}

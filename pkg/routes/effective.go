@@ -3,6 +3,7 @@ package routes
 import (
 	"encoding/json"
 	"net/url"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -22,7 +23,9 @@ func (rt *Runtime) Effective() map[string]any {
 	doc := map[string]any{
 		"listen": map[string]any{"grpc": rt.Listen.GRPC, "admin": rt.Listen.Admin, "tls": map[string]any{
 			"cert_file": rt.Listen.TLS.CertFile, "key_file": rt.Listen.TLS.KeyFile, "client_ca_file": rt.Listen.TLS.ClientCAFile}},
-		"limits":  map[string]any{"max_message_bytes": rt.Limits.MaxMessageBytes, "max_concurrent_streams": rt.Limits.MaxConcurrentStreams},
+		"limits": map[string]any{"max_message_bytes": rt.Limits.MaxMessageBytes, "max_concurrent_streams": rt.Limits.MaxConcurrentStreams,
+			"max_config_bytes": rt.Limits.MaxConfigBytes, "max_stream_idle_sec": int64(rt.Limits.MaxStreamIdle / time.Second),
+			"max_stream_duration_sec": int64(rt.Limits.MaxStreamDuration / time.Second)},
 		"admin":   map[string]any{"token_env": rt.Admin.TokenEnv},
 		"headers": map[string]any{"gateway": rt.Headers.Gateway, "model": rt.Headers.Model, "residency": rt.Headers.Residency, "cluster": rt.Headers.Cluster, "route": rt.Headers.Route, "fallbacks": rt.Headers.Fallbacks},
 	}

@@ -2,8 +2,6 @@ package routes
 
 import (
 	_ "embed"
-	"fmt"
-	"os"
 )
 
 //go:embed default.yaml
@@ -13,27 +11,22 @@ var defaultYAML []byte
 func DefaultConfig() []byte { return append([]byte(nil), defaultYAML...) }
 
 // ReadFile returns a config file's document; path "" means the embedded
-// default.
+// default. The read is bounded (R-L10) by MaxMaxConfigBytes, since the
+// file's own limits.max_config_bytes is known only once it is parsed:
+// Parse then holds the document to that limit.
 func ReadFile(path string) ([]byte, error) {
 	if path == "" {
 		return DefaultConfig(), nil
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading config: %w", err)
-	}
-	return data, nil
+	return readBounded(path, MaxMaxConfigBytes, ConfigReadTimeout)
 }
 
 // LoadFile reads and compiles a config file; path "" means the embedded
 // default.
 func LoadFile(path string) (*Runtime, error) {
-	if path == "" {
-		return Parse(defaultYAML, Options{})
-	}
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading config: %w", err)
+		return nil, err
 	}
 	return Parse(data, Options{})
 }

@@ -62,7 +62,7 @@ func TestAdminReloadRefreshNeverDeadlock(t *testing.T) {
 		_ = rl.Reload()
 	})
 	loop(func(int) { _, _ = rl.Check() }) // the poller
-	loop(func(int) { // the feed: refreshes, direct and through the refresher
+	loop(func(int) {                      // the feed: refreshes, direct and through the refresher
 		_ = mgr.Refresh(context.Background())
 		rf.Notify()
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -42,6 +44,11 @@ type Reloader struct {
 	Settle time.Duration
 	// Now is the clock of the settle time (tests); nil = time.Now.
 	Now func() time.Time
+	// MaxBytes bounds a read of the file (limits.max_config_bytes as
+	// fusebox started: a start-only setting); 0 = DefaultMaxConfigBytes.
+	MaxBytes int64
+	// ReadTimeout bounds one read; 0 = ConfigReadTimeout.
+	ReadTimeout time.Duration
 
 	// mu serialises reloads and polls. It is held while ApplyFile takes
 	// the manager's lock, so nothing the manager calls may take it:
@@ -55,6 +62,9 @@ type Reloader struct {
 	// pending is a change seen by a poll and not applied yet.
 	pending     string // content hash
 	pendingFrom time.Time
+	// refused is the file (size, mtime, mode) whose read a poll refused
+	// last: logged and counted once, not at every poll.
+	refused string
 }
 
 // Report logs the warnings and R-P2 fallbacks of a Runtime just put in force;
@@ -102,13 +112,31 @@ func (r *Reloader) Reload() error {
 
 func (r *Reloader) reload() error {
 	r.pending = ""
-	data, err := os.ReadFile(r.Path)
+	data, err := r.read()
 	if err != nil {
-		r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
-		r.result(ReloadError)
+		r.refuse(err)
 		return err
 	}
 	return r.apply(data)
+}
+
+// read reads the file within the R-L10 bounds.
+func (r *Reloader) read() ([]byte, error) {
+	max, timeout := r.MaxBytes, r.ReadTimeout
+	if max <= 0 {
+		max = DefaultMaxConfigBytes
+	}
+	if timeout <= 0 {
+		timeout = ConfigReadTimeout
+	}
+	return readBounded(r.Path, max, timeout)
+}
+
+// refuse logs and counts a reload that was refused; the Runtime in force
+// stays.
+func (r *Reloader) refuse(err error) {
+	r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
+	r.result(ReloadError)
 }
 
 // apply compiles data and puts it in force; on error the Runtime in force
@@ -171,10 +199,24 @@ func (r *Reloader) Check() (attempted bool, err error) {
 	if r.pending == "" && st.Size() == r.lastSize && st.ModTime().Equal(r.lastMod) {
 		return false, nil
 	}
-	data, err := os.ReadFile(r.Path)
+	data, err := r.read()
 	if err != nil {
-		return false, nil
+		var refused *ReadRefusedError
+		if !errors.As(err, &refused) {
+			return false, nil // being replaced: the next poll reads it
+		}
+		// Refused (a device, a FIFO, too large): once per change of the
+		// file, not at every poll.
+		sig := fmt.Sprintf("%d|%d|%v", st.Size(), st.ModTime().UnixNano(), st.Mode())
+		r.lastSize, r.lastMod, r.pending = st.Size(), st.ModTime(), ""
+		if sig == r.refused {
+			return false, nil
+		}
+		r.refused = sig
+		r.refuse(err)
+		return true, err
 	}
+	r.refused = ""
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:])
 	now := r.now()

@@ -143,7 +143,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
 
 	reloader := &routes.Reloader{
-		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings, Manager: mgr,
+		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings, Manager: mgr, MaxBytes: rt.Limits.MaxConfigBytes,
 		OnResult:   func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
 		OnFallback: func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
 	}
