@@ -37,6 +37,19 @@ const (
 	RefusedAdminHost       = "admin_host"
 	RefusedAdminType       = "admin_content_type"
 	RefusedAdminAuth       = "admin_auth"
+	// An admin JSON body over the depth or element bound (R-L13).
+	RefusedAdminJSON = "admin_json_bounds"
+	// A config file the reloader would not read (R-L10).
+	RefusedConfigFile = "config_file"
+	// A persist_path file that did not decode, moved aside at start.
+	RefusedPersistCorrupt = "persist_corrupt"
+	// Streams ended by limits.max_stream_idle_sec / max_stream_duration_sec.
+	RefusedStreamIdle     = "stream_idle"
+	RefusedStreamDuration = "stream_duration"
+	// Feed messages and overlay documents dropped for a missing or bad
+	// HMAC (R-L12).
+	RefusedUnsignedFeed    = "feed_unsigned"
+	RefusedUnsignedOverlay = "overlay_unsigned"
 )
 
 // New creates the collectors on a fresh registry that also carries the Go
@@ -106,7 +119,9 @@ func New() *Metrics {
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")
 	m.ConfigReloads.WithLabelValues("error")
-	for _, w := range []string{RefusedMessageTooLarge, RefusedStreamLimit, RefusedAdminBody, RefusedAdminOrigin, RefusedAdminHost, RefusedAdminType, RefusedAdminAuth} {
+	for _, w := range []string{RefusedMessageTooLarge, RefusedStreamLimit, RefusedAdminBody, RefusedAdminOrigin, RefusedAdminHost,
+		RefusedAdminType, RefusedAdminAuth, RefusedAdminJSON, RefusedConfigFile, RefusedPersistCorrupt, RefusedStreamIdle,
+		RefusedStreamDuration, RefusedUnsignedFeed, RefusedUnsignedOverlay} {
 		m.Refused.WithLabelValues(w)
 	}
 	return m

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -45,6 +46,13 @@ type OverlayStore interface {
 // them in memory only.
 type FileOverlays struct {
 	Path string
+	// Log hears of a file moved aside and of leftovers removed at Load;
+	// nil = slog.Default().
+	Log *slog.Logger
+	// OnCorrupt counts a file that did not decode and was moved aside.
+	OnCorrupt func()
+	// Now names the moved-aside file (tests); nil = time.Now.
+	Now func() time.Time
 
 	mu  sync.Mutex
 	set map[string]Overlay
@@ -55,7 +63,11 @@ type overlayFile struct {
 	Gateways map[string]Overlay `json:"gateways"`
 }
 
-// Load implements OverlayStore. A missing file is an empty set.
+// Load implements OverlayStore. A missing file is an empty set. Temporary
+// files an interrupted write left behind are removed. A file that does not
+// decode is moved aside (PATH.corrupt-<time>), logged and counted, and the
+// set is empty: fusebox starts on its config file rather than not at all,
+// and the operator still has the bytes to recover from.
 func (f *FileOverlays) Load(context.Context) (map[string]Overlay, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -63,6 +75,7 @@ func (f *FileOverlays) Load(context.Context) (map[string]Overlay, error) {
 	if f.Path == "" {
 		return map[string]Overlay{}, nil
 	}
+	f.removeLeftovers()
 	b, err := os.ReadFile(f.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return map[string]Overlay{}, nil
@@ -72,7 +85,7 @@ func (f *FileOverlays) Load(context.Context) (map[string]Overlay, error) {
 	}
 	var of overlayFile
 	if err := json.Unmarshal(b, &of); err != nil {
-		return nil, fmt.Errorf("store.memory.persist_path %s: not an overlay file: %w", f.Path, err)
+		return f.moveAside(err)
 	}
 	out := make(map[string]Overlay, len(of.Gateways))
 	for id, o := range of.Gateways {
@@ -80,6 +93,42 @@ func (f *FileOverlays) Load(context.Context) (map[string]Overlay, error) {
 		out[id] = o
 	}
 	return out, nil
+}
+
+func (f *FileOverlays) log() *slog.Logger {
+	if f.Log != nil {
+		return f.Log
+	}
+	return slog.Default()
+}
+
+// moveAside renames a file that is not an overlay file out of the way.
+func (f *FileOverlays) moveAside(decodeErr error) (map[string]Overlay, error) {
+	now := time.Now
+	if f.Now != nil {
+		now = f.Now
+	}
+	aside := f.Path + ".corrupt-" + now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.Rename(f.Path, aside); err != nil {
+		return nil, fmt.Errorf("store.memory.persist_path %s: not an overlay file (%v), and it could not be moved aside: %w", f.Path, decodeErr, err)
+	}
+	if f.OnCorrupt != nil {
+		f.OnCorrupt()
+	}
+	f.log().Error("[config] store.memory.persist_path is not an overlay file: moved aside, starting without admin changes; recover them from the moved file and apply them through the admin API",
+		"path", f.Path, "moved_to", aside, "error", decodeErr.Error())
+	return map[string]Overlay{}, nil
+}
+
+// removeLeftovers deletes the temporary files of writes a crash
+// interrupted (writeAtomic's ".NAME.*" beside the file).
+func (f *FileOverlays) removeLeftovers() {
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(f.Path), "."+filepath.Base(f.Path)+".*"))
+	for _, p := range left {
+		if os.Remove(p) == nil {
+			f.log().Info("[config] removed a temporary file of an interrupted admin change write", "path", p)
+		}
+	}
 }
 
 // Save implements OverlayStore.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // RFC 7396's own examples (appendix A).
@@ -61,11 +62,27 @@ func TestFileOverlays(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
 		t.Fatalf("%d files in the directory", len(entries))
 	}
+	// A corrupt file and the leftovers of an interrupted write: the file
+	// is moved aside and counted, the leftovers removed, and Load starts
+	// empty rather than failing the start.
 	if err := os.WriteFile(path, []byte("{nope"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&FileOverlays{Path: path}).Load(ctx); err == nil {
-		t.Fatal("a corrupt overlay file was accepted")
+	left := filepath.Join(filepath.Dir(path), ".overlays.json.123456")
+	if err := os.WriteFile(left, []byte(`{"version":1`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	corrupt := 0
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	set, err = (&FileOverlays{Path: path, OnCorrupt: func() { corrupt++ }, Now: func() time.Time { return at }}).Load(ctx)
+	if err != nil || len(set) != 0 || corrupt != 1 {
+		t.Fatalf("corrupt file: set %v, err %v, counted %d", set, err, corrupt)
+	}
+	if b, err := os.ReadFile(path + ".corrupt-20261201T100000.000000000Z"); err != nil || string(b) != "{nope" {
+		t.Fatalf("moved aside: %q %v", b, err)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the leftover temporary file is still there: %v", err)
 	}
 	// A directory that cannot be written: the change is refused, and the
 	// set in memory is unchanged.

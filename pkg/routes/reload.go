@@ -30,6 +30,9 @@ type Reloader struct {
 	// OnResult is called with ReloadSuccess or ReloadError after each
 	// attempt (metrics).
 	OnResult func(result string)
+	// OnRefusedRead is called when a read of the file was refused (R-L10:
+	// not a regular file, over the size limit, too slow), besides OnResult.
+	OnRefusedRead func()
 	// OnFallback is called once per R-P2 fallback per policy version.
 	OnFallback func(Fallback)
 	// Started holds the file's start-only settings as the process started
@@ -135,6 +138,10 @@ func (r *Reloader) read() ([]byte, error) {
 // refuse logs and counts a reload that was refused; the Runtime in force
 // stays.
 func (r *Reloader) refuse(err error) {
+	var refused *ReadRefusedError
+	if errors.As(err, &refused) && r.OnRefusedRead != nil {
+		r.OnRefusedRead()
+	}
 	r.log().Error("[config] reload refused; the last good config stays in force", "path", r.Path, "error", err)
 	r.result(ReloadError)
 }

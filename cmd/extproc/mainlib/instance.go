@@ -144,8 +144,9 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 
 	reloader := &routes.Reloader{
 		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings, Manager: mgr, MaxBytes: rt.Limits.MaxConfigBytes,
-		OnResult:   func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
-		OnFallback: func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
+		OnResult:      func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
+		OnFallback:    func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
+		OnRefusedRead: func() { in.Metrics.Refused.WithLabelValues(metrics.RefusedConfigFile).Inc() },
 	}
 	mgr.Holder, mgr.Report = in.Config, reloader.Report
 	reloader.Report(rt)

@@ -36,9 +36,10 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 	rep *processor.EventReporter, clock breaker.Clock, onOverlay func(gateway string)) (*storeWiring, error) {
 	if cfg.Backend != routes.StoreRedis {
 		return &storeWiring{
-			store:    breaker.NewMemory(rep.Report),
-			overlays: &routes.FileOverlays{Path: cfg.Memory.PersistPath},
-			close:    func() {},
+			store: breaker.NewMemory(rep.Report),
+			overlays: &routes.FileOverlays{Path: cfg.Memory.PersistPath, Log: log,
+				OnCorrupt: func() { m.Refused.WithLabelValues(metrics.RefusedPersistCorrupt).Inc() }},
+			close: func() {},
 		}, nil
 	}
 	client, err := redisstore.NewClient(cfg.Redis.URL)
