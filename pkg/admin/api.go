@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/echo"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -43,7 +44,7 @@ func (a *API) gateway(w http.ResponseWriter, r *http.Request) (*routes.Gateway, 
 	id := r.PathValue("id")
 	g, ok := a.Config.Load().Gateways[id]
 	if !ok {
-		WriteError(w, http.StatusNotFound, fmt.Sprintf("gateway %q not found", id))
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("gateway %q not found", echo.Name(id)))
 	}
 	return g, ok
 }
@@ -73,7 +74,7 @@ func (a *API) fleet(w http.ResponseWriter, r *http.Request) (*routes.Fleet, bool
 	name := r.PathValue("name")
 	f, ok := a.Config.Load().Fleets[name]
 	if !ok {
-		WriteError(w, http.StatusNotFound, fmt.Sprintf("fleet %q not found", name))
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("fleet %q not found", echo.Name(name)))
 	}
 	return f, ok
 }
@@ -92,7 +93,7 @@ func (a *API) routeOverride(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("route")
 	rt, ok := g.Routes[key]
 	if !ok {
-		WriteError(w, http.StatusNotFound, fmt.Sprintf("route %q not found in gateway %q", key, g.ID))
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("route %q not found in gateway %q", echo.Name(key), echo.Name(g.ID)))
 		return
 	}
 	id := breaker.RouteID(g.ID, key)
@@ -154,7 +155,7 @@ func (a *API) override(w http.ResponseWriter, r *http.Request, id breaker.ID, p 
 		}
 		return a.storeResult(w, err)
 	}
-	WriteError(w, http.StatusNotFound, fmt.Sprintf("unknown action %q (force-open, force-close, reset)", action))
+	WriteError(w, http.StatusNotFound, fmt.Sprintf("unknown action %q (force-open, force-close, reset)", echo.Name(action)))
 	return false
 }
 
@@ -174,6 +175,9 @@ const maxForceSec = 604800
 func ParseForceOpen(body []byte) (time.Duration, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return 0, nil
+	}
+	if err := routes.CheckJSONBounds(body); err != nil {
+		return 0, err
 	}
 	var v struct {
 		DurationSec json.RawMessage `json:"duration_sec"`

@@ -19,6 +19,10 @@ type Auth struct {
 	Log *slog.Logger
 	// Refused, when set, counts each refusal by what was refused.
 	Refused func(what string)
+
+	// throttle bounds the refusal lines (NewServer sets it; nil = every
+	// refusal is logged).
+	throttle *logThrottle
 }
 
 // IsLoopbackAddr reports whether a listener address is a loopback one.

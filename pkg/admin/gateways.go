@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fusebox-llm/fusebox/pkg/echo"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -19,6 +20,9 @@ import (
 type Gateways struct {
 	Manager *routes.Manager
 	API     *API
+	// Refused counts a body refused by the R-L13 bounds
+	// (fusebox_refused_total{what="admin_json_bounds"}); nil = not counted.
+	Refused func(what string)
 }
 
 // Register adds the config endpoints to s.
@@ -47,6 +51,18 @@ func document(gw *routes.Gateway) map[string]any {
 
 var reLineSuffix = regexp.MustCompile(` \(line \d+\)`)
 
+// reLongQuoted finds a quoted name over echo.MaxName bytes in a config
+// problem (the compiler quotes every name it reports with %q).
+var reLongQuoted = regexp.MustCompile(`"(?:[^"\\]|\\.){257,}"`)
+
+// clipQuoted cuts every quoted name in msg to echo.MaxName bytes (R-L2):
+// a document naming a 60 KB route must not come back whole.
+func clipQuoted(msg string) string {
+	return reLongQuoted.ReplaceAllStringFunc(msg, func(q string) string {
+		return `"` + echo.Name(q[1:len(q)-1]) + `"`
+	})
+}
+
 func (g *Gateways) list(w http.ResponseWriter, r *http.Request) {
 	rt := g.Manager.Holder.Load()
 	out := make([]map[string]any, 0, len(rt.GatewayIDs))
@@ -60,7 +76,7 @@ func (g *Gateways) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	gw, ok := g.Manager.Holder.Load().Gateways[id]
 	if !ok {
-		WriteError(w, http.StatusNotFound, fmt.Sprintf("gateway %q not found", id))
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("gateway %q not found", echo.Name(id)))
 		return
 	}
 	WriteJSON(w, http.StatusOK, document(gw))
@@ -141,13 +157,19 @@ func (g *Gateways) revert(w http.ResponseWriter, r *http.Request) {
 // not be stored. It reports whether the change was made.
 func (g *Gateways) answer(w http.ResponseWriter, err error) bool {
 	var ce *routes.ConfigError
+	var be *routes.JSONBoundsError
 	switch {
 	case err == nil:
 		return true
+	case errors.As(err, &be):
+		if g.Refused != nil {
+			g.Refused("admin_json_bounds")
+		}
+		WriteError(w, http.StatusBadRequest, be.Error())
 	case errors.As(err, &ce):
 		// Line numbers point into a YAML spelling of the JSON body: they
 		// would mean nothing to the sender.
-		WriteError(w, http.StatusBadRequest, reLineSuffix.ReplaceAllString(strings.Join(ce.Problems, "; "), ""))
+		WriteError(w, http.StatusBadRequest, clipQuoted(reLineSuffix.ReplaceAllString(strings.Join(ce.Problems, "; "), "")))
 	case errors.Is(err, routes.ErrNotFound):
 		WriteError(w, http.StatusNotFound, "gateway or overlay not found")
 	default:

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/fusebox-llm/fusebox/pkg/echo"
 )
 
 // MaxBodyBytes bounds an admin request body (R-L4).
@@ -50,7 +52,15 @@ func (a Auth) refuse(w http.ResponseWriter, r *http.Request, what string, code i
 	if a.Refused != nil {
 		a.Refused(what)
 	}
-	a.log().Warn("[admin] refused: "+msg, "client", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+	// Counted always; logged at most once a second per kind, with the path
+	// cut (R-L13): the path is the sender's.
+	if ok, held := a.throttle.allow(what); ok {
+		args := []any{"client", r.RemoteAddr, "method", echo.Name(r.Method), "path", echo.Name(r.URL.Path)}
+		if held > 0 {
+			args = append(args, "similar_refusals_not_logged", held)
+		}
+		a.log().Warn("[admin] refused: "+msg, args...)
+	}
 	WriteError(w, code, msg)
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http/pprof"
 	"strings"
 
+	"github.com/fusebox-llm/fusebox/pkg/echo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -19,6 +20,9 @@ type Server struct {
 
 // NewServer builds the handler tree. API routes are added with HandleAPI.
 func NewServer(health *Health, gatherer prometheus.Gatherer, auth Auth) *Server {
+	if auth.throttle == nil {
+		auth.throttle = newLogThrottle()
+	}
 	s := &Server{mux: http.NewServeMux(), api: http.NewServeMux(), health: health, auth: auth}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -62,10 +66,10 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		WriteError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path+"; use "+strings.Join(allow, " or "))
+		WriteError(w, http.StatusMethodNotAllowed, "method "+echo.Name(r.Method)+" is not allowed on "+echo.Name(r.URL.Path)+"; use "+strings.Join(allow, " or "))
 		return
 	}
-	WriteError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
+	WriteError(w, http.StatusNotFound, "no such admin endpoint: "+echo.Name(r.Method)+" "+echo.Name(r.URL.Path))
 }
 
 // HandleAPI registers an /admin/v1 handler (pattern as for http.ServeMux,

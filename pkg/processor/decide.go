@@ -41,14 +41,14 @@ func (st *stream) decide() decision {
 	if !ok {
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, "", ActionRejected).Inc()
 		return decision{immediate: immediate(404, typeInvalidRequest, codeModelUnknown,
-			fmt.Sprintf("model %q is not served by gateway %q", echo(st.modelName), gw.ID))}
+			fmt.Sprintf("model %q is not served by gateway %q", echoName(st.modelName), gw.ID))}
 	}
 	st.model = m
 	cands := m.Candidates(st.residency)
 	if len(cands) == 0 {
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionRejected).Inc()
 		return decision{immediate: immediate(404, typeInvalidRequest, codeModelUnknown,
-			fmt.Sprintf("model %q has no route with residency %q", m.Name, echo(strings.Join(st.residency, ","))))}
+			fmt.Sprintf("model %q has no route with residency %q", m.Name, echoName(strings.Join(st.residency, ","))))}
 	}
 	st.first = cands[0]
 	pol := m.Policy

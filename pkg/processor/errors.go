@@ -2,16 +2,16 @@ package processor
 
 import (
 	"encoding/json"
-	"unicode/utf8"
+
+	"github.com/fusebox-llm/fusebox/pkg/echo"
 )
 
 // maxErrorBody bounds every error body fusebox sends (R-L2).
-const maxErrorBody = 4 << 10
+const maxErrorBody = echo.MaxErrorBody
 
 // maxEchoedName bounds a client-supplied name (model, gateway, residency)
-// repeated in an error (R-L2): echoing it whole let a client make fusebox
-// quote and escape megabytes per request.
-const maxEchoedName = 256
+// repeated in an error (R-L2).
+const maxEchoedName = echo.MaxName
 
 // errorBody is the OpenAI-style JSON error. The message is cut so that the
 // body stays within maxErrorBody whatever it holds.
@@ -25,19 +25,10 @@ func errorBody(typ, code, msg string) []byte {
 	}
 }
 
-// echo returns a client-supplied name fit to repeat in an error: at most
-// maxEchoedName bytes, cut on a character boundary, marked when cut.
-func echo(s string) string { return clip(s, maxEchoedName) }
+// echoName returns a client-supplied name fit to repeat in an error.
+func echoName(s string) string { return echo.Name(s) }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+func clip(s string, n int) string { return echo.Clip(s, n) }
 
 const (
 	typeInvalidRequest = "invalid_request_error"

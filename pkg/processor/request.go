@@ -43,7 +43,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	gw, ok := st.rt.Gateway(gateway)
 	if !ok {
 		st.s.metrics.Decisions.WithLabelValues("", "", ActionRejected).Inc()
-		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", echo(gateway)))
+		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", echoName(gateway)))
 	}
 	st.gw = gw
 	if st.modelName != "" {

@@ -334,8 +334,12 @@ func compose(file []byte, ovs map[string]Overlay, strict string) (*Runtime, map[
 	return rt, bad, nil
 }
 
-// jsonObject decodes a request body that must be one JSON object.
+// jsonObject decodes a request body that must be one JSON object, once it
+// is within the R-L13 bounds.
 func jsonObject(b []byte) (map[string]any, error) {
+	if err := CheckJSONBounds(b); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.UseNumber()
 	var v any

@@ -211,7 +211,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
 	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs}
 	api.Register(adm)
-	(&admin.Gateways{Manager: mgr, API: api}).Register(adm)
+	(&admin.Gateways{Manager: mgr, API: api, Refused: func(what string) { in.Metrics.Refused.WithLabelValues(what).Inc() }}).Register(adm)
 	adm.RegisterDashboard()
 	in.httpSrv = adminHTTPServer(adm)
 
