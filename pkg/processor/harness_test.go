@@ -117,7 +117,7 @@ type env struct {
 	events  chan breaker.Event
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...func(*Options)) *env {
 	t.Helper()
 	rt, err := routes.Parse([]byte(testConfig), routes.Options{})
 	if err != nil {
@@ -130,8 +130,12 @@ func newEnv(t *testing.T) *env {
 		default:
 		}
 	})
-	e.srv = NewServer(Options{Config: e.holder, Store: e.store, Clock: e.clk, Metrics: e.metrics,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := Options{Config: e.holder, Store: e.store, Clock: e.clk, Metrics: e.metrics,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, f := range opts {
+		f(&o)
+	}
+	e.srv = NewServer(o)
 	gs := grpc.NewServer()
 	extprocv3.RegisterExternalProcessorServer(gs, e.srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -26,7 +26,7 @@ type nullServer struct {
 	extprocv3.UnimplementedExternalProcessorServer
 }
 
-func (nullServer) Process(s extprocv3.ExternalProcessor_ProcessServer) error { return passThrough(s) }
+func (nullServer) Process(s extprocv3.ExternalProcessor_ProcessServer) error { return passThrough(s, nil) }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

@@ -52,6 +52,8 @@ type Server struct {
 
 	maxStreams int64
 	streams    atomic.Int64
+	// streamIdle and streamMax bound a stream's life (R-L13); 0 = none.
+	streamIdle, streamMax time.Duration
 	history    *breaker.History
 	stalls     stallWatch
 	baselines  *baselines
@@ -68,6 +70,9 @@ type Options struct {
 	Log     *slog.Logger
 	// MaxStreams bounds the streams served at once (R-L6); 0 = no bound.
 	MaxStreams int
+	// StreamIdle ends a stream with no message for this long, and
+	// StreamDuration one older than this (R-L13); 0 = no bound.
+	StreamIdle, StreamDuration time.Duration
 	// History, when set, keeps each route's recent outcomes for the
 	// dashboard's sparklines.
 	History *breaker.History
@@ -86,7 +91,8 @@ func NewServer(o Options) *Server {
 	}
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
 		parked:     newParkedAttempts(),
-		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines()}
+		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
+		streamIdle: o.StreamIdle, streamMax: o.StreamDuration}
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}
@@ -94,17 +100,34 @@ func NewServer(o Options) *Server {
 	return s
 }
 
-// Process serves one ext_proc stream (one HTTP request).
+// Process serves one ext_proc stream (one HTTP request), within the stream
+// lifetime bounds (lifetime.go).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
 		s.streams.Add(-1)
 		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
 		return status.Errorf(codes.ResourceExhausted, "fusebox serves at most %d streams at once (limits.max_concurrent_streams)", s.maxStreams)
 	}
-	defer s.streams.Add(-1)
+	if s.streamIdle <= 0 && s.streamMax <= 0 {
+		defer s.streams.Add(-1)
+		return s.serve(stream, nil)
+	}
+	act := &activity{}
+	done := make(chan error, 1)
+	go func() {
+		// The stream counts against the limit until its goroutine ends.
+		defer s.streams.Add(-1)
+		done <- s.serve(stream, act)
+	}()
+	return s.watchLifetime(done, act, s.streamIdle, s.streamMax)
+}
+
+// serve reads and answers the stream's messages until it ends; act, when
+// set, hears of each message.
+func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *activity) error {
 	role := s.role(stream)
 	if role == roleOther {
-		return s.recvErr(passThrough(stream))
+		return s.recvErr(passThrough(stream, act))
 	}
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
@@ -113,6 +136,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	defer s.finish(st)
 	for {
 		req, err := stream.Recv()
+		if act != nil {
+			act.touch()
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
@@ -223,9 +249,12 @@ func (s *Server) role(stream extprocv3.ExternalProcessor_ProcessServer) int {
 	return roleOther
 }
 
-func passThrough(stream extprocv3.ExternalProcessor_ProcessServer) error {
+func passThrough(stream extprocv3.ExternalProcessor_ProcessServer, act *activity) error {
 	for {
 		req, err := stream.Recv()
+		if act != nil {
+			act.touch()
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil

@@ -184,6 +184,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	procSrv := processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
 		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history,
+		StreamIdle: rt.Limits.MaxStreamIdle, StreamDuration: rt.Limits.MaxStreamDuration,
 	})
 	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, procSrv)
 	in.Health.OnChange(func(serving bool) {
