@@ -120,15 +120,19 @@ func benchServer(b *testing.B, srv extprocv3.ExternalProcessorServer) extprocv3.
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
-func fuseboxBenchServer(b *testing.B) *Server {
+func fuseboxBenchServer(b *testing.B, opts ...func(*Options)) *Server {
 	rt, err := routes.Parse([]byte(testConfig), routes.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	clk := breaker.NewCoarseClock(time.Millisecond)
 	b.Cleanup(clk.Stop)
-	return NewServer(Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), Clock: clk,
-		Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o := Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), Clock: clk,
+		Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, f := range opts {
+		f(&o)
+	}
+	return NewServer(o)
 }
 
 // BenchmarkLifecycle compares one full request through fusebox with the
@@ -142,6 +146,11 @@ func BenchmarkLifecycle(b *testing.B) {
 	}{
 		{"null", func(b *testing.B) extprocv3.ExternalProcessorServer { return nullServer{} }},
 		{"fusebox", func(b *testing.B) extprocv3.ExternalProcessorServer { return fuseboxBenchServer(b) }},
+		// With the stream lifetime bounds (R-L13), as mainlib runs it: the
+		// cost of the serving goroutine and the watch per stream.
+		{"fusebox-bounded", func(b *testing.B) extprocv3.ExternalProcessorServer {
+			return fuseboxBenchServer(b, func(o *Options) { o.StreamIdle, o.StreamDuration = 360 * time.Second, time.Hour })
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			client := benchServer(b, tc.srv(b))
