@@ -26,7 +26,9 @@ type nullServer struct {
 	extprocv3.UnimplementedExternalProcessorServer
 }
 
-func (nullServer) Process(s extprocv3.ExternalProcessor_ProcessServer) error { return passThrough(s, nil) }
+func (nullServer) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
+	return passThrough(s, nil)
+}
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -149,7 +151,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		// With the stream lifetime bounds (R-L13), as mainlib runs it: the
 		// cost of the serving goroutine and the watch per stream.
 		{"fusebox-bounded", func(b *testing.B) extprocv3.ExternalProcessorServer {
-			return fuseboxBenchServer(b, func(o *Options) { o.StreamIdle, o.StreamDuration = 360 * time.Second, time.Hour })
+			return fuseboxBenchServer(b, func(o *Options) { o.StreamIdle, o.StreamDuration = 360*time.Second, time.Hour })
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -54,9 +54,9 @@ type Server struct {
 	streams    atomic.Int64
 	// streamIdle and streamMax bound a stream's life (R-L13); 0 = none.
 	streamIdle, streamMax time.Duration
-	history    *breaker.History
-	stalls     stallWatch
-	baselines  *baselines
+	history               *breaker.History
+	stalls                stallWatch
+	baselines             *baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 }

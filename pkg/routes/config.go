@@ -110,6 +110,9 @@ type RedisStore struct {
 	URL         string `yaml:"url"`
 	KeyPrefix   string `yaml:"key_prefix"`
 	OpTimeoutMs *int64 `yaml:"op_timeout_ms"`
+	// HMACKeyFile holds the fleet key that signs feed messages and overlay
+	// documents (R-L12); "" = unsigned.
+	HMACKeyFile string `yaml:"hmac_key_file"`
 }
 
 // Headers are the header names fusebox reads and writes.

@@ -44,7 +44,7 @@ type Manager struct {
 // An overlay that no longer fits the file is left out of the effective
 // config (and logged), never a reason not to start.
 func (m *Manager) Open(ctx context.Context, file []byte) (*Runtime, error) {
-	ovs, err := m.loadOverlays(ctx)
+	ovs, _, err := m.loadOverlays(ctx)
 	if err != nil && m.SharedStore {
 		m.log().Error("[config] the admin changes in the shared store could not be read: starting on the file alone until the store answers",
 			"error", err.Error())
@@ -62,16 +62,16 @@ func (m *Manager) Open(ctx context.Context, file []byte) (*Runtime, error) {
 	return rt, nil
 }
 
-// loadOverlays reads the stored overlays; entries that do not decode are
-// logged and left out.
-func (m *Manager) loadOverlays(ctx context.Context) (map[string]Overlay, error) {
-	ovs, err := m.Store.Load(ctx)
-	var bad *BadOverlaysError
-	if errors.As(err, &bad) {
-		m.log().Error("[config] "+bad.Error(), "gateways", bad.IDs)
-		err = nil
+// loadOverlays reads the stored overlays; entries that do not decode (or
+// whose signature is bad) are logged, left out and named in bad.
+func (m *Manager) loadOverlays(ctx context.Context) (ovs map[string]Overlay, bad []string, err error) {
+	ovs, err = m.Store.Load(ctx)
+	var be *BadOverlaysError
+	if errors.As(err, &be) {
+		m.log().Error("[config] "+be.Error(), "gateways", be.IDs)
+		return ovs, be.IDs, nil
 	}
-	return ovs, err
+	return ovs, nil, err
 }
 
 // Refresh reloads the stored overlays and puts the result in force: another
@@ -86,9 +86,20 @@ func (m *Manager) Refresh(ctx context.Context) error {
 }
 
 func (m *Manager) refresh(ctx context.Context) (*Runtime, error) {
-	ovs, err := m.loadOverlays(ctx)
+	ovs, unreadable, err := m.loadOverlays(ctx)
 	if err != nil {
 		return nil, err
+	}
+	// A stored entry that cannot be read (a bad signature, a value that is
+	// not an overlay) changes nothing: the overlay in force stays (R-L12).
+	for _, id := range unreadable {
+		if o, ok := m.ovs[id]; ok {
+			ovs[id] = o
+		}
+	}
+	changed := changedOverlays(m.ovs, ovs)
+	if len(changed) == 0 {
+		return nil, nil
 	}
 	rt, bad, err := compose(m.file, ovs, "")
 	if err != nil {
@@ -96,7 +107,27 @@ func (m *Manager) refresh(ctx context.Context) (*Runtime, error) {
 	}
 	m.logBad(bad)
 	m.put(keepStartSettings(rt, m.Holder.Load()), ovs)
+	// The replica that made the change wrote its [admin] line; this one
+	// says what it took from the shared store.
+	m.log().Info("[config] admin changes from the shared store put in force", "gateways", strings.Join(changed, ","))
 	return rt, nil
+}
+
+// changedOverlays names the gateways whose overlay differs between a and b.
+func changedOverlays(a, b map[string]Overlay) []string {
+	var out []string
+	for id, o := range b {
+		if p, ok := a[id]; !ok || p.Tombstone != o.Tombstone || string(p.Doc) != string(o.Doc) {
+			out = append(out, id)
+		}
+	}
+	for id := range a {
+		if _, ok := b[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // keepStartSettings gives rt the start-only settings in force in cur (an

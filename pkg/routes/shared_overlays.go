@@ -3,6 +3,7 @@ package routes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -23,11 +24,14 @@ type SharedOverlays struct {
 // with an error naming it, never a reason to drop the others.
 func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 	raw, err := s.Backend.Load(ctx)
-	if err != nil {
+	var bad []string
+	var be *BadOverlaysError
+	if errors.As(err, &be) {
+		bad = append(bad, be.IDs...) // the backend refused these (a bad signature); the rest loaded
+	} else if err != nil {
 		return nil, err
 	}
 	out := make(map[string]Overlay, len(raw))
-	var bad []string
 	for id, b := range raw {
 		var o Overlay
 		if err := json.Unmarshal(b, &o); err != nil {

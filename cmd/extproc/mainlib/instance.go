@@ -326,6 +326,11 @@ func startProblems(rt *routes.Runtime) []string {
 		} else {
 			_ = c.Close()
 		}
+		if f := rt.Store.Redis.HMACKeyFile; f != "" {
+			if _, err := redisstore.ReadKeyFile(f); err != nil {
+				out = append(out, err.Error())
+			}
+		}
 	}
 	return out
 }

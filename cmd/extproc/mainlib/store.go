@@ -42,6 +42,14 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 			close: func() {},
 		}, nil
 	}
+	var key []byte
+	if cfg.Redis.HMACKeyFile != "" {
+		k, err := redisstore.ReadKeyFile(cfg.Redis.HMACKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		key = k
+	}
 	client, err := redisstore.NewClient(cfg.Redis.URL)
 	if err != nil {
 		return nil, err
@@ -55,7 +63,8 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 		Client: client, KeyPrefix: cfg.Redis.KeyPrefix, OpTimeout: time.Duration(timeout) * time.Millisecond,
 		OnEvent: rep.Report, OnView: rep.View, AsyncRecord: true, Clock: clock, Log: log,
 		OnError:   func(op string) { m.StoreErrors.WithLabelValues(op).Inc() },
-		OnOverlay: onOverlay,
+		OnOverlay: onOverlay, HMACKey: key,
+		OnRefused: func(what string) { m.Refused.WithLabelValues(what).Inc() },
 		OnHealth: func(ready, degraded bool, detail string) {
 			h.Set("store", admin.Component{Ready: ready, Degraded: degraded, Detail: detail})
 		},

@@ -26,13 +26,55 @@ local P = {
 }
 local A = 4 -- first operation argument
 
-local raw = redis.call("GET", key)
+-- The state's schema: sv 1 is this script's (a state without sv, written
+-- by an earlier fusebox, reads the same). A state that does not decode, or
+-- does not have the shape below (garbage, another type under the key, a
+-- version whose fields this script cannot read), is rewritten as a fresh
+-- closed breaker and the reply says so: one bad key is that breaker's
+-- problem, never an error that would turn the whole store degraded (R-L12).
+local SV = 1
+local function fresh()
+  return {sv = SV, st = 0, gen = 1, reason = "", oa = 0, ra = 0, rc = 0, ou = 0, fo = 0, fu = 0, bu = 0,
+          cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = "", v = 0}
+end
+local function buckets_ok(w)
+  if type(w) ~= "table" then return false end
+  for k, b in pairs(w) do
+    if tonumber(k) == nil or type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number"
+      or type(b[3]) ~= "number" then return false end
+  end
+  return true
+end
+local function readable(d)
+  if type(d) ~= "table" then return false end
+  for _, f in ipairs({"st", "gen", "oa", "ra", "rc", "ou", "fo", "fu", "bu", "cons", "tc", "te", "nl"}) do
+    if d[f] == nil then d[f] = 0 end
+    if type(d[f]) ~= "number" then return false end
+  end
+  for _, f in ipairs({"reason", "sb"}) do
+    if d[f] == nil then d[f] = "" end
+    if type(d[f]) ~= "string" then return false end
+  end
+  for _, f in ipairs({"fw", "rw", "ls"}) do
+    if d[f] == nil then d[f] = {} end
+  end
+  if d.v ~= nil and type(d.v) ~= "number" then return false end
+  if d.st < 0 or d.st > 2 or d.gen < 1 or not buckets_ok(d.fw) or not buckets_ok(d.rw) then return false end
+  for _, exp in pairs(d.ls) do if type(exp) ~= "number" then return false end end
+  return true
+end
+local rewritten = 0
+local raw = redis.pcall("GET", key)
 local s
-if raw then
-  s = cmsgpack.unpack(raw) -- MessagePack: cheaper than JSON in Redis's Lua
+if type(raw) == "table" and raw.err then
+  -- Another type under the key (WRONGTYPE).
+  redis.call("DEL", key)
+  s = fresh(); rewritten = 1
+elseif raw then
+  local ok, d = pcall(cmsgpack.unpack, raw) -- MessagePack: cheaper than JSON in Redis's Lua
+  if ok and readable(d) then s = d else s = fresh(); rewritten = 1 end
 else
-  s = {st = 0, gen = 1, reason = "", oa = 0, ra = 0, rc = 0, ou = 0, fo = 0, fu = 0, bu = 0,
-       cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = ""}
+  s = fresh()
 end
 local events = {}
 -- The decision state's signature: when a call changes it, the view
@@ -307,7 +349,7 @@ if sig() ~= before then
   s.v = s.v + 1
   changed = 1
 end
-if op ~= "snap" or changed == 1 then
+if op ~= "snap" or changed == 1 or rewritten == 1 then
   redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
 end
 
@@ -317,7 +359,7 @@ for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = 
 -- A flat reply (no JSON to build or parse); the order is store.go's
 -- reply fields. Events follow, eleven values each.
 local out = {res.ok, res.lease, res.stale, s.st, s.gen, s.reason, s.oa, s.ra, s.rc, s.ou, s.fo, s.fu, s.bu,
-  s.cons, failures(), c, f, sl, lease_count(), earliest, s.v, changed}
+  s.cons, failures(), c, f, sl, lease_count(), earliest, s.v, changed, rewritten}
 for _, e in ipairs(events) do
   for _, v in ipairs({e.from, e.to, e.reason, e.failures, e.ou, e.forever, e.oa, e.rc, e.calls, e.fails, e.gen}) do
     table.insert(out, v)

@@ -43,7 +43,8 @@ func (s *Store) Start(ctx context.Context) *sync.WaitGroup {
 		go func() { defer wg.Done(); s.recordLoop(ctx, ch) }()
 	}
 	s.started.Store(true)
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); s.hintLoop(ctx) }()
 	go func() { defer wg.Done(); s.publishLoop(ctx) }()
 	go func() { defer wg.Done(); s.subscribeLoop(ctx) }()
 	go func() { defer wg.Done(); s.refreshLoop(ctx) }()
@@ -177,7 +178,7 @@ func (s *Store) PublishOverlay(ctx context.Context, gateway string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.rdb.Publish(ctx, s.feed, b).Err()
+	return s.rdb.Publish(ctx, s.feed, s.sign.sealFeed(s.feed, b)).Err()
 }
 
 func (s *Store) publishLoop(ctx context.Context) {
@@ -191,7 +192,7 @@ func (s *Store) publishLoop(ctx context.Context) {
 				continue
 			}
 			pctx, cancel := context.WithTimeout(ctx, s.timeout)
-			if err := s.rdb.Publish(pctx, s.feed, b).Err(); err != nil && ctx.Err() == nil {
+			if err := s.rdb.Publish(pctx, s.feed, s.sign.sealFeed(s.feed, b)).Err(); err != nil && ctx.Err() == nil {
 				s.count("publish")
 			}
 			cancel()
@@ -248,8 +249,17 @@ func (s *Store) subscribeLoop(ctx context.Context) {
 	}
 }
 
-// onFeed applies one feed message from another replica.
-func (s *Store) onFeed(b []byte) {
+// onFeed takes one feed message from another replica. A transition is a
+// hint, never a state: the breaker it names is read from Redis (hintLoop),
+// so no message, forged or stale, can move a view past what Redis holds
+// (R-L12). Before, one forged message with sequence 2^63 pinned a route
+// open on every replica, and the refresh could never repair it.
+func (s *Store) onFeed(msg []byte) {
+	b, err := s.sign.openFeed(s.feed, msg)
+	if err != nil {
+		s.refused("feed_unsigned", "[store] a feed message without a valid signature was dropped (store.redis.hmac_key_file is set): something other than a fusebox replica of this fleet writes to its Redis")
+		return
+	}
 	var env replicav1.Envelope
 	if err := proto.Unmarshal(b, &env); err != nil || env.SchemaVersion != replicav1.SchemaVersion_SCHEMA_VERSION_1 {
 		s.count("feed_decode")
@@ -269,13 +279,47 @@ func (s *Store) onFeed(b []byte) {
 		if t.Breaker.Scope == replicav1.Scope_SCOPE_GLOBAL {
 			id.Scope = breaker.ScopeGlobal
 		}
-		if e, ok := s.tab.Load().byID[id]; ok && !s.degraded.Load() {
-			s.apply(e, t.Snapshot.Seq, snapshotOf(t.Snapshot))
+		if e, ok := s.tab.Load().byID[id]; ok && s.remote(e) {
+			e.hinted.Store(true)
+			select {
+			case s.hint <- struct{}{}:
+			default:
+			}
 		}
 	case *replicav1.Envelope_Overlay:
 		if s.opts.OnOverlay != nil && body.Overlay != nil {
 			s.opts.OnOverlay(body.Overlay.Gateway)
 		}
+	}
+}
+
+// hintLoop reads from Redis each breaker the feed said changed: one script
+// call each, its state and sequence Redis's own.
+func (s *Store) hintLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.hint:
+		}
+		now := s.opts.Clock.Now().UnixNano()
+		for _, e := range s.tab.Load().list {
+			if e.hinted.Swap(false) && s.remote(e) {
+				_, _ = s.run(ctx, e, "snap", now)
+			}
+		}
+	}
+}
+
+// refused drops a message or document for its signature: counted, and
+// logged at most once a minute (a writer could send thousands).
+func (s *Store) refused(what, msg string) {
+	if s.opts.OnRefused != nil {
+		s.opts.OnRefused(what)
+	}
+	now := time.Now().Unix()
+	if last := s.unsignedLogged.Load(); now-last >= 60 && s.unsignedLogged.CompareAndSwap(last, now) {
+		s.log.Error(msg, "what", what)
 	}
 }
 
@@ -312,7 +356,7 @@ func (s *Store) Refresh(ctx context.Context) {
 	list := s.tab.Load().list
 	if wasDegraded {
 		for _, e := range list {
-			if err := s.writeBack(ctx, e, now); err != nil {
+			if err := s.writeBack(ctx, e, now); err != nil && !keyError(err) {
 				s.markReady()
 				return
 			}
@@ -333,7 +377,12 @@ func (s *Store) Refresh(ctx context.Context) {
 		s.degraded.Store(false)
 	}
 	for _, e := range list {
-		if _, err := s.run(ctx, e, "snap", now); err != nil {
+		if e.bad.Load() {
+			// On the local view alone since Redis refused it: its local
+			// opens go back first, as after an outage.
+			_ = s.writeBack(ctx, e, now)
+		}
+		if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
 			s.markReady()
 			return
 		}

@@ -80,7 +80,10 @@ type result struct {
 	// state; Changed says this call changed it.
 	V       uint64
 	Changed bool
-	Events  []event
+	// Rewritten: the key held a state the script could not read, and it
+	// wrote a fresh one (its sequence starts again).
+	Rewritten bool
+	Events    []event
 }
 
 type event struct {
@@ -90,7 +93,7 @@ type event struct {
 	Gen                             uint64
 }
 
-const replyFields, eventFields = 22, 11
+const replyFields, eventFields = 23, 11
 
 func asInt(v any) int64 {
 	switch x := v.(type) {
@@ -110,17 +113,23 @@ func asString(v any) string {
 	return ""
 }
 
+// replyError is a script reply of the wrong shape: that key's problem, not
+// Redis being unreachable.
+type replyError struct{ n int }
+
+func (e *replyError) Error() string { return fmt.Sprintf("redisstore: a reply of %d values", e.n) }
+
 // parseReply reads the script's flat reply.
 func parseReply(vals []any) (*result, error) {
 	if len(vals) < replyFields || (len(vals)-replyFields)%eventFields != 0 {
-		return nil, fmt.Errorf("redisstore: a reply of %d values", len(vals))
+		return nil, &replyError{n: len(vals)}
 	}
 	i := func(k int) int64 { return asInt(vals[k]) }
 	r := &result{
 		OK: int(i(0)), Lease: uint64(i(1)), Stale: int(i(2)), St: int(i(3)), Gen: uint64(i(4)), Reason: asString(vals[5]),
 		OA: i(6), RA: i(7), RC: int(i(8)), OU: i(9), FO: int(i(10)), FU: i(11), BU: i(12), Cons: int(i(13)),
 		Failures: int(i(14)), Calls: i(15), Fails: i(16), Slow: i(17), Leases: int(i(18)), Earliest: i(19),
-		V: uint64(i(20)), Changed: i(21) == 1,
+		V: uint64(i(20)), Changed: i(21) == 1, Rewritten: i(22) == 1,
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }

@@ -51,6 +51,12 @@ type Options struct {
 	Log   *slog.Logger
 	// ReplicaID names this replica on the feed; "" = random.
 	ReplicaID string
+	// HMACKey, when set, signs every feed message and overlay document,
+	// and only ones signed with it are read (R-L12, sign.go).
+	HMACKey []byte
+	// OnRefused counts a feed message or overlay document dropped for a
+	// missing or bad signature ("feed_unsigned", "overlay_unsigned").
+	OnRefused func(what string)
 }
 
 // Store is the Redis breaker.Store. Decisions read a local view (a
@@ -77,9 +83,15 @@ type Store struct {
 	ready    atomic.Bool
 	resync   atomic.Bool // the feed reconnected: reload every view
 	kick     chan struct{}
-	pub      chan *replicav1.Envelope
-	rec      []chan recJob
-	started  atomic.Bool
+	// hint wakes the hint loop: a feed message named a breaker whose state
+	// changed; its state is read from Redis, never taken from the message.
+	hint chan struct{}
+	pub  chan *replicav1.Envelope
+	sign signer
+	// unsignedLogged is when a dropped unsigned message was last logged.
+	unsignedLogged atomic.Int64
+	rec            []chan recJob
+	started        atomic.Bool
 	// lastHealth is the readiness last reported to OnHealth.
 	lastHealth atomic.Int32
 	healthMu   sync.Mutex
@@ -114,6 +126,12 @@ type entry struct {
 	// emitMu orders this replica's calls on the breaker, so transition
 	// events are reported in the order the scripts made them.
 	emitMu sync.Mutex
+	// bad: Redis answered this breaker's last call with an error of its own
+	// (keyerror.go); it decides and records on the local view until a
+	// refresh reads it again. Only this breaker: the store is not degraded.
+	bad atomic.Bool
+	// hinted: the feed said this breaker changed; the hint loop reads it.
+	hinted atomic.Bool
 }
 
 // localLease marks a probe slot taken on the local view while Redis was
@@ -123,7 +141,8 @@ const localLease = uint64(1) << 62
 // New returns a Store on opts.Client. Start runs its feed and refresh.
 func New(opts Options) *Store {
 	s := &Store{rdb: opts.Client, prefix: opts.KeyPrefix, timeout: opts.OpTimeout, opts: opts, log: opts.Log,
-		origin: opts.ReplicaID, kick: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096)}
+		origin: opts.ReplicaID, kick: make(chan struct{}, 1), hint: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096),
+		sign: signer{key: opts.HMACKey}}
 	s.feed = s.prefix + "feed"
 	if s.timeout <= 0 {
 		s.timeout = 50 * time.Millisecond
@@ -145,8 +164,13 @@ func New(opts Options) *Store {
 	// The local view reports its own transitions only while it is the
 	// store (degraded); otherwise the scripts' transitions are the ones.
 	s.local = breaker.NewMemory(func(ev breaker.Event) {
-		if s.degraded.Load() && s.opts.OnEvent != nil {
+		if s.opts.OnEvent == nil {
+			return
+		}
+		if s.degraded.Load() {
 			s.opts.OnEvent(ev)
+		} else if e, ok := s.tab.Load().byID[ev.ID]; ok && e.bad.Load() {
+			s.opts.OnEvent(ev) // this breaker alone decides locally
 		}
 	})
 	s.tab.Store(&table{byID: map[breaker.ID]*entry{}})
@@ -228,9 +252,14 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 	e.lastNow.Store(now)
 	r, err := s.call(ctx, e, op, now, extra...)
 	if err != nil {
-		s.failed(op, err)
+		if keyError(err) {
+			s.keyFailed(e, op, err)
+		} else {
+			s.failed(op, err)
+		}
 		return nil, err
 	}
+	s.keyAnswered(e, r)
 	e.last.Store(r)
 	s.apply(e, r.V, r.snapshot())
 	if s.opts.OnEvent != nil {
@@ -294,6 +323,11 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 // Store is defined here and shadows the view's.
 type viewMemory = breaker.Memory
 
+// remote reports whether e's calls go to Redis: not while Redis is
+// unreachable (the store is degraded), nor while Redis answers this breaker
+// with an error of its own. The one place the remote/local choice is made.
+func (s *Store) remote(e *entry) bool { return !s.degraded.Load() && !e.bad.Load() }
+
 // Acquire implements breaker.Store. A healthy view admits with no round
 // trip; otherwise one script call takes the probe slot, so the bound holds
 // across replicas. When Redis is unreachable the local view admits up to
@@ -308,7 +342,7 @@ func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force boo
 	if err != nil {
 		return breaker.Admission{}, true, err
 	}
-	if s.degraded.Load() || e.policy.Mode == breaker.ModeShadow {
+	if !s.remote(e) || e.policy.Mode == breaker.ModeShadow {
 		return s.acquireLocal(ctx, k, now, force)
 	}
 	r, err := s.run(ctx, e, "acq", now, b01(force))
@@ -347,7 +381,7 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 		adm.Lease &^= localLease
 		return s.local.Release(ctx, e.lk, adm)
 	}
-	if s.degraded.Load() {
+	if !s.remote(e) {
 		return nil // the lease expires in Redis on its own
 	}
 	now := e.lastNow.Load()
@@ -367,7 +401,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	if err != nil {
 		return breaker.Recorded{}, err
 	}
-	if adm.Lease&localLease != 0 || s.degraded.Load() {
+	if adm.Lease&localLease != 0 || !s.remote(e) {
 		if adm.Lease&localLease != 0 {
 			adm.Lease &^= localLease
 		} else {
@@ -411,7 +445,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 // runJob runs a queued (or synchronous) record or release; when Redis
 // fails it records on the local view instead.
 func (s *Store) runJob(ctx context.Context, e *entry, j recJob) (*result, error) {
-	if s.degraded.Load() {
+	if !s.remote(e) {
 		s.jobLocal(ctx, e, j)
 		return nil, nil
 	}
@@ -436,7 +470,7 @@ func (s *Store) Stalled(ctx context.Context, k breaker.Key, now int64) error {
 	if err != nil {
 		return err
 	}
-	if !s.degraded.Load() {
+	if s.remote(e) {
 		if _, err = s.run(ctx, e, "stl", now); err == nil {
 			return nil
 		}
@@ -466,7 +500,7 @@ func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op strin
 	if err != nil {
 		return err
 	}
-	if !s.degraded.Load() {
+	if s.remote(e) {
 		if _, err := s.run(ctx, e, op, now, extra...); err == nil {
 			return nil
 		}
@@ -481,7 +515,7 @@ func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.S
 	if err != nil {
 		return breaker.Status{}, err
 	}
-	if !s.degraded.Load() {
+	if s.remote(e) {
 		if r, err := s.run(ctx, e, "adv", now); err == nil {
 			return statusOf(e, r, now), nil
 		}
@@ -521,12 +555,14 @@ func (s *Store) Sweep(ctx context.Context, now int64) error {
 	var errs []error
 	for _, e := range s.tab.Load().list {
 		v := s.local.Peek(ctx, e.lk, now)
-		if v.Allowed && v.State == breaker.Closed {
+		if (v.Allowed && v.State == breaker.Closed) || e.bad.Load() {
 			continue
 		}
 		if _, err := s.run(ctx, e, "adv", now); err != nil {
 			errs = append(errs, err)
-			break // degraded now: the rest waits for the resync
+			if !keyError(err) {
+				break // degraded now: the rest waits for the resync
+			}
 		}
 	}
 	return errors.Join(errs...)
