@@ -76,6 +76,12 @@ elseif raw then
 else
   s = fresh()
 end
+if rewritten == 1 and op == "rec" then
+  -- The outcome being recorded was admitted under the generation the
+  -- caller's view held; a rewritten state takes it, so that it counts.
+  local g = tonumber(ARGV[A + 4])
+  if g and g >= 1 then s.gen = g end
+end
 local events = {}
 -- The decision state's signature: when a call changes it, the view
 -- sequence (v) grows and the caller publishes the snapshot to the other

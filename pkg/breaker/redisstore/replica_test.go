@@ -46,6 +46,13 @@ var replicaID = breaker.RouteID("gw", "openai:us:m")
 // replicas starts n stores on one Redis with one policy and a shared clock.
 func replicas(t testing.TB, client redis.UniversalClient, prefix string, clk breaker.Clock, p *breaker.Policy, n int, opTimeout time.Duration) []*replica {
 	t.Helper()
+	return replicasWith(t, client, prefix, clk, p, n, opTimeout, nil)
+}
+
+// replicasWith is replicas with each store's options edited by mod (given
+// the replica's index).
+func replicasWith(t testing.TB, client redis.UniversalClient, prefix string, clk breaker.Clock, p *breaker.Policy, n int, opTimeout time.Duration, mod func(int, *redisstore.Options)) []*replica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wgs []*sync.WaitGroup
 	t.Cleanup(func() {
@@ -57,7 +64,7 @@ func replicas(t testing.TB, client redis.UniversalClient, prefix string, clk bre
 	out := make([]*replica, n)
 	for i := range out {
 		r := &replica{}
-		r.st = redisstore.New(redisstore.Options{
+		o := redisstore.Options{
 			Client: client, KeyPrefix: prefix, OpTimeout: opTimeout, AsyncRecord: true, Clock: clk,
 			RefreshInterval: 200 * time.Millisecond, ReplicaID: fmt.Sprintf("r%d", i),
 			OnEvent: func(e breaker.Event) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() },
@@ -66,7 +73,11 @@ func replicas(t testing.TB, client redis.UniversalClient, prefix string, clk bre
 				v.(*atomic.Int64).Add(1)
 			},
 			OnHealth: func(ready, degraded bool, _ string) { r.health.Store([2]bool{ready, degraded}) },
-		})
+		}
+		if mod != nil {
+			mod(i, &o)
+		}
+		r.st = redisstore.New(o)
 		keys, _, err := r.st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
 		if err != nil {
 			t.Fatal(err)
