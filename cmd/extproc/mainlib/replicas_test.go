@@ -17,8 +17,18 @@ import (
 // -redis-url (which overrides the file and FUSEBOX_REDIS_URL).
 func startOnRedis(t *testing.T, addr string, logs *syncBuffer) *Instance {
 	t.Helper()
+	return startOnRedisWith(t, addr, logs, "")
+}
+
+// startOnRedisWith is startOnRedis with more store.redis fields (YAML flow
+// entries, e.g. `hmac_key_file: "/k"`).
+func startOnRedisWith(t *testing.T, addr string, logs *syncBuffer, redisFields string) *Instance {
+	t.Helper()
+	if redisFields != "" {
+		redisFields = ", " + redisFields
+	}
 	edit := func(doc string) string {
-		return strings.Replace(doc, "backend: memory\n", "backend: redis\n  redis: {url: \"redis://127.0.0.1:1/0\", key_prefix: \"fx:\"}\n", 1)
+		return strings.Replace(doc, "backend: memory\n", "backend: redis\n  redis: {url: \"redis://127.0.0.1:1/0\", key_prefix: \"fx:\""+redisFields+"}\n", 1)
 	}
 	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
 	if err != nil {
