@@ -9,10 +9,6 @@ import (
 // maxErrorBody bounds every error body fusebox sends (R-L2).
 const maxErrorBody = echo.MaxErrorBody
 
-// maxEchoedName bounds a client-supplied name (model, gateway, residency)
-// repeated in an error (R-L2).
-const maxEchoedName = echo.MaxName
-
 // errorBody is the OpenAI-style JSON error. The message is cut so that the
 // body stays within maxErrorBody whatever it holds.
 func errorBody(typ, code, msg string) []byte {

@@ -158,14 +158,6 @@ func pbSnapshot(r *result) *replicav1.Snapshot {
 	}
 }
 
-func snapshotOf(p *replicav1.Snapshot) breaker.Snapshot {
-	return breaker.Snapshot{
-		State: breaker.State(p.State), Generation: p.Generation, Reason: p.Reason, OpenedAt: p.OpenedAtMs * ms,
-		ReopenedAt: p.ReopenedAtMs * ms, Reopens: int(p.Reopens), OpenUntil: p.OpenUntilMs * ms, Forced: p.Forced,
-		ForcedUntil: p.ForcedUntilMs * ms, BlockedUntil: p.BlockedUntilMs * ms,
-		Probes: int(p.ProbesInFlight), ProbesUntil: p.ProbesUntilMs * ms,
-	}
-}
 
 // PublishOverlay tells the other replicas that gateway's admin overlay
 // changed in Redis.
