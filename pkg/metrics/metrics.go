@@ -22,6 +22,9 @@ type Metrics struct {
 	// InternalErrors counts panics and store errors absorbed on the request
 	// path (R-D7); not in the SPEC's fixed list, so it has its own name.
 	InternalErrors *prometheus.CounterVec // kind
+	// AccessLogEntries counts the access log channel's entries by what
+	// became of them (SPEC §4a).
+	AccessLogEntries *prometheus.CounterVec // result
 	// Refused counts what a limit turned away (R-L1, R-L4, R-L6).
 	Refused *prometheus.CounterVec // what
 	// RouteBaseline is a route's latency baseline (R-T6).
@@ -107,6 +110,10 @@ func New() *Metrics {
 			Name: "fusebox_route_latency_baseline_seconds",
 			Help: "A route's p50 latency of successes over the last 15 minutes (R-T6), for routes with slow_call_baseline_multiplier.",
 		}, []string{"gateway", "route"}),
+		AccessLogEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_access_log_entries_total",
+			Help: "Envoy access log entries received, by what became of them: recorded, duplicate, unknown_decision, no_decision, cluster_mismatch, ignored.",
+		}, []string{"result"}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_refused_total",
 			Help: "Requests and streams a limit turned away, by what was refused.",
@@ -114,7 +121,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
-		m.InternalErrors, m.Refused, m.RouteBaseline,
+		m.InternalErrors, m.Refused, m.RouteBaseline, m.AccessLogEntries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")

@@ -45,7 +45,10 @@ const (
 
 // attemptToken is the chain as the route role wrote it.
 type attemptToken struct {
-	V       int            `json:"v"`
+	V int `json:"v"`
+	// Decision is the route role's decision id: attempts of one request
+	// are tied together by it, and the access log entry names it.
+	Decision string         `json:"d,omitempty"`
 	Gateway string         `json:"g"`
 	Model   string         `json:"m"` // the client's model name
 	Path    string         `json:"p"` // the client's :path
@@ -106,7 +109,7 @@ func (t *attemptToken) group(n int) int {
 // first group carries the stream's admission, later groups an admission
 // taken now (closed routes: a generation, no slot).
 func (st *stream) chainToken(groups []chainGroup) string {
-	t := attemptToken{V: 1, Gateway: st.gw.ID, Model: st.modelName, Path: st.path}
+	t := attemptToken{V: 1, Decision: st.decisionID, Gateway: st.gw.ID, Model: st.modelName, Path: st.path}
 	for _, g := range groups {
 		t.Chain = append(t.Chain, attemptGroup{Route: g.route.Key, RouteGen: g.adm.Route.Gen, RouteLease: g.adm.Route.Lease,
 			FleetGen: g.adm.Fleet.Gen, FleetLease: g.adm.Fleet.Lease})
@@ -147,6 +150,7 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		}
 		return headersReply(nil)
 	}
+	st.decisionID = t.Decision
 	gw, ok := st.rt.Gateway(t.Gateway)
 	if !ok {
 		return headersReply(nil)
@@ -169,7 +173,7 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	st.tracked = !st.target.Peek(context.Background(), st.s.store, st.startNs).Off
 	// A previous attempt of this request that ended before any response
 	// headers was retried by Envoy: its connection failed or was reset.
-	st.s.parked.retried(st.requestID, n)
+	st.s.parked.retried(st.parkKey(), n)
 
 	// Per-attempt rewrites (R-X2): the header map is shared by every
 	// attempt, so :path is set on each one, back to the client's when the
@@ -217,8 +221,11 @@ func (st *stream) onAttemptBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 // parked one failed (connection_error). Otherwise, after parkFor, it is a
 // neither (R-O8), which frees its probe slot.
 type parkedAttempts struct {
-	mu  sync.Mutex
-	m   map[string]*parked
+	mu sync.Mutex
+	m  map[string]*parked
+	// early holds access log entries that named a decision no parked
+	// attempt had yet: the entry and the attempt's stream end race.
+	early map[string]earlyEntry
 	ttl time.Duration
 	max int
 	// later holds, per request, the latest attempt number seen when no
@@ -243,33 +250,53 @@ type parked struct {
 const parkFor = 5 * time.Second
 
 func newParkedAttempts() *parkedAttempts {
-	return &parkedAttempts{m: map[string]*parked{}, later: map[string]laterAttempt{}, ttl: parkFor, max: 10000}
+	return &parkedAttempts{m: map[string]*parked{}, later: map[string]laterAttempt{}, early: map[string]earlyEntry{}, ttl: parkFor, max: 10000}
 }
 
-// park keeps st until its request's next attempt or the timeout.
+// parkKey ties the attempts of one request together: the decision id the
+// route role put in the chain (x-request-id only for a chain written
+// without one).
+func (st *stream) parkKey() string {
+	if st.decisionID != "" {
+		return st.decisionID
+	}
+	return st.requestID
+}
+
+// park keeps st until its request's next attempt, its access log entry or
+// the timeout.
 func (p *parkedAttempts) park(st *stream) {
+	key := st.parkKey()
 	p.mu.Lock()
-	if st.requestID == "" || len(p.m) >= p.max {
+	if key == "" || len(p.m) >= p.max {
 		p.mu.Unlock()
 		st.recordNeither()
 		return
 	}
-	if l, ok := p.later[st.requestID]; ok && l.n > st.attemptN {
+	if out, ok := p.early[key]; ok && out.matches(st) {
+		// Envoy's entry for this attempt came first (R-AL5).
+		delete(p.early, key)
+		p.mu.Unlock()
+		st.recordEntry(out.entryOutcome)
+		st.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
+		return
+	}
+	if l, ok := p.later[key]; ok && l.n > st.attemptN {
 		// The next attempt already arrived: Envoy retried this one.
-		delete(p.later, st.requestID)
+		delete(p.later, key)
 		p.mu.Unlock()
 		st.recordConnError()
 		return
 	}
-	if old, ok := p.m[st.requestID]; ok {
+	if old, ok := p.m[key]; ok {
 		// Attempts of one request run one after the other; an older
 		// parked one is over.
-		delete(p.m, st.requestID)
+		delete(p.m, key)
 		old.timer.Stop()
 		defer old.st.recordNeither()
 	}
 	e := &parked{st: st, n: st.attemptN}
-	id := st.requestID
+	id := key
 	e.timer = time.AfterFunc(p.ttl, func() {
 		p.mu.Lock()
 		if cur, ok := p.m[id]; !ok || cur != e {
@@ -331,6 +358,52 @@ func (p *parkedAttempts) noteLater(id string, n int) {
 	if l, ok := p.later[id]; !ok || l.n < n {
 		p.later[id] = laterAttempt{n: n, at: now}
 	}
+}
+
+// earlyEntry is an access log entry waiting for its attempt to park.
+type earlyEntry struct {
+	entryOutcome
+	at time.Time
+}
+
+// matches reports whether an entry speaks for st: the attempt it counted
+// (when it says) and the cluster that attempt used (when a host was
+// picked).
+func (o entryOutcome) matches(st *stream) bool {
+	return (o.attempt == 0 || int(o.attempt) == st.attemptN) && (o.cluster == "" || o.cluster == st.chosen.Cluster)
+}
+
+// entry applies an access log entry to the parked attempt of decision id
+// (R-AL5: the failover deployment's last attempt, which no ext_proc stream
+// shows failing). An entry for no parked attempt is kept for one park time
+// in case the attempt's stream end is still on its way; ok is false then.
+func (p *parkedAttempts) entry(id string, out entryOutcome) (result string, ok bool) {
+	p.mu.Lock()
+	e, found := p.m[id]
+	if !found {
+		now := time.Now()
+		if len(p.early) >= 4096 {
+			for k, v := range p.early {
+				if now.Sub(v.at) > p.ttl {
+					delete(p.early, k)
+				}
+			}
+		}
+		if len(p.early) < 4096 {
+			p.early[id] = earlyEntry{entryOutcome: out, at: now}
+		}
+		p.mu.Unlock()
+		return "", false
+	}
+	if !out.matches(e.st) {
+		p.mu.Unlock()
+		return EntryClusterMismatch, true
+	}
+	delete(p.m, id)
+	e.timer.Stop()
+	p.mu.Unlock()
+	e.st.recordEntry(out)
+	return EntryRecorded, true
 }
 
 func (st *stream) recordConnError() {

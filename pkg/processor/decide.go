@@ -111,6 +111,9 @@ func (st *stream) decide() decision {
 	st.chosen = cands[idx]
 	st.target = st.comp.targets[st.chosen]
 	st.tracked = !off[idx]
+	if st.tracked {
+		st.decisionID = newDecisionID()
+	}
 
 	d := decision{fallbacks: clusters(cands, sel.Order, chosenAt+1)}
 	var would string
@@ -157,6 +160,13 @@ func (st *stream) decide() decision {
 		}
 		d.attempt = st.chainToken(groups)
 		st.handedOver = true
+	}
+	if st.tracked {
+		d.stage = withDecision(d.stage, st.decisionID)
+		if !st.handedOver {
+			st.s.decisions.add(st)
+			st.kept = true
+		}
 	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
 	return d

@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
@@ -114,6 +115,7 @@ type env struct {
 	metrics *metrics.Metrics
 	holder  *routes.Holder
 	client  extprocv3.ExternalProcessorClient
+	al      accesslogv3.AccessLogServiceClient
 	events  chan breaker.Event
 }
 
@@ -138,6 +140,7 @@ func newEnv(t *testing.T, opts ...func(*Options)) *env {
 	e.srv = NewServer(o)
 	gs := grpc.NewServer()
 	extprocv3.RegisterExternalProcessorServer(gs, e.srv)
+	accesslogv3.RegisterAccessLogServiceServer(gs, e.srv.AccessLogService())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +152,7 @@ func newEnv(t *testing.T, opts ...func(*Options)) *env {
 	}
 	t.Cleanup(func() { conn.Close(); gs.Stop() })
 	e.client = extprocv3.NewExternalProcessorClient(conn)
+	e.al = accesslogv3.NewAccessLogServiceClient(conn)
 	return e
 }
 

@@ -166,24 +166,28 @@ func (st *stream) onResponseEnd() {
 // is a neither that frees its probe slot (R-O8). The exception is a body
 // already whole by its own framing: with trailers that Envoy does not send
 // (trailer mode SKIP), end_of_stream never comes for a complete response.
+//
+// A stream that saw no response at all may have met one of Envoy's own
+// local replies the route role is never shown (Envoy 1.34–1.36): the access
+// log channel settles it (finishDecision).
 func (st *stream) finish() {
-	if !st.tracked || st.recorded {
-		return
-	}
-	if st.handedOver && !st.respStarted {
+	switch {
+	case !st.tracked || st.recorded:
+	case st.handedOver && !st.respStarted:
 		// The attempt role judges every attempt (R-X3); the route role's
 		// stream ends after the request phase.
 		return
-	}
-	if st.attempt && !st.respStarted {
+	case st.attempt && !st.respStarted:
 		st.s.parked.park(st)
 		return
-	}
-	if st.respStarted && st.wait == needBody && st.classifier.Complete() {
+	case st.respStarted && st.wait == needBody && st.classifier.Complete():
 		st.onResponseEnd()
-		return
+	case !st.kept:
+		st.recordNeither()
 	}
-	st.recordNeither()
+	if st.kept {
+		st.finishDecision(!st.respStarted)
+	}
 }
 
 // record applies the attempt's result to its route and fleet breakers and

@@ -54,6 +54,11 @@ type Server struct {
 	streams    atomic.Int64
 	// streamIdle and streamMax bound a stream's life (R-L13); 0 = none.
 	streamIdle, streamMax time.Duration
+	// The access log channel (accesslog.go): the decisions it can still
+	// speak for, the Envoy streams connected, and who hears of them.
+	decisions          *decisionTable
+	alStreams          atomic.Int64
+	onAccessLogStreams func(n int64)
 	history               *breaker.History
 	stalls                stallWatch
 	baselines             *baselines
@@ -73,6 +78,9 @@ type Options struct {
 	// StreamIdle ends a stream with no message for this long, and
 	// StreamDuration one older than this (R-L13); 0 = no bound.
 	StreamIdle, StreamDuration time.Duration
+	// OnAccessLogStreams hears how many access log streams are connected
+	// (R-AL6: /readyz says whether one is).
+	OnAccessLogStreams func(n int64)
 	// History, when set, keeps each route's recent outcomes for the
 	// dashboard's sparklines.
 	History *breaker.History
@@ -92,7 +100,8 @@ func NewServer(o Options) *Server {
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
 		parked:     newParkedAttempts(),
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
-		streamIdle: o.StreamIdle, streamMax: o.StreamDuration}
+		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
+		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams}
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}

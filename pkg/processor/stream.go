@@ -51,6 +51,11 @@ type stream struct {
 	adm     breaker.TargetAdmission
 	tracked bool // outcomes of this attempt are recorded
 	first   *routes.Route
+	// decisionID names the decision in dynamic metadata (fusebox.decision)
+	// for the access log channel; kept: it is in the server's decision
+	// table until the stream's end settles its outcome (decisions.go).
+	decisionID string
+	kept       bool
 
 	// Response side.
 	respStarted bool

@@ -123,3 +123,15 @@ func stageMetadata(action, routes, would string) *structpb.Struct {
 		"fusebox": structpb.NewStructValue(&structpb.Struct{Fields: f}),
 	}}
 }
+
+// withDecision names the decision in the fusebox namespace (R-AL2), where
+// Envoy's access log entry carries it back.
+func withDecision(stage *structpb.Struct, id string) *structpb.Struct {
+	if stage == nil {
+		return &structpb.Struct{Fields: map[string]*structpb.Value{
+			"fusebox": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"decision": structpb.NewStringValue(id)}}),
+		}}
+	}
+	stage.Fields["fusebox"].GetStructValue().Fields["decision"] = structpb.NewStringValue(id)
+	return stage
+}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"go.yaml.in/yaml/v3"
@@ -123,6 +124,13 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 		Headers:  f.Headers,
 		Gateways: map[string]*Gateway{},
 		Fleets:   map[string]*Fleet{},
+	}
+	rt.AccessLogWait = DefaultAccessLogWaitMs * time.Millisecond
+	if v := f.AccessLog.WaitMs; v != nil {
+		if *v < 0 || *v > 60000 {
+			c.errf("access_log.wait_ms: must be in 0..60000, got %d", *v)
+		}
+		rt.AccessLogWait = time.Duration(*v) * time.Millisecond
 	}
 	c.checkListen(f)
 	c.checkLimits(f)

@@ -6,14 +6,15 @@ import "time"
 // decoded strictly (unknown fields are errors) and then compiled into an
 // immutable Runtime; nothing on the request path reads a File.
 type File struct {
-	Listen   Listen                 `yaml:"listen"`
-	Limits   LimitsSpec             `yaml:"limits"`
-	Admin    AdminConfig            `yaml:"admin"`
-	Store    StoreConfig            `yaml:"store"`
-	Headers  Headers                `yaml:"headers"`
-	Policies map[string]*PolicySpec `yaml:"policies"`
-	Fleets   []FleetSpec            `yaml:"fleets"`
-	Gateways []GatewaySpec          `yaml:"gateways"`
+	Listen    Listen                 `yaml:"listen"`
+	Limits    LimitsSpec             `yaml:"limits"`
+	AccessLog AccessLogSpec          `yaml:"access_log"`
+	Admin     AdminConfig            `yaml:"admin"`
+	Store     StoreConfig            `yaml:"store"`
+	Headers   Headers                `yaml:"headers"`
+	Policies  map[string]*PolicySpec `yaml:"policies"`
+	Fleets    []FleetSpec            `yaml:"fleets"`
+	Gateways  []GatewaySpec          `yaml:"gateways"`
 }
 
 // Listen holds the two listener addresses.
@@ -86,6 +87,16 @@ func (l LimitsSpec) resolved() Limits {
 	}
 	return out
 }
+
+// AccessLogSpec configures the access log channel (SPEC §4a).
+type AccessLogSpec struct {
+	// WaitMs is how long a route-role stream that ended without a response
+	// waits for Envoy's access log entry before it is a neither.
+	WaitMs *int64 `yaml:"wait_ms"`
+}
+
+// DefaultAccessLogWaitMs is access_log.wait_ms unset.
+const DefaultAccessLogWaitMs = 2000
 
 // AdminConfig configures the admin API.
 type AdminConfig struct {

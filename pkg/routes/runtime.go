@@ -2,6 +2,7 @@ package routes
 
 import (
 	"strings"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -11,12 +12,14 @@ import (
 // swaps it atomically (see Holder), so a request keeps the Runtime it started
 // with.
 type Runtime struct {
-	Listen   Listen
-	Limits   Limits
-	Admin    AdminConfig
-	Store    StoreConfig
-	Headers  Headers
-	Gateways map[string]*Gateway
+	Listen Listen
+	Limits Limits
+	// AccessLogWait is access_log.wait_ms.
+	AccessLogWait time.Duration
+	Admin         AdminConfig
+	Store         StoreConfig
+	Headers       Headers
+	Gateways      map[string]*Gateway
 	// GatewayIDs lists gateways in file order.
 	GatewayIDs []string
 	Fleets     map[string]*Fleet

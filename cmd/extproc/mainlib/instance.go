@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/admin"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
@@ -185,8 +186,19 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
 		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history,
 		StreamIdle: rt.Limits.MaxStreamIdle, StreamDuration: rt.Limits.MaxStreamDuration,
+		OnAccessLogStreams: func(n int64) {
+			detail := "not connected"
+			if n > 0 {
+				detail = fmt.Sprintf("connected (%d streams)", n)
+			}
+			// Informational (R-AL6): fusebox serves without the channel.
+			in.Health.Set("access_log", admin.Component{Ready: true, Detail: detail})
+		},
 	})
 	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, procSrv)
+	// The access log channel (SPEC §4a) on the same listener, TLS and limits.
+	accesslogv3.RegisterAccessLogServiceServer(in.grpcSrv, procSrv.AccessLogService())
+	in.Health.Set("access_log", admin.Component{Ready: true, Detail: "not connected"})
 	in.Health.OnChange(func(serving bool) {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if serving {

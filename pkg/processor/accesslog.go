@@ -1,0 +1,227 @@
+package processor
+
+import (
+	"errors"
+	"io"
+	"runtime/debug"
+	"time"
+
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The access log channel (SPEC §4a, R-AL1..R-AL6): Envoy's gRPC access log
+// service delivers Envoy's own outcomes (connect failures, route timeouts,
+// no healthy host, no cluster) on every Envoy version, including where the
+// route role never sees them (1.34–1.36) and where no ext_proc does (the
+// failover deployment's last attempt). decisions.go says how an entry and
+// the ext_proc stream agree on one outcome.
+
+// Results of fusebox_access_log_entries_total{result}.
+const (
+	EntryRecorded        = "recorded"
+	EntryDuplicate       = "duplicate"
+	EntryUnknown         = "unknown_decision"
+	EntryNoDecision      = "no_decision"
+	EntryClusterMismatch = "cluster_mismatch"
+	EntryIgnored         = "ignored"
+)
+
+// entryOutcome is what one access log entry says of its request.
+type entryOutcome struct {
+	res     breaker.Result
+	cluster string // upstream_cluster: "" when no host was picked (NC, UH, UO)
+	attempt uint32 // upstream_request_attempt_count, 0 unknown
+}
+
+// AccessLogService returns the envoy.service.accesslog.v3.AccessLogService
+// that feeds the access log channel; mainlib registers it on the ext_proc
+// listener (R-AL1).
+func (s *Server) AccessLogService() accesslogv3.AccessLogServiceServer { return accessLogServer{s: s} }
+
+type accessLogServer struct {
+	accesslogv3.UnimplementedAccessLogServiceServer
+	s *Server
+}
+
+// StreamAccessLogs reads one Envoy worker's entries until it closes.
+func (a accessLogServer) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	s := a.s
+	s.accessLogStreams(1)
+	defer s.accessLogStreams(-1)
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return s.recvErr(err)
+		}
+		for _, e := range msg.GetHttpLogs().GetLogEntry() {
+			s.onAccessLogEntry(e)
+		}
+	}
+}
+
+func (s *Server) accessLogStreams(d int64) {
+	n := s.alStreams.Add(d)
+	if s.onAccessLogStreams != nil {
+		s.onAccessLogStreams(n)
+	}
+}
+
+// onAccessLogEntry takes one entry: it records the outcome of the decision
+// it names when no ext_proc stream has, and is counted by what became of it.
+// A panic is absorbed like a message's (R-D7).
+func (s *Server) onAccessLogEntry(e *accesslogdatav3.HTTPAccessLogEntry) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.metrics.InternalErrors.WithLabelValues("panic").Inc()
+			s.log.Error("recovered a panic while reading an access log entry", "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	s.metrics.AccessLogEntries.WithLabelValues(s.takeEntry(e)).Inc()
+}
+
+func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
+	cp := e.GetCommonProperties()
+	if cp.GetIntermediateLogEntry() {
+		return EntryIgnored
+	}
+	id := cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()["decision"].GetStringValue()
+	if id == "" || len(id) > 64 {
+		return EntryNoDecision
+	}
+	out := entryResult(e)
+	if p := s.decisions.get(id); p != nil {
+		return s.entryForStream(p, id, out)
+	}
+	if r, ok := s.parked.entry(id, out); ok {
+		return r
+	}
+	if s.decisions.wasDone(id) {
+		return EntryDuplicate
+	}
+	return EntryUnknown
+}
+
+// entryForStream applies an entry to a route-role decision (R-AL3).
+func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.st
+	if out.cluster != "" && out.cluster != st.chosen.Cluster {
+		// A client cannot steer an outcome onto another route (R-AL4).
+		return EntryClusterMismatch
+	}
+	switch p.state {
+	case pendingDone:
+		return EntryDuplicate
+	case pendingLive:
+		// The stream may still see its own response; it decides at its end.
+		if p.entry == nil {
+			p.entry = &out
+		}
+		return EntryRecorded
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	st.recordEntry(out)
+	p.state = pendingDone
+	s.decisions.forget(id, st.rt.AccessLogWait)
+	return EntryRecorded
+}
+
+// recordEntry records what an entry says for st's decision.
+func (st *stream) recordEntry(out entryOutcome) {
+	res := out.res
+	if res.Reason == breaker.ReasonClusterNotFound {
+		st.s.metrics.ClusterNotFound.WithLabelValues(st.gw.ID, st.chosen.Cluster).Inc()
+		st.s.log.Error("Envoy has no cluster for the route fusebox chose: fix the Envoy config or the route's cluster",
+			"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster)
+	}
+	st.record(res, st.now())
+}
+
+// finishDecision ends a route-role stream's decision (called by finish,
+// with no outcome recorded by the stream's own response when noResponse):
+// an entry that came first is recorded now; with an access log stream
+// connected, the stream waits for one; otherwise, a neither (R-O8).
+func (st *stream) finishDecision(noResponse bool) {
+	s := st.s
+	p := s.decisions.get(st.decisionID)
+	if p == nil {
+		if !st.recorded {
+			st.recordNeither()
+		}
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	wait := st.rt.AccessLogWait
+	switch {
+	case st.recorded:
+	case noResponse && p.entry != nil:
+		st.recordEntry(*p.entry)
+	case noResponse && wait > 0 && s.alStreams.Load() > 0:
+		p.state = pendingWaiting
+		id := st.decisionID
+		p.timer = time.AfterFunc(wait, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.state != pendingWaiting {
+				return
+			}
+			st.recordNeither()
+			p.state = pendingDone
+			s.decisions.forget(id, wait)
+		})
+		return
+	default:
+		st.recordNeither()
+	}
+	p.state = pendingDone
+	s.decisions.forget(st.decisionID, wait)
+}
+
+// entryResult judges an entry as the route role judges response headers
+// (R-AL4): Envoy's flags first; a provider's own answer (via_upstream) by
+// the status list; a client that went away (DC) is a neither. An entry
+// carries no body, so a 2xx cannot show an answer: a neither.
+func entryResult(e *accesslogdatav3.HTTPAccessLogEntry) entryOutcome {
+	cp := e.GetCommonProperties()
+	f := cp.GetResponseFlags()
+	var flags uint64
+	for _, b := range []struct {
+		on  bool
+		bit uint64
+	}{
+		{f.GetNoHealthyUpstream(), flagUH}, {f.GetUpstreamRequestTimeout(), flagUT}, {f.GetLocalReset(), flagLR},
+		{f.GetUpstreamRemoteReset(), flagUR}, {f.GetUpstreamConnectionFailure(), flagUF},
+		{f.GetUpstreamConnectionTermination(), flagUC}, {f.GetUpstreamOverflow(), flagUO},
+		{f.GetUpstreamRetryLimitExceeded(), flagURX}, {f.GetUpstreamProtocolError(), flagUPE}, {f.GetNoClusterFound(), flagNC},
+	} {
+		if b.on {
+			flags |= b.bit
+		}
+	}
+	details := e.GetResponse().GetResponseCodeDetails()
+	h := respHead{status: int(e.GetResponse().GetResponseCode().GetValue()), flags: flags, hasFlags: true,
+		details: details, hasDetails: details != "", endOfStream: true}
+	res, _ := judgeHead(h)
+	if d := cp.GetDuration(); d != nil {
+		res.ElapsedMs = d.AsDuration().Milliseconds()
+	}
+	switch res.Kind {
+	case breaker.KindConnError, breaker.KindTimeout, breaker.KindNeither:
+	default:
+		if f.GetDownstreamConnectionTermination() || f.GetDownstreamRemoteReset() || res.Kind == breaker.KindAnswered {
+			res = breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: res.ElapsedMs}
+		}
+	}
+	return entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount()}
+}

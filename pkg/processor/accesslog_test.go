@@ -1,0 +1,226 @@
+package processor
+
+import (
+	"testing"
+	"time"
+
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// decisionOf reads fusebox.decision from a decision reply.
+func decisionOf(t *testing.T, r *extprocv3.ProcessingResponse) string {
+	t.Helper()
+	id := r.GetDynamicMetadata().GetFields()["fusebox"].GetStructValue().GetFields()["decision"].GetStringValue()
+	if len(id) != 32 {
+		t.Fatalf("decision id %q: want 128 bits in hex", id)
+	}
+	return id
+}
+
+// logEntry is an HTTP access log entry as Envoy's http_grpc logger writes
+// it for a request fusebox decided.
+type logEntry struct {
+	decision, cluster string
+	code              uint32
+	details           string
+	flags             *accesslogdatav3.ResponseFlags
+	attempt           uint32
+}
+
+func (l logEntry) proto() *accesslogdatav3.HTTPAccessLogEntry {
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+	if l.decision != "" {
+		md.FilterMetadata["fusebox"] = &structpb.Struct{Fields: map[string]*structpb.Value{"decision": structpb.NewStringValue(l.decision)}}
+	}
+	return &accesslogdatav3.HTTPAccessLogEntry{
+		CommonProperties: &accesslogdatav3.AccessLogCommon{UpstreamCluster: l.cluster, ResponseFlags: l.flags, Metadata: md,
+			Duration: durationpb.New(30 * time.Millisecond), UpstreamRequestAttemptCount: l.attempt},
+		Response: &accesslogdatav3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(l.code), ResponseCodeDetails: l.details},
+	}
+}
+
+// alStream is one Envoy worker's access log stream.
+type alStream struct {
+	t *testing.T
+	s accesslogv3.AccessLogService_StreamAccessLogsClient
+}
+
+func (e *env) accessLog() *alStream {
+	e.t.Helper()
+	s, err := e.al.StreamAccessLogs(e.t.Context())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	a := &alStream{t: e.t, s: s}
+	a.sendRaw(&accesslogv3.StreamAccessLogsMessage{Identifier: &accesslogv3.StreamAccessLogsMessage_Identifier{LogName: "fusebox"}})
+	eventually(e.t, "the access log stream is connected", func() bool { return e.srv.alStreams.Load() > 0 })
+	return a
+}
+
+func (a *alStream) sendRaw(m *accesslogv3.StreamAccessLogsMessage) {
+	if err := a.s.Send(m); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+func (a *alStream) send(es ...logEntry) {
+	var list []*accesslogdatav3.HTTPAccessLogEntry
+	for _, e := range es {
+		list = append(list, e.proto())
+	}
+	a.sendRaw(&accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{
+		HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: list}}})
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (e *env) entries(result string) float64 {
+	return testutil.ToFloat64(e.metrics.AccessLogEntries.WithLabelValues(result))
+}
+
+var (
+	uf  = &accesslogdatav3.ResponseFlags{UpstreamConnectionFailure: true}
+	ut  = &accesslogdatav3.ResponseFlags{UpstreamRequestTimeout: true}
+	nc  = &accesslogdatav3.ResponseFlags{NoClusterFound: true}
+	uo  = &accesslogdatav3.ResponseFlags{UpstreamOverflow: true}
+	dc  = &accesslogdatav3.ResponseFlags{DownstreamConnectionTermination: true}
+	urx = &accesslogdatav3.ResponseFlags{UpstreamRetryLimitExceeded: true}
+)
+
+// TestAccessLogEntryJudgesWhatTheRouteRoleNeverSaw (R-AL3, R-AL4): on Envoy
+// 1.34–1.36 the route role's stream ends with no response for Envoy's own
+// local replies; the access log entry, before or after that end, records
+// the outcome its flags say, once.
+func TestAccessLogEntryJudgesWhatTheRouteRoleNeverSaw(t *testing.T) {
+	cases := []struct {
+		name          string
+		entryFirst    bool
+		code          uint32
+		details       string
+		flags         *accesslogdatav3.ResponseFlags
+		noCluster     bool
+		class, reason string
+	}{
+		{"refused connection, entry after the stream", false, 503, "upstream_reset_before_response_started{remote_connection_failure}", uf, false, "failure", "connection_error"},
+		{"refused connection, entry before the stream ends", true, 503, "upstream_reset_before_response_started{remote_connection_failure}", uf, false, "failure", "connection_error"},
+		{"route timeout", false, 504, "upstream_response_timeout", ut, false, "failure", "timeout"},
+		{"no cluster", false, 503, "cluster_not_found", nc, true, "neither", "cluster_not_found"},
+		{"overflow", false, 503, "upstream_reset_before_response_started{overflow}", uo, true, "neither", "envoy_overflow"},
+		{"client went away", false, 0, "downstream_remote_disconnect", dc, false, "neither", "client_cancel"},
+		{"provider 503 after retries (via_upstream)", false, 503, "via_upstream", urx, false, "failure", "provider_5xx"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			al := e.accessLog()
+			c := e.open("")
+			id := decisionOf(t, c.chat("gpt"))
+			entry := logEntry{decision: id, cluster: "c_openai_us", code: tc.code, details: tc.details, flags: tc.flags}
+			if tc.noCluster {
+				entry.cluster = ""
+			}
+			if tc.entryFirst {
+				al.send(entry)
+				eventually(t, "the entry is read", func() bool { return e.entries(EntryRecorded) == 1 })
+			}
+			c.end() // what the route role sees on 1.36: the stream closing
+			if !tc.entryFirst {
+				al.send(entry)
+			}
+			eventually(t, "the outcome is recorded", func() bool {
+				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", tc.class, tc.reason)) == 1
+			})
+			// The same entry again (Envoy never does; a replay might) is a
+			// duplicate, and nothing is recorded twice.
+			al.send(entry)
+			eventually(t, "the duplicate is counted", func() bool { return e.entries(EntryDuplicate) == 1 })
+			if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); tc.reason != "client_cancel" && v != 0 {
+				t.Fatalf("also recorded as a client cancel: %v", v)
+			}
+		})
+	}
+}
+
+// TestAccessLogNeverRecordsTwice (R-AL3): where the route role sees the
+// local reply itself (Envoy <= 1.33, >= 1.37), its own outcome stands and
+// the entry that follows is a duplicate.
+func TestAccessLogNeverRecordsTwice(t *testing.T) {
+	e := newEnv(t)
+	al := e.accessLog()
+	c := e.open("")
+	id := decisionOf(t, c.chat("gpt"))
+	c.respHeaders("503", false, attrs(flagUF, "upstream_reset_before_response_started{connection_failure}"), "content-type", "text/plain")
+	c.end()
+	al.send(logEntry{decision: id, cluster: "c_openai_us", code: 503, details: "upstream_reset_before_response_started{connection_failure}", flags: uf})
+	eventually(t, "the entry is read", func() bool { return e.entries(EntryDuplicate) == 1 })
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "failure", "connection_error")); v != 1 {
+		t.Fatalf("connection_error recorded %v times", v)
+	}
+}
+
+// TestForgedAccessLogEntryRecordsNothing (R-AL2, R-AL4): an entry naming no
+// decision fusebox made, or naming one with another route's cluster, is
+// dropped and counted; the decision it named still ends as a neither.
+func TestForgedAccessLogEntryRecordsNothing(t *testing.T) {
+	rt, err := routes.Parse([]byte("access_log: {wait_ms: 50}\n"+testConfig), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	e.holder.Store(rt)
+	al := e.accessLog()
+	c := e.open("")
+	id := decisionOf(t, c.chat("gpt"))
+	c.end()
+	al.send(
+		logEntry{decision: "00000000000000000000000000000000", cluster: "c_openai_us", code: 503, flags: uf},
+		logEntry{decision: id, cluster: "c_azure_eu", code: 503, flags: uf},
+		logEntry{cluster: "c_openai_us", code: 503, flags: uf},
+	)
+	eventually(t, "the forged entries are counted", func() bool {
+		return e.entries(EntryUnknown) == 1 && e.entries(EntryClusterMismatch) == 1 && e.entries(EntryNoDecision) == 1
+	})
+	eventually(t, "the decision ends as a neither after access_log.wait_ms", func() bool {
+		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) == 1
+	})
+	for _, r := range []string{"openai:us:gpt", "azure:eu:gpt"} {
+		if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", r, "failure", "connection_error")); v != 0 {
+			t.Fatalf("%s: a forged entry recorded a failure", r)
+		}
+	}
+	if e.srv.decisions.len() != 0 {
+		t.Fatalf("%d decisions still kept", e.srv.decisions.len())
+	}
+}
+
+// TestNoAccessLogStreamNoWait (R-AL6): without the channel connected a
+// stream that ends with no response is a neither at once, as before.
+func TestNoAccessLogStreamNoWait(t *testing.T) {
+	e := newEnv(t)
+	c := e.open("")
+	c.chat("gpt")
+	c.end()
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); v != 1 {
+		t.Fatalf("neither recorded %v", v)
+	}
+	if e.srv.decisions.len() != 0 {
+		t.Fatal("a decision is still kept")
+	}
+}

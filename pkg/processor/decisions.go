@@ -1,0 +1,110 @@
+package processor
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+// The decisions the access log channel can still speak for (SPEC §4a).
+//
+// On Envoy 1.34–1.36 the route role never sees Envoy's own local replies
+// (a refused connection, a route timeout): its stream just ends, like a
+// client cancel (docs/envoy.md). Envoy's gRPC access log sees them on every
+// version, written when the HTTP stream completes, on its own gRPC stream,
+// so it may reach fusebox before or after the ext_proc stream ends. Each
+// route-role decision is therefore named by an unguessable id in dynamic
+// metadata (fusebox.decision), which comes back in the entry, and kept here
+// until one channel has recorded its outcome:
+//
+//   - an entry that arrives while the stream is live is kept; the stream
+//     records from its own response if one comes, else from the entry;
+//   - a stream that ends without a response waits up to access_log.wait_ms
+//     for an entry (only while an access log stream is connected), then
+//     records a neither (R-O8);
+//   - an entry after the outcome is a duplicate, never recorded twice.
+//
+// Decisions handed to the attempt role (failover) are not kept here: the
+// attempt role's parked attempts answer for them (attempt.go).
+
+// newDecisionID returns 128 random bits in hex (R-AL2: at least 96).
+func newDecisionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// pendingState is where a kept decision is.
+type pendingState uint8
+
+const (
+	pendingLive    pendingState = iota // the stream runs; it records
+	pendingWaiting                     // the stream ended with no response: waiting for an entry
+	pendingDone                        // recorded
+)
+
+type pending struct {
+	mu    sync.Mutex
+	st    *stream
+	state pendingState
+	entry *entryOutcome // arrived while live
+	timer *time.Timer
+}
+
+// decisionTable keeps pending decisions by id, and the ids recently done
+// (two generations of wait_ms each) so that a late entry is told apart
+// from a forged one.
+type decisionTable struct {
+	mu      sync.Mutex
+	live    map[string]*pending
+	done    [2]map[string]struct{}
+	rotated time.Time
+}
+
+func newDecisionTable() *decisionTable {
+	return &decisionTable{live: map[string]*pending{}, done: [2]map[string]struct{}{{}, {}}}
+}
+
+// add keeps st's decision, live.
+func (t *decisionTable) add(st *stream) {
+	p := &pending{st: st}
+	t.mu.Lock()
+	t.live[st.decisionID] = p
+	t.mu.Unlock()
+}
+
+func (t *decisionTable) get(id string) *pending {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.live[id]
+}
+
+// forget drops id, remembering it as done for late entries.
+func (t *decisionTable) forget(id string, keep time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.live, id)
+	now := time.Now()
+	if now.Sub(t.rotated) > keep {
+		t.done[1], t.done[0] = t.done[0], map[string]struct{}{}
+		t.rotated = now
+	}
+	t.done[0][id] = struct{}{}
+}
+
+// wasDone reports whether id was recorded lately.
+func (t *decisionTable) wasDone(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, a := t.done[0][id]
+	_, b := t.done[1][id]
+	return a || b
+}
+
+// len is how many decisions are kept (tests, bounds).
+func (t *decisionTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live)
+}
