@@ -49,10 +49,10 @@ type attemptToken struct {
 	// Decision is the route role's decision id: attempts of one request
 	// are tied together by it, and the access log entry names it.
 	Decision string         `json:"d,omitempty"`
-	Gateway string         `json:"g"`
-	Model   string         `json:"m"` // the client's model name
-	Path    string         `json:"p"` // the client's :path
-	Chain   []attemptGroup `json:"c"`
+	Gateway  string         `json:"g"`
+	Model    string         `json:"m"` // the client's model name
+	Path     string         `json:"p"` // the client's :path
+	Chain    []attemptGroup `json:"c"`
 }
 
 // attemptGroup is one route of the chain with the admission the route role
@@ -226,8 +226,8 @@ type parkedAttempts struct {
 	// early holds access log entries that named a decision no parked
 	// attempt had yet: the entry and the attempt's stream end race.
 	early map[string]earlyEntry
-	ttl time.Duration
-	max int
+	ttl   time.Duration
+	max   int
 	// later holds, per request, the latest attempt number seen when no
 	// earlier attempt was parked yet: Envoy resets attempt k's stream and
 	// starts attempt k+1's concurrently, so k+1 may reach fusebox before

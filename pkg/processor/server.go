@@ -59,9 +59,9 @@ type Server struct {
 	decisions          *decisionTable
 	alStreams          atomic.Int64
 	onAccessLogStreams func(n int64)
-	history               *breaker.History
-	stalls                stallWatch
-	baselines             *baselines
+	history            *breaker.History
+	stalls             stallWatch
+	baselines          *baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 }

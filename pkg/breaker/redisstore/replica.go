@@ -158,7 +158,6 @@ func pbSnapshot(r *result) *replicav1.Snapshot {
 	}
 }
 
-
 // PublishOverlay tells the other replicas that gateway's admin overlay
 // changed in Redis.
 func (s *Store) PublishOverlay(ctx context.Context, gateway string) error {
