@@ -149,8 +149,9 @@ func (st *stream) recordEntry(out entryOutcome) {
 
 // finishDecision ends a route-role stream's decision (called by finish,
 // with no outcome recorded by the stream's own response when noResponse):
-// an entry that came first is recorded now; with an access log stream
-// connected, the stream waits for one; otherwise, a neither (R-O8).
+// an entry that came first is recorded now; otherwise the stream waits up
+// to access_log.wait_ms for one, then is a neither (R-O8). A stream that
+// broke after its response started is a neither at once (R-O9).
 func (st *stream) finishDecision(noResponse bool) {
 	s := st.s
 	p := s.decisions.get(st.decisionID)
@@ -167,7 +168,11 @@ func (st *stream) finishDecision(noResponse bool) {
 	case st.recorded:
 	case noResponse && p.entry != nil:
 		st.recordEntry(*p.entry)
-	case noResponse && wait > 0 && s.alStreams.Load() > 0:
+	case noResponse && wait > 0:
+		// Waiting whether or not a channel stream is connected now: Envoy
+		// opens its access log stream at its first entry (and again after
+		// fusebox restarts), so the entry that would connect it is the
+		// very one this stream may be waiting for.
 		p.state = pendingWaiting
 		id := st.decisionID
 		p.timer = time.AfterFunc(wait, func() {

@@ -210,17 +210,30 @@ func TestForgedAccessLogEntryRecordsNothing(t *testing.T) {
 	}
 }
 
-// TestNoAccessLogStreamNoWait (R-AL6): without the channel connected a
-// stream that ends with no response is a neither at once, as before.
-func TestNoAccessLogStreamNoWait(t *testing.T) {
-	e := newEnv(t)
-	c := e.open("")
-	c.chat("gpt")
-	c.end()
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); v != 1 {
-		t.Fatalf("neither recorded %v", v)
-	}
-	if e.srv.decisions.len() != 0 {
-		t.Fatal("a decision is still kept")
+// TestNoAccessLogStreamStillEnds (R-AL6): without the channel a stream that
+// ends with no response is still a neither, once access_log.wait_ms has
+// passed (Envoy opens its access log stream only at its first entry, so
+// fusebox cannot tell "not configured" from "not yet"); with wait_ms 0 at
+// once.
+func TestNoAccessLogStreamStillEnds(t *testing.T) {
+	for _, wait := range []string{"50", "0"} {
+		rt, err := routes.Parse([]byte("access_log: {wait_ms: "+wait+"}\n"+testConfig), routes.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t)
+		e.holder.Store(rt)
+		c := e.open("")
+		c.chat("gpt")
+		c.end()
+		if wait == "0" && e.srv.decisions.len() != 0 {
+			t.Fatal("wait_ms 0: the decision is still kept")
+		}
+		eventually(t, "the neither is recorded", func() bool {
+			return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) == 1
+		})
+		if e.srv.decisions.len() != 0 {
+			t.Fatal("a decision is still kept")
+		}
 	}
 }

@@ -21,8 +21,7 @@ import (
 //   - an entry that arrives while the stream is live is kept; the stream
 //     records from its own response if one comes, else from the entry;
 //   - a stream that ends without a response waits up to access_log.wait_ms
-//     for an entry (only while an access log stream is connected), then
-//     records a neither (R-O8);
+//     for an entry, then records a neither (R-O8; wait_ms 0: at once);
 //   - an entry after the outcome is a duplicate, never recorded twice.
 //
 // Decisions handed to the attempt role (failover) are not kept here: the

@@ -41,6 +41,10 @@ func deploymentOf(t *testing.T, path string) envoysim.Config {
 		fo := *cfg.Failover
 		c.Failover = &fo
 	}
+	if cfg.AccessLog != nil {
+		al := *cfg.AccessLog
+		c.AccessLog = &al
+	}
 	return c
 }
 

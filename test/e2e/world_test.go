@@ -98,6 +98,9 @@ type world struct {
 	stop      context.CancelFunc
 	logs      *logbuf.Buffer
 	proxies   []*envoysim.Proxy
+	// profile is the Envoy release and config file the proxies play
+	// (versions_test.go); the zero value is envoy.yaml on the current one.
+	profile profile
 }
 
 func freeAddr(t *testing.T) string {
@@ -163,10 +166,14 @@ func (w *world) stopFusebox() {
 // deployment is the shipped Envoy deployment for one virtual host (one
 // gateway). envoy_test.go checks it against envoy/envoy.yaml.
 func (w *world) deployment(gateway string, vhostHeaders map[string]string) envoysim.Config {
-	cfg := shippedDeployment(w.t)
+	cfg := deploymentOf(w.t, w.profile.file())
+	cfg.Envoy = w.profile.Envoy
 	cfg.Gateway = gateway
 	cfg.VHostHeaders = vhostHeaders
 	cfg.ExtProc.Addr = w.grpcAddr
+	if cfg.AccessLog != nil {
+		cfg.AccessLog.Addr = w.grpcAddr
+	}
 	// The clusters of this test topology: one per fake provider, and the
 	// file's default cluster served by the "fallback" provider.
 	cfg.Clusters = map[string]*envoysim.Cluster{}

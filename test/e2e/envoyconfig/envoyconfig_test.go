@@ -185,3 +185,52 @@ func contains(l []string, s string) bool {
 	}
 	return false
 }
+
+// TestEveryConfigHasTheAccessLogChannel (R-AL1): every shipped Envoy config
+// sends fusebox unbuffered entries for the flags that show an
+// Envoy-generated ending, over the fusebox cluster.
+func TestEveryConfigHasTheAccessLogChannel(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
+	want := []string{"UF", "UC", "UR", "LR", "UPE", "UH", "UT", "UO", "NC", "URX", "DC"}
+	for _, f := range files {
+		b, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Harness(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		al := cfg.AccessLog
+		if al == nil || al.BufferSizeBytes != 0 || strings.Join(al.Flags, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: access log %+v", filepath.Base(f), al)
+		}
+	}
+}
+
+// TestConfigFor136 (docs/envoy.md): envoy-1.36.yaml is envoy.yaml plus the
+// runtime layer that lets 1.34–1.36 show the route role its local replies.
+func TestConfigFor136(t *testing.T) {
+	base, err := os.ReadFile(filepath.Join(envoyDir, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v136, err := os.ReadFile(filepath.Join(envoyDir, "envoy-1.36.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(v136), string(base)) {
+		t.Fatal("envoy-1.36.yaml has drifted from envoy.yaml: it must be envoy.yaml plus the layered_runtime block")
+	}
+	b, err := Load(filepath.Join(envoyDir, "envoy-1.36.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Harness(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Runtime["envoy.reloadable_features.skip_ext_proc_on_local_reply"] != "false" {
+		t.Fatalf("runtime %v", cfg.Runtime)
+	}
+}

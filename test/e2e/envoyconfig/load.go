@@ -7,6 +7,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	credentialv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/credential_injector/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
@@ -17,6 +18,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 )
 
@@ -82,6 +84,40 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		for _, m := range em.GetMutations() {
 			if p := m.GetRemoveOnMatch().GetKeyMatcher().GetPrefix(); p != "" {
 				cfg.StripPrefix = p
+			}
+		}
+	}
+	for _, al := range hcm.GetAccessLog() {
+		var g grpcalsv3.HttpGrpcAccessLogConfig
+		if !al.GetTypedConfig().MessageIs(&g) {
+			continue
+		}
+		if err := al.GetTypedConfig().UnmarshalTo(&g); err != nil {
+			return cfg, err
+		}
+		c := g.GetCommonConfig()
+		if c.GetGrpcService().GetEnvoyGrpc().GetClusterName() != "fusebox" {
+			return cfg, fmt.Errorf("the http_grpc access log must go to the fusebox cluster")
+		}
+		cfg.AccessLog = &envoysim.AccessLogConfig{LogName: c.GetLogName(), Flags: al.GetFilter().GetResponseFlagFilter().GetFlags()}
+		// Envoy's default buffer is 16 KiB, flushed every second.
+		cfg.AccessLog.BufferSizeBytes = 16 << 10
+		if v := c.GetBufferSizeBytes(); v != nil {
+			cfg.AccessLog.BufferSizeBytes = int(v.GetValue())
+		}
+	}
+	for _, layer := range b.GetLayeredRuntime().GetLayers() {
+		for k, v := range layer.GetStaticLayer().GetFields() {
+			if cfg.Runtime == nil {
+				cfg.Runtime = map[string]string{}
+			}
+			switch x := v.Kind.(type) {
+			case *structpb.Value_BoolValue:
+				cfg.Runtime[k] = fmt.Sprint(x.BoolValue)
+			case *structpb.Value_StringValue:
+				cfg.Runtime[k] = x.StringValue
+			case *structpb.Value_NumberValue:
+				cfg.Runtime[k] = fmt.Sprint(x.NumberValue)
 			}
 		}
 	}

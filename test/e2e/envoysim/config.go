@@ -36,6 +36,13 @@ type Config struct {
 	// Failover, when set, plays Envoy >= 1.40's in-request failover on
 	// route (a) (failover.go).
 	Failover *FailoverConfig
+	// Envoy is the release played where releases differ (version.go); the
+	// zero value plays the current one.
+	Envoy Version
+	// Runtime holds the bootstrap's static layered_runtime values.
+	Runtime map[string]string
+	// AccessLog, when set, is the listener's http_grpc access logger.
+	AccessLog *AccessLogConfig
 }
 
 // Cluster is one upstream.

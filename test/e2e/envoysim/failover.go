@@ -100,7 +100,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// The specifier re-reads the override at every evaluation.
 		groups := p.failoverGroups(e)
 		cluster := groups[min(n-1, len(groups)-1)]
-		e.Cluster = cluster
+		e.Cluster, e.Attempts = cluster, n
 		if n > 1 {
 			p.stats.add("upstream_rq_retry")
 			flags |= flagURX

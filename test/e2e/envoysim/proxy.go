@@ -39,6 +39,8 @@ type Proxy struct {
 
 	attemptMu sync.Mutex
 	attempts  []AttemptLog
+
+	accessLog *accessLogger
 }
 
 // New builds a proxy for cfg.
@@ -53,6 +55,13 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 		p.conn, p.epClient = conn, extprocv3.NewExternalProcessorClient(conn)
+	}
+	if cfg.AccessLog != nil {
+		l, err := newAccessLogger(*cfg.AccessLog)
+		if err != nil {
+			return nil, err
+		}
+		p.accessLog = l
 	}
 	p.transport = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
@@ -88,6 +97,9 @@ func (p *Proxy) Close() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
+	if p.accessLog != nil {
+		p.accessLog.close()
+	}
 	p.transport.CloseIdleConnections()
 }
 
@@ -109,10 +121,15 @@ func (p *Proxy) ResetLog() {
 	p.mu.Unlock()
 }
 
+// record ends a request: its access log entry, kept and, with the
+// http_grpc logger configured, sent to it.
 func (p *Proxy) record(e *Entry) {
 	p.mu.Lock()
 	p.log = append(p.log, *e)
 	p.mu.Unlock()
+	if p.accessLog != nil {
+		p.accessLog.log(e, e.Attempts)
+	}
 }
 
 // route is the result of route matching.
@@ -264,6 +281,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	up := p.dispatch(ctx, rt.cluster, h, body)
 	defer up.body.Close()
 	entry.Flags, entry.Details = up.flags, up.details
+	if up.local && p.cfg.Envoy.SkipsLocalReplies(p.cfg.Runtime) {
+		// Envoy 1.34–1.36 (and the backports): onLocalReply marks
+		// processing complete, so the server is sent nothing of the reply;
+		// the stream closes (half-close, then reset), as on a client cancel.
+		p.stats.add("local_reply_not_sent_to_ext_proc")
+		ep.close()
+		p.writeLocal(w, entry, up)
+		return
+	}
 
 	p.respond(w, r, entry, ep, up)
 }
@@ -561,10 +587,14 @@ func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body
 const (
 	flagUH  = 0x2
 	flagUT  = 0x4
+	flagLR  = 0x8
 	flagUR  = 0x10
 	flagUF  = 0x20
 	flagUC  = 0x40
 	flagUO  = 0x80
+	flagNR  = 0x100
+	flagDC  = 0x4000
 	flagURX = 0x8000
+	flagUPE = 0x800000
 	flagNC  = 0x1000000
 )

@@ -44,6 +44,7 @@ type Entry struct {
 	Cluster  string
 	Metadata map[string]*structpb.Struct // dynamic metadata, by namespace
 	Reset    bool                        // the downstream stream was reset
+	Attempts int                         // upstream attempts made (0: none)
 }
 
 // FuseboxStage returns the fusebox namespace's fields as strings.

@@ -1,0 +1,173 @@
+package envoysim
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// AccessLogConfig is an envoy.access_loggers.http_grpc logger on the
+// listener (docs/envoy.md, "The access log channel").
+type AccessLogConfig struct {
+	Addr    string // the gRPC service's address (fusebox's listener)
+	LogName string
+	// Flags is the response_flag_filter: only entries with one of these
+	// flags are written ("" filter: every entry).
+	Flags []string
+	// BufferSizeBytes: 0 sends each entry at once; otherwise entries wait
+	// until that many bytes or the flush interval (1 s).
+	BufferSizeBytes int
+}
+
+// flagNames are Envoy's short names of the bits fusebox's filter uses.
+var flagNames = map[string]uint64{
+	"UH": flagUH, "UT": flagUT, "LR": flagLR, "UR": flagUR, "UF": flagUF, "UC": flagUC, "UO": flagUO,
+	"NR": flagNR, "DC": flagDC, "URX": flagURX, "UPE": flagUPE, "NC": flagNC,
+}
+
+// accessLogger is the logger's one gRPC stream (Envoy opens one per
+// worker; the proxy plays one worker), reopened after an error.
+type accessLogger struct {
+	cfg  AccessLogConfig
+	conn *grpc.ClientConn
+
+	mu      sync.Mutex
+	stream  accesslogv3.AccessLogService_StreamAccessLogsClient
+	cancel  context.CancelFunc
+	pending []*accesslogdatav3.HTTPAccessLogEntry
+	size    int
+	timer   *time.Timer
+	sent    int
+}
+
+func newAccessLogger(cfg AccessLogConfig) (*accessLogger, error) {
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.LogName == "" {
+		cfg.LogName = "fusebox"
+	}
+	return &accessLogger{cfg: cfg, conn: conn}, nil
+}
+
+// wants applies the response_flag_filter.
+func (l *accessLogger) wants(flags uint64) bool {
+	if len(l.cfg.Flags) == 0 {
+		return true
+	}
+	for _, f := range l.cfg.Flags {
+		if flags&flagNames[f] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// log writes e's entry when the stream completes, as Envoy does.
+func (l *accessLogger) log(e *Entry, attempts int) {
+	if !l.wants(e.Flags) {
+		return
+	}
+	entry := entryProto(e, attempts)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = append(l.pending, entry)
+	l.size += 256 // about what one entry costs; only the threshold matters
+	if l.cfg.BufferSizeBytes == 0 || l.size >= l.cfg.BufferSizeBytes {
+		l.flushLocked()
+		return
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(time.Second, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.timer = nil
+			l.flushLocked()
+		})
+	}
+}
+
+func (l *accessLogger) flushLocked() {
+	if len(l.pending) == 0 {
+		return
+	}
+	if l.stream == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := accesslogv3.NewAccessLogServiceClient(l.conn).StreamAccessLogs(ctx)
+		if err != nil {
+			cancel()
+			l.pending, l.size = nil, 0 // Envoy drops what it cannot send
+			return
+		}
+		l.stream, l.cancel = s, cancel
+		// The first message carries the identifier.
+		_ = s.Send(&accesslogv3.StreamAccessLogsMessage{Identifier: &accesslogv3.StreamAccessLogsMessage_Identifier{
+			Node: &corev3.Node{Id: "envoysim"}, LogName: l.cfg.LogName}})
+	}
+	err := l.stream.Send(&accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{
+		HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: l.pending}}})
+	if err != nil {
+		l.cancel()
+		l.stream = nil
+	} else {
+		l.sent += len(l.pending)
+	}
+	l.pending, l.size = nil, 0
+}
+
+func (l *accessLogger) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.flushLocked()
+	if l.stream != nil {
+		_ = l.stream.CloseSend()
+		l.cancel()
+	}
+	l.conn.Close()
+}
+
+// entryProto is the HTTPAccessLogEntry Envoy writes for e
+// (grpc_access_log_utils.cc): flags as booleans, upstream_cluster only
+// when a host was picked (not for NC, UH or an overflow before the pick),
+// every dynamic metadata namespace, the code and its details.
+func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
+	f := e.Flags
+	flags := &accesslogdatav3.ResponseFlags{
+		NoHealthyUpstream: f&flagUH != 0, UpstreamRequestTimeout: f&flagUT != 0, LocalReset: f&flagLR != 0,
+		UpstreamRemoteReset: f&flagUR != 0, UpstreamConnectionFailure: f&flagUF != 0,
+		UpstreamConnectionTermination: f&flagUC != 0, UpstreamOverflow: f&flagUO != 0, NoRouteFound: f&flagNR != 0,
+		DownstreamConnectionTermination: f&flagDC != 0, UpstreamRetryLimitExceeded: f&flagURX != 0,
+		UpstreamProtocolError: f&flagUPE != 0, NoClusterFound: f&flagNC != 0,
+	}
+	cp := &accesslogdatav3.AccessLogCommon{
+		StartTime: timestamppb.New(e.Start), Duration: durationpb.New(time.Since(e.Start)), ResponseFlags: flags,
+		UpstreamRequestAttemptCount: uint32(attempts),
+	}
+	if f&(flagNC|flagUH|flagUO) == 0 {
+		cp.UpstreamCluster = e.Cluster
+	}
+	if len(e.Metadata) > 0 {
+		cp.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+		for ns, v := range e.Metadata {
+			cp.Metadata.FilterMetadata[ns] = v
+		}
+	}
+	return &accesslogdatav3.HTTPAccessLogEntry{
+		CommonProperties: cp,
+		Response:         &accesslogdatav3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(uint32(e.Status)), ResponseCodeDetails: e.Details},
+	}
+}

@@ -1,0 +1,46 @@
+package envoysim
+
+import "fmt"
+
+// Version is the Envoy release the proxy plays where releases differ
+// (docs/envoy.md, "Envoy's own local replies and ext_proc").
+type Version struct{ Major, Minor, Patch int }
+
+// The releases the shipped configs name.
+var (
+	// Envoy136 is the last release whose ext_proc filter skips the
+	// router's local replies (CVE-2025-30157 fix, default on).
+	Envoy136 = Version{1, 36, 2}
+	// Envoy140 sends them again (envoyproxy/envoy#41769, 1.37+) and has the
+	// failover the attempt role needs.
+	Envoy140 = Version{1, 40, 0}
+)
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// skipGuard is the runtime guard of the skip.
+const skipGuard = "envoy.reloadable_features.skip_ext_proc_on_local_reply"
+
+// SkipsLocalReplies reports whether the ext_proc filter of this release
+// never sends the router's local replies to the server, given the static
+// runtime values: 1.34.0–1.36.x and the backports 1.30.10+, 1.31.6+,
+// 1.32.4+, 1.33.1+, unless the guard is set false (the zero Version plays
+// the current behaviour: they pass through).
+func (v Version) SkipsLocalReplies(runtime map[string]string) bool {
+	if runtime[skipGuard] == "false" || v.Major != 1 {
+		return false
+	}
+	switch {
+	case v.Minor >= 34 && v.Minor <= 36:
+		return true
+	case v.Minor == 30:
+		return v.Patch >= 10
+	case v.Minor == 31:
+		return v.Patch >= 6
+	case v.Minor == 32:
+		return v.Patch >= 4
+	case v.Minor == 33:
+		return v.Patch >= 1
+	}
+	return false
+}

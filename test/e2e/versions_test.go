@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
+)
+
+// profile is one Envoy release fusebox ships a config for, played by
+// envoysim (docs/envoy.md has each fact and its source).
+type profile struct {
+	Name  string
+	Envoy envoysim.Version
+	// File is the Envoy config, relative to envoy/; "" = envoy.yaml.
+	File string
+}
+
+func (p profile) file() string {
+	if p.File == "" {
+		return "../../envoy/envoy.yaml"
+	}
+	return "../../envoy/" + p.File
+}
+
+// profiles: every release the shipped configs name, and 1.36 running the
+// default envoy.yaml (no runtime layer): there the route role never sees
+// Envoy's local replies and only the access log channel delivers them.
+var profiles = []profile{
+	{Name: "1.40 envoy.yaml", Envoy: envoysim.Envoy140},
+	{Name: "1.36 envoy-1.36.yaml", Envoy: envoysim.Envoy136, File: "envoy-1.36.yaml"},
+	{Name: "1.36 envoy.yaml (local replies hidden)", Envoy: envoysim.Envoy136},
+}
+
+// newWorldOn is a world whose proxies play profile pr.
+func newWorldOn(t *testing.T, pr profile) *world {
+	w := newWorld(t)
+	w.profile = pr
+	return w
+}
+
+// outage is one of Envoy's own endings (SPEC R-O2, R-O3, R-O12, R-O15).
+type outage struct {
+	name   string
+	fault  func(w *world)
+	mod    func(*envoysim.Config)
+	class  string
+	reason string
+	opens  bool
+}
+
+var outages = []outage{
+	{"connection refused", func(w *world) { w.providers["openai_us"].Down() }, nil, "failure", "connection_error", true},
+	{"reset before headers", func(w *world) { w.providers["openai_us"].SetFault(fakeprovider.Fault{ResetBeforeHeaders: true}) }, nil,
+		"failure", "connection_error", true},
+	{"route timeout", func(w *world) { w.providers["openai_us"].SetFault(fakeprovider.Fault{Hang: 2 * time.Second}) },
+		func(c *envoysim.Config) { c.RouteTimeout = 200 * time.Millisecond }, "failure", "timeout", true},
+	// Envoy's capacity, not the route's health: never opens.
+	{"overflow", nil, func(c *envoysim.Config) { c.Clusters["openai_us"].MaxRequests = -1 }, "neither", "envoy_overflow", false},
+	// A config error: never blamed on the route, counted.
+	{"no cluster", nil, func(c *envoysim.Config) { delete(c.Clusters, "openai_us") }, "neither", "cluster_not_found", false},
+}
+
+// TestEnvoyOwnOutcomesOnEveryRelease: on every Envoy release fusebox ships
+// a config for, each of Envoy's own endings counts as SPEC §4 says. On
+// 1.36 with envoy.yaml the route role never sees them (its stream just
+// ends); the access log channel delivers them, and a refused connection
+// opens the breaker after failure_threshold requests as everywhere else.
+func TestEnvoyOwnOutcomesOnEveryRelease(t *testing.T) {
+	for _, pr := range profiles {
+		for _, o := range outages {
+			t.Run(pr.Name+"/"+o.name, func(t *testing.T) {
+				w := newWorldOn(t, pr)
+				var mods []func(*envoysim.Config)
+				if o.mod != nil {
+					mods = append(mods, o.mod)
+				}
+				p := w.proxy("default", nil, mods...)
+				if o.fault != nil {
+					o.fault(w)
+				}
+				runOutage(t, w, p, o)
+			})
+		}
+	}
+}
+
+// runOutage sends failure_threshold requests into the outage and checks
+// what fusebox made of them.
+func runOutage(t *testing.T, w *world, p *envoysim.Proxy, o outage) {
+	t.Helper()
+	for i := 0; i < 3; i++ {
+		if r := chat(t, p, gpt, i%2 == 0); r.status < 500 {
+			t.Fatalf("request %d into the outage: %d", i, r.status)
+		}
+	}
+	series := `aig_circuit_breaker_outcomes_total{class="` + o.class + `",gateway="default",reason="` + o.reason + `",route="openai:us-east:gpt-4o-mini"} 3`
+	eventually(t, "three "+o.reason+" outcomes", func() bool { return strings.Contains(w.scrape(), series) })
+	b := w.breaker("default", "openai:us-east:gpt-4o-mini")
+	if !o.opens {
+		if b != nil {
+			t.Fatalf("Envoy's own %s opened the breaker: %v", o.name, b)
+		}
+		if o.reason == "cluster_not_found" && !strings.Contains(w.scrape(), `aig_extproc_cluster_not_found_total{cluster="openai_us",gateway="default"} 3`) {
+			t.Fatal("cluster_not_found not counted")
+		}
+		return
+	}
+	if b["state"] != "open" || b["reason"] != o.reason {
+		t.Fatalf("breaker after %d %s: %v", 3, o.name, b)
+	}
+	if r := chat(t, p, gpt, false); r.status != 200 || r.servedBy() != "azure_eu" {
+		t.Fatalf("after the open: %d served by %q", r.status, r.servedBy())
+	}
+}
+
+// TestMutatedEnvoysimFailsTheOutage: the outage scenarios prove something
+// only if they fail against a kinder harness's opposite. On 1.36 with
+// envoy.yaml and the access log channel removed, a refused connection is
+// seen as a client cancel and never opens the breaker (what fusebox
+// before the channel did on the Envoy it shipped).
+func TestMutatedEnvoysimFailsTheOutage(t *testing.T) {
+	w := newWorldOn(t, profiles[2])
+	p := w.proxy("default", nil, func(c *envoysim.Config) { c.AccessLog = nil })
+	w.providers["openai_us"].Down()
+	for i := 0; i < 4; i++ {
+		chat(t, p, gpt, false)
+	}
+	eventually(t, "the cancels are recorded", func() bool {
+		return strings.Contains(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",reason="client_cancel",route="openai:us-east:gpt-4o-mini"} 4`)
+	})
+	if b := w.breaker("default", "openai:us-east:gpt-4o-mini"); b != nil {
+		t.Fatalf("without the channel the breaker opened: the scenario would not prove the channel: %v", b)
+	}
+	if p.Stats().Get("local_reply_not_sent_to_ext_proc") != 4 {
+		t.Fatalf("envoysim 1.36 sent local replies to ext_proc: %d hidden", p.Stats().Get("local_reply_not_sent_to_ext_proc"))
+	}
+}
