@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ func (w *world) failoverProxy() *envoysim.Proxy {
 	cfg.Gateway = "failover"
 	cfg.ExtProc.Addr = w.grpcAddr
 	fo.Attempt.Addr = w.grpcAddr
+	if cfg.AccessLog != nil {
+		cfg.AccessLog.Addr = w.grpcAddr
+	}
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for n, p := range w.providers {
 		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
@@ -158,5 +162,39 @@ func TestFailoverNeverRetriesAfterHeaders(t *testing.T) {
 	}
 	if a := p.Attempts(); len(a) != 1 {
 		t.Fatalf("%d attempts for a stream broken after its headers", len(a))
+	}
+}
+
+// TestFailoverRecordsItsLastAttempt (R-AL5): when every route refuses, the
+// last attempt's connect failure reaches no ext_proc stream (its stream is
+// just reset and no attempt follows); Envoy's access log entry records it
+// as a connection error at once, not as the neither it would become after
+// the park time.
+func TestFailoverRecordsItsLastAttempt(t *testing.T) {
+	w := newWorld(t)
+	p := w.failoverProxy()
+	for _, n := range []string{"openai_us", "azure_eu", "openai_eu"} {
+		w.providers[n].Down()
+	}
+	start := time.Now()
+	if r := chat(t, p, gpt, false); r.status != 503 {
+		t.Fatalf("every route refusing: %d", r.status)
+	}
+	attempts := p.Attempts()
+	last := attempts[len(attempts)-1]
+	series := `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",reason="connection_error",route="openai:eu:gpt-4o-mini"}`
+	eventually(t, "the last attempt's connect failure is recorded", func() bool {
+		m := w.scrape()
+		// Attempts 3..n all went to route 3; each one is a connection error.
+		return strings.Contains(m, series+" "+fmt.Sprint(len(attempts)-2))
+	})
+	if el := time.Since(start); el > 4*time.Second {
+		t.Fatalf("recorded only after %s: the park time, not the entry", el)
+	}
+	if last.Cluster != "openai_eu" {
+		t.Fatalf("last attempt on %s", last.Cluster)
+	}
+	if strings.Contains(w.scrape(), `class="neither",gateway="failover",reason="client_cancel"`) {
+		t.Fatal("an attempt was recorded as a client cancel")
 	}
 }
