@@ -1,0 +1,186 @@
+package envoysim
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// These hold envoysim to the per-release facts of docs/envoy.md
+// ("Envoy's own local replies and ext_proc", "The access log channel").
+
+// TestLocalRepliesPerRelease: the router's local reply (a refused
+// connection) reaches the processor's response path on 1.33, 1.37+ and on
+// 1.34–1.36 with the runtime guard false; on 1.34–1.36 (and the backports)
+// it does not: the processor sees the request phase, then its stream
+// ending.
+func TestLocalRepliesPerRelease(t *testing.T) {
+	cases := []struct {
+		v       Version
+		runtime map[string]string
+		sent    bool
+	}{
+		{Version{1, 33, 0}, nil, true},
+		{Version{1, 33, 1}, nil, false}, // backport
+		{Version{1, 32, 3}, nil, true},
+		{Version{1, 32, 4}, nil, false},
+		{Version{1, 31, 6}, nil, false},
+		{Version{1, 30, 10}, nil, false},
+		{Version{1, 34, 0}, nil, false},
+		{Envoy136, nil, false},
+		{Envoy136, map[string]string{skipGuard: "false"}, true},
+		{Version{1, 37, 0}, nil, true},
+		{Envoy140, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.v.String(), func(t *testing.T) {
+			r := newRig(t, plain, func(c *Config) {
+				c.Clusters["default"].Addr = "127.0.0.1:1"
+				c.Envoy, c.Runtime = tc.v, tc.runtime
+				c.ExtProc.FailureModeAllow = true
+			})
+			resp, _ := r.post(`{}`)
+			if resp.StatusCode != 503 {
+				t.Fatalf("%d", resp.StatusCode)
+			}
+			got := false
+			for _, q := range r.proc.requests() {
+				if q.GetResponseHeaders() != nil {
+					got = true
+				}
+			}
+			if got != tc.sent {
+				t.Fatalf("local reply sent to the processor: %v, want %v", got, tc.sent)
+			}
+		})
+	}
+}
+
+// recordingALS is an access log service that keeps what it is sent.
+type recordingALS struct {
+	accesslogv3.UnimplementedAccessLogServiceServer
+	mu      sync.Mutex
+	ids     []*accesslogv3.StreamAccessLogsMessage_Identifier
+	entries []*accesslogdatav3.HTTPAccessLogEntry
+}
+
+func (a *recordingALS) StreamAccessLogs(s accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		a.mu.Lock()
+		if m.Identifier != nil {
+			a.ids = append(a.ids, m.Identifier)
+		}
+		a.entries = append(a.entries, m.GetHttpLogs().GetLogEntry()...)
+		a.mu.Unlock()
+	}
+}
+
+func (a *recordingALS) got() []*accesslogdatav3.HTTPAccessLogEntry {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*accesslogdatav3.HTTPAccessLogEntry(nil), a.entries...)
+}
+
+func startALS(t *testing.T) (*recordingALS, string) {
+	als := &recordingALS{}
+	gs := grpc.NewServer()
+	accesslogv3.RegisterAccessLogServiceServer(gs, als)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return als, ln.Addr().String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestAccessLogEntry: what the http_grpc logger writes (grpc_access_log_
+// utils.cc): the identifier on the stream's first message; per request,
+// flags as booleans, upstream_cluster only once a host was picked (a
+// connect failure yes, no cluster not), every dynamic metadata namespace
+// the processor set, the code and its details; the response_flag_filter
+// drops a request without those flags; buffer_size_bytes 0 sends each
+// entry at once.
+func TestAccessLogEntry(t *testing.T) {
+	als, addr := startALS(t)
+	withDecision := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		resp := plain(req)
+		if req.GetRequestBody() != nil {
+			resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+				"fusebox": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"decision": structpb.NewStringValue("d-1")}})}}
+		}
+		return resp
+	}
+	r := newRig(t, withDecision, func(c *Config) {
+		c.AccessLog = &AccessLogConfig{Addr: addr, LogName: "fusebox", Flags: []string{"UF", "NC"}}
+	})
+	r.post(`{}`) // 200 from the default cluster: filtered out
+	r.proxy.cfg.Clusters["default"].Addr = "127.0.0.1:1"
+	r.post(`{}`) // refused: UF (and URX after the retry)
+	delete(r.proxy.cfg.Clusters, "default")
+	r.post(`{}`) // no cluster: NC
+	waitFor(t, "two entries, sent at once", func() bool { return len(als.got()) == 2 })
+	es := als.got()
+	uf, nc := es[0], es[1]
+	if f := uf.GetCommonProperties().GetResponseFlags(); !f.GetUpstreamConnectionFailure() || !f.GetUpstreamRetryLimitExceeded() || f.GetNoClusterFound() {
+		t.Fatalf("UF entry flags %v", f)
+	}
+	if uf.GetCommonProperties().GetUpstreamCluster() != "default" || uf.GetResponse().GetResponseCode().GetValue() != 503 ||
+		uf.GetResponse().GetResponseCodeDetails() != "upstream_reset_before_response_started{connection_failure}" {
+		t.Fatalf("UF entry %v", uf)
+	}
+	if id := uf.GetCommonProperties().GetMetadata().GetFilterMetadata()["fusebox"].GetFields()["decision"].GetStringValue(); id != "d-1" {
+		t.Fatalf("metadata %v", uf.GetCommonProperties().GetMetadata())
+	}
+	if !nc.GetCommonProperties().GetResponseFlags().GetNoClusterFound() || nc.GetCommonProperties().GetUpstreamCluster() != "" {
+		t.Fatalf("NC entry %v", nc)
+	}
+	als.mu.Lock()
+	ids := als.ids
+	als.mu.Unlock()
+	if len(ids) != 1 || ids[0].GetLogName() != "fusebox" {
+		t.Fatalf("identifiers %v", ids)
+	}
+}
+
+// TestAccessLogBuffered: with buffer_size_bytes above an entry's size, an
+// entry waits for the flush interval (1 s), as Envoy's default 16 KiB
+// buffer does: the shipped configs set 0 for that reason.
+func TestAccessLogBuffered(t *testing.T) {
+	als, addr := startALS(t)
+	r := newRig(t, plain, func(c *Config) {
+		c.AccessLog = &AccessLogConfig{Addr: addr, BufferSizeBytes: 16 << 10}
+		c.Clusters["default"].Addr = "127.0.0.1:1"
+	})
+	start := time.Now()
+	r.post(`{}`)
+	if len(als.got()) != 0 {
+		t.Fatal("a buffered entry was sent at once")
+	}
+	waitFor(t, "the flush", func() bool { return len(als.got()) == 1 })
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Fatalf("flushed after %s, want the 1 s interval", el)
+	}
+}
