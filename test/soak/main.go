@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"io"
 	"os"
 	"runtime"
@@ -20,13 +21,15 @@ func main() {
 	faults := flag.Bool("faults", true, "run the fault schedule")
 	every := flag.Duration("fault-every", 3*time.Second, "pause between fault steps")
 	envoy := flag.String("envoy", "envoy/envoy.yaml", "the shipped Envoy config")
+	release := flag.String("envoy-version", "1.40", "the Envoy release envoysim plays: 1.36 (local replies hidden from ext_proc) or 1.40")
 	warm := flag.Bool("warmup-faults", true, "run the fault schedule once in the warm-up, before the baseline of goroutines and memory")
 	redis := flag.Bool("redis", false, "run fusebox on the Redis store (a redis-server started here) and kill and restart Redis in the schedule")
 	flag.Parse()
 	if os.Getenv("SOAK_PROFILE_DIR") != "" {
 		runtime.MemProfileRate = 1 // every allocation: the profiles are exact, the run slower
 	}
-	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy, Redis: *redis, WarmupFaults: *warm})
+	rep, err := Run(Options{Requests: *requests, Concurrency: *conc, Rate: *rate, Faults: *faults, FaultEvery: *every, EnvoyYAML: *envoy, Redis: *redis, WarmupFaults: *warm,
+		Envoy: map[string]envoysim.Version{"1.36": envoysim.Envoy136, "1.40": envoysim.Envoy140}[*release]})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)

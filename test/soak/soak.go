@@ -44,7 +44,11 @@ type Options struct {
 	// FaultEvery is the pause between two steps of the fault schedule.
 	FaultEvery time.Duration
 	EnvoyYAML  string // the shipped Envoy config the proxy is built from
-	Log        io.Writer
+	// Envoy is the release the proxy plays (envoysim.Version; zero: the
+	// current one). On 1.36 with envoy.yaml the route role never sees
+	// Envoy's local replies: only the access log channel counts them.
+	Envoy envoysim.Version
+	Log   io.Writer
 	// WarmupFaults runs the fault schedule once during the warm-up, before
 	// the baseline is taken.
 	WarmupFaults bool
@@ -145,7 +149,11 @@ func newRig(opts Options, dir string) (*rig, error) {
 		return nil, err
 	}
 	cfg.Gateway = "default"
+	cfg.Envoy = opts.Envoy
 	cfg.ExtProc.Addr = r.grpcAddr
+	if cfg.AccessLog != nil {
+		cfg.AccessLog.Addr = r.grpcAddr
+	}
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for n, p := range r.providers {
 		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 4096}

@@ -111,6 +111,18 @@ func (l *accessLogger) flushLocked() {
 			return
 		}
 		l.stream, l.cancel = s, cancel
+		// onRemoteClose: when the server ends the stream (fusebox stops),
+		// Envoy drops it and the next flush opens a new one.
+		go func() {
+			var m accesslogv3.StreamAccessLogsResponse
+			_ = s.RecvMsg(&m)
+			l.mu.Lock()
+			if l.stream == s {
+				l.stream = nil
+				cancel()
+			}
+			l.mu.Unlock()
+		}()
 		// The first message carries the identifier.
 		_ = s.Send(&accesslogv3.StreamAccessLogsMessage{Identifier: &accesslogv3.StreamAccessLogsMessage_Identifier{
 			Node: &corev3.Node{Id: "envoysim"}, LogName: l.cfg.LogName}})
