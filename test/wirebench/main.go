@@ -17,6 +17,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,7 +30,10 @@ func main() {
 	requests := flag.Int("requests", 2000, "lifecycles per round and server")
 	rounds := flag.Int("rounds", 9, "alternating rounds")
 	conc := flag.Int("concurrency", 32, "concurrent streams")
+	wait := flag.Bool("wait-chunks", false, "send each response chunk only once the previous one's reply came (default: pipelined, as Envoy sends them)")
+	accessLog := flag.Bool("access-log", true, "keep an access log channel stream connected to fusebox, as the shipped Envoy configs do")
 	flag.Parse()
+	waitChunks, withAccessLog = *wait, *accessLog
 	rep, err := Run(*fusebox, *null, *requests, *rounds, *conc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wirebench:", err)
@@ -93,12 +97,26 @@ func (rep *Report) Print(w io.Writer) {
 }
 
 // Run starts both servers and measures them in alternating rounds.
+// The modes of a run (flags).
+var waitChunks, withAccessLog bool
+
 func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error) {
 	fb, err := startFusebox(fuseboxBin)
 	if err != nil {
 		return nil, err
 	}
 	defer fb.stop()
+	if withAccessLog {
+		// The shipped configs keep one access log stream per Envoy worker
+		// open to fusebox; healthy requests send it nothing (its filter).
+		s, err := accesslogv3.NewAccessLogServiceClient(fb.conn).StreamAccessLogs(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Send(&accesslogv3.StreamAccessLogsMessage{Identifier: &accesslogv3.StreamAccessLogsMessage_Identifier{LogName: "fusebox"}}); err != nil {
+			return nil, err
+		}
+	}
 	nl, err := startNull(nullBin)
 	if err != nil {
 		return nil, err
@@ -338,6 +356,24 @@ func (l *lifecycle) run(client extprocv3.ExternalProcessorClient, lat []time.Dur
 			return lat, err
 		}
 		lat = append(lat, time.Since(t0))
+	}
+	if waitChunks {
+		// Each chunk waits for the previous chunk's reply.
+		for _, m := range l.chunks {
+			t0 := time.Now()
+			if err := s.Send(m); err != nil {
+				return lat, err
+			}
+			if _, err := s.Recv(); err != nil {
+				return lat, err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		_ = s.CloseSend()
+		if _, err := s.Recv(); err != io.EOF {
+			return lat, fmt.Errorf("want EOF at the end of the stream, got %v", err)
+		}
+		return lat, nil
 	}
 	// Envoy does not wait for each chunk's reply: the chunks are pipelined
 	// and each reply is timed from its own chunk's send.
