@@ -132,7 +132,7 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 	}
 	st.recordEntry(out)
 	p.state = pendingDone
-	s.decisions.forget(id, st.rt.AccessLogWait)
+	s.decisions.forget(id, st.rt.AccessLogWait, true)
 	return EntryRecorded
 }
 
@@ -183,14 +183,16 @@ func (st *stream) finishDecision(noResponse bool) {
 			}
 			st.recordNeither()
 			p.state = pendingDone
-			s.decisions.forget(id, wait)
+			s.decisions.forget(id, wait, true)
 		})
 		return
 	default:
 		st.recordNeither()
 	}
 	p.state = pendingDone
-	s.decisions.forget(st.decisionID, wait)
+	// Envoy logs an entry only for its own endings (the shipped filter):
+	// remember the decision only when the response showed one.
+	s.decisions.forget(st.decisionID, wait, st.envoyEnded || noResponse)
 }
 
 // entryResult judges an entry as the route role judges response headers

@@ -1,8 +1,9 @@
 package processor
 
 import (
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 )
@@ -27,10 +28,21 @@ import (
 // Decisions handed to the attempt role (failover) are not kept here: the
 // attempt role's parked attempts answer for them (attempt.go).
 
+// idSources are ChaCha8 generators, each seeded from crypto/rand: a
+// cryptographically secure stream (unguessable while the seed is secret) at
+// a fraction of a getrandom call per decision.
+var idSources = sync.Pool{New: func() any {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:])
+	return mrand.NewChaCha8(seed)
+}}
+
 // newDecisionID returns 128 random bits in hex (R-AL2: at least 96).
 func newDecisionID() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	src := idSources.Get().(*mrand.ChaCha8)
+	_, _ = src.Read(b[:])
+	idSources.Put(src)
 	return hex.EncodeToString(b[:])
 }
 
@@ -79,11 +91,16 @@ func (t *decisionTable) get(id string) *pending {
 	return t.live[id]
 }
 
-// forget drops id, remembering it as done for late entries.
-func (t *decisionTable) forget(id string, keep time.Duration) {
+// forget drops id; remember keeps it as done for an entry that may still
+// come (the stream recorded one of Envoy's own endings, which Envoy also
+// logs), so that the entry counts as a duplicate, not as unknown.
+func (t *decisionTable) forget(id string, keep time.Duration, remember bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.live, id)
+	if !remember {
+		return
+	}
 	now := time.Now()
 	if now.Sub(t.rotated) > keep {
 		t.done[1], t.done[0] = t.done[0], map[string]struct{}{}

@@ -29,39 +29,42 @@ func (a *activity) touch() { a.n.Add(1) }
 
 // watchLifetime waits for done and returns its result, or ends the stream
 // with DeadlineExceeded once it is idle for idle (checked four times per
-// idle period, so it ends between idle and 1.25 × idle) or older than max.
+// idle period, so it ends between idle and 1.25 × idle) or older than
+// maxAge.
 // A zero bound is no bound.
-func (s *Server) watchLifetime(done <-chan error, act *activity, idle, max time.Duration) error {
-	var tick <-chan time.Time
-	if idle > 0 {
-		t := time.NewTicker(idle / 4)
-		defer t.Stop()
-		tick = t.C
+func (s *Server) watchLifetime(done <-chan error, act *activity, idle, maxAge time.Duration) error {
+	// One timer per stream, for the nearer of the two bounds' next check;
+	// most streams end long before it first fires.
+	start := time.Now()
+	check := idle / 4
+	if idle <= 0 || (maxAge > 0 && maxAge < check) {
+		check = maxAge
 	}
-	var deadline <-chan time.Time
-	if max > 0 {
-		t := time.NewTimer(max)
-		defer t.Stop()
-		deadline = t.C
-	}
+	t := time.NewTimer(check)
+	defer t.Stop()
 	last, quiet := act.n.Load(), 0
 	for {
 		select {
 		case err := <-done:
 			return err
-		case <-tick:
+		case <-t.C:
+		}
+		if maxAge > 0 && time.Since(start) >= maxAge {
+			s.metrics.Refused.WithLabelValues(metrics.RefusedStreamDuration).Inc()
+			return status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream older than %s (limits.max_stream_duration_sec)", maxAge)
+		}
+		if idle > 0 {
 			if n := act.n.Load(); n != last {
 				last, quiet = n, 0
-				continue
+			} else if quiet++; quiet >= 4 {
+				s.metrics.Refused.WithLabelValues(metrics.RefusedStreamIdle).Inc()
+				return status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream with no message for %s (limits.max_stream_idle_sec)", idle)
 			}
-			if quiet++; quiet < 4 {
-				continue
-			}
-			s.metrics.Refused.WithLabelValues(metrics.RefusedStreamIdle).Inc()
-			return status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream with no message for %s (limits.max_stream_idle_sec)", idle)
-		case <-deadline:
-			s.metrics.Refused.WithLabelValues(metrics.RefusedStreamDuration).Inc()
-			return status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream older than %s (limits.max_stream_duration_sec)", max)
 		}
+		next := check
+		if maxAge > 0 {
+			next = min(next, maxAge-time.Since(start))
+		}
+		t.Reset(max(next, time.Millisecond))
 	}
 }

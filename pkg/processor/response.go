@@ -54,6 +54,7 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 		return responseHeadersReply(nil) // nothing was routed by fusebox: nothing to judge
 	}
 	p := parseResponseHeaders(h, req)
+	st.envoyEnded = p.hasFlags && p.flags != 0
 	stopBody := st.judgeHead(p)
 	return st.replyResponseHeaders(stopBody)
 }

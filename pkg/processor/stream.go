@@ -56,6 +56,9 @@ type stream struct {
 	// table until the stream's end settles its outcome (decisions.go).
 	decisionID string
 	kept       bool
+	// envoyEnded: the response carried Envoy's response flags (one of its
+	// own endings), which its access log also reports.
+	envoyEnded bool
 
 	// Response side.
 	respStarted bool
