@@ -12,10 +12,13 @@ import (
 
 // Flags are the command-line settings of SPEC §10; they override the file.
 type Flags struct {
-	Config      string
-	GRPCAddr    string
-	AdminAddr   string
-	RedisURL    string
+	Config    string
+	GRPCAddr  string
+	AdminAddr string
+	RedisURL  string
+	// RedisFlag: -redis-url was given (not only FUSEBOX_REDIS_URL): it
+	// selects the Redis store.
+	RedisFlag   bool
 	LogFormat   string
 	LogLevel    string
 	GracePeriod time.Duration
@@ -54,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (*Flags, error) {
 	if f.GracePeriod < 0 {
 		return nil, fmt.Errorf("-grace-period: must not be negative")
 	}
+	f.RedisFlag = f.RedisURL != ""
 	if f.RedisURL == "" {
 		f.RedisURL = os.Getenv("FUSEBOX_REDIS_URL")
 	}

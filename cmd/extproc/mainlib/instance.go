@@ -93,10 +93,21 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if problems := startProblems(fileRT); len(problems) > 0 {
 		return nil, &routes.ConfigError{Problems: problems}
 	}
+	// The file's own start-only settings, before the flags override them:
+	// a reload compares the file with the file, and keeps what is in force.
+	fileSettings := routes.StartSettingsOf(fileRT)
 	if f.RedisURL != "" {
 		fileRT.Store.Redis.URL = f.RedisURL
 	}
-	fileSettings := routes.StartSettingsOf(fileRT)
+	switch {
+	case f.RedisFlag && fileRT.Store.Backend != routes.StoreRedis:
+		// Asking for a Redis URL on the command line is asking for Redis:
+		// running on memory instead was a silent split brain.
+		log.Info("-redis-url selects store.backend redis (the file says " + fileRT.Store.Backend + ")")
+		fileRT.Store.Backend = routes.StoreRedis
+	case f.RedisURL != "" && fileRT.Store.Backend != routes.StoreRedis:
+		log.Warn("FUSEBOX_REDIS_URL is set but store.backend is " + fileRT.Store.Backend + ": fusebox runs on " + fileRT.Store.Backend + "; set store.backend: redis to share state")
+	}
 	in := &Instance{
 		Log:      log,
 		Metrics:  metrics.New(),
@@ -139,7 +150,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if f.AdminAddr != "" {
 		rt.Listen.Admin = f.AdminAddr
 	}
-	rt.Store.Redis.URL = fileRT.Store.Redis.URL
+	rt.Store.Redis.URL, rt.Store.Backend = fileRT.Store.Redis.URL, fileRT.Store.Backend
 	in.Config = routes.NewHolder(rt)
 	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
 

@@ -18,7 +18,10 @@ import (
 //     master Sentinel names.
 //
 // Every form gives a redis.UniversalClient, so the store does not care
-// which one runs.
+// which one runs. Every form sets ContextTimeoutEnabled: without it go-redis
+// v9 does not put a call's context deadline on the socket, and a Redis that
+// is connected but not answering (a fork, a failover, CLIENT PAUSE) held a
+// call for its whole stall whatever op_timeout_ms said (R-ST7).
 func NewClient(raw string) (redis.UniversalClient, error) {
 	quietOnce.Do(func() { redis.SetLogger(quiet{}) })
 	u, err := url.Parse(raw)
@@ -45,18 +48,21 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store.redis.url (sentinel): %w", err)
 		}
+		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o), nil
 	case q.Has("addr"):
 		o, err := redis.ParseClusterURL(u.String())
 		if err != nil {
 			return nil, fmt.Errorf("store.redis.url (cluster): %w", err)
 		}
+		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("store.redis.url: %w", err)
 	}
+	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), nil
 }
 

@@ -1,0 +1,49 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+)
+
+// TestStalledRedisNeverHoldsADecision (R-ST7): with Redis connected but
+// paused (CLIENT PAUSE, as during a fork or a failover), a decision that
+// needs Redis (a half-open probe slot) returns within op_timeout_ms, on
+// the local view. Before, go-redis ignored the deadline at the socket and
+// the decision waited for the whole pause (2.5 s in the probe).
+func TestStalledRedisNeverHoldsADecision(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := redisstore.NewClient("redis://" + srv.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	admin := srv.Client(t)
+	clk := breaker.NewFakeClock(time.Now())
+	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "stall:", OpTimeout: 50 * time.Millisecond, Clock: clk})
+	ctx := context.Background()
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 })
+	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keys[0]
+	adm, _, _ := st.Acquire(ctx, k, clk.Now().UnixNano(), false)
+	if _, err := st.Record(ctx, k, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(11 * time.Second) // past the cooldown: half-open, a probe slot is a script call
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	t0 := time.Now()
+	_, _, _ = st.Acquire(ctx, k, clk.Now().UnixNano(), false)
+	if el := time.Since(t0); el > 500*time.Millisecond {
+		t.Fatalf("a decision waited %s on a paused Redis (op_timeout 50 ms; the pause is 1.5 s)", el)
+	}
+}
