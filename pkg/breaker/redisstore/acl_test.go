@@ -19,7 +19,7 @@ func TestACLUserFromTheREADME(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	rule := "on >LONG-RANDOM-PASSWORD ~fusebox:* &fusebox:* +@read +@write +@scripting +@pubsub +ping +info"
+	rule := "on >LONG-RANDOM-PASSWORD ~fusebox:* &fusebox:* +@read +@write +@scripting +@pubsub +ping +info +time"
 	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "fusebox"}, toAny(strings.Fields(rule))...)...).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -33,9 +33,17 @@ local A = 4 -- first operation argument
 -- closed breaker and the reply says so: one bad key is that breaker's
 -- problem, never an error that would turn the whole store degraded (R-L12).
 local SV = 1
+-- The incarnation names one life of the key: a key that vanished (expiry,
+-- eviction, FLUSHALL, a failover to a lagging replica) comes back with
+-- another one, and a replica then takes its state whatever sequence its
+-- view held (R-ST8). Redis's own clock makes it unique per creation.
+local function incarnation()
+  local t = redis.call("TIME")
+  return t[1] .. "." .. t[2]
+end
 local function fresh()
   return {sv = SV, st = 0, gen = 1, reason = "", oa = 0, ra = 0, rc = 0, ou = 0, fo = 0, fu = 0, bu = 0,
-          cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = "", v = 0}
+          cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = "", v = 0, inc = incarnation()}
 end
 local function buckets_ok(w)
   if type(w) ~= "table" then return false end
@@ -59,26 +67,36 @@ local function readable(d)
     if d[f] == nil then d[f] = {} end
   end
   if d.v ~= nil and type(d.v) ~= "number" then return false end
+  if d.inc ~= nil and type(d.inc) ~= "string" then return false end
   if d.st < 0 or d.st > 2 or d.gen < 1 or not buckets_ok(d.fw) or not buckets_ok(d.rw) then return false end
   for _, exp in pairs(d.ls) do if type(exp) ~= "number" then return false end end
   return true
 end
 local rewritten = 0
+-- created: the state was made here (no key, or one rewritten); it is
+-- written even by snap, so that its incarnation stays one.
+local created = false
 local raw = redis.pcall("GET", key)
 local s
 if type(raw) == "table" and raw.err then
   -- Another type under the key (WRONGTYPE).
   redis.call("DEL", key)
-  s = fresh(); rewritten = 1
+  s = fresh(); rewritten = 1; created = true
 elseif raw then
   local ok, d = pcall(cmsgpack.unpack, raw) -- MessagePack: cheaper than JSON in Redis's Lua
-  if ok and readable(d) then s = d else s = fresh(); rewritten = 1 end
+  if ok and readable(d) then s = d else s = fresh(); rewritten = 1; created = true end
 else
-  s = fresh()
+  s = fresh(); created = true
 end
-if rewritten == 1 and op == "rec" then
+local made = created -- a fresh state (no key, or one rewritten)
+if s.inc == nil then
+  -- Written by an earlier fusebox: it gets its incarnation now.
+  s.inc = incarnation(); created = true
+end
+if made and op == "rec" then
   -- The outcome being recorded was admitted under the generation the
-  -- caller's view held; a rewritten state takes it, so that it counts.
+  -- caller's view held; a state made now takes it, so that it counts
+  -- (after a key vanished, the first failure must open it again).
   local g = tonumber(ARGV[A + 4])
   if g and g >= 1 then s.gen = g end
 end
@@ -355,7 +373,7 @@ if sig() ~= before then
   s.v = s.v + 1
   changed = 1
 end
-if op ~= "snap" or changed == 1 or rewritten == 1 then
+if op ~= "snap" or changed == 1 or created then
   redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
 end
 
@@ -365,7 +383,7 @@ for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = 
 -- A flat reply (no JSON to build or parse); the order is store.go's
 -- reply fields. Events follow, eleven values each.
 local out = {res.ok, res.lease, res.stale, s.st, s.gen, s.reason, s.oa, s.ra, s.rc, s.ou, s.fo, s.fu, s.bu,
-  s.cons, failures(), c, f, sl, lease_count(), earliest, s.v, changed, rewritten}
+  s.cons, failures(), c, f, sl, lease_count(), earliest, s.v, changed, rewritten, s.inc}
 for _, e in ipairs(events) do
   for _, v in ipairs({e.from, e.to, e.reason, e.failures, e.ou, e.forever, e.oa, e.rc, e.calls, e.fails, e.gen}) do
     table.insert(out, v)

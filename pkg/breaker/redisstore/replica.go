@@ -22,6 +22,9 @@ type recJob struct {
 	adm  breaker.Admission
 	res  breaker.Result
 	args []any
+	// local: the outcome is already on the local view (own evidence
+	// first), so a failed call must not record it there again.
+	local bool
 }
 
 // recordWorkers run queued records; a breaker always goes to the same one,

@@ -83,7 +83,10 @@ type result struct {
 	// Rewritten: the key held a state the script could not read, and it
 	// wrote a fresh one (its sequence starts again).
 	Rewritten bool
-	Events    []event
+	// Inc is the key's incarnation: another one means the key vanished and
+	// was created again (its sequence started again).
+	Inc    string
+	Events []event
 }
 
 type event struct {
@@ -93,7 +96,7 @@ type event struct {
 	Gen                             uint64
 }
 
-const replyFields, eventFields = 23, 11
+const replyFields, eventFields = 24, 11
 
 func asInt(v any) int64 {
 	switch x := v.(type) {
@@ -129,7 +132,7 @@ func parseReply(vals []any) (*result, error) {
 		OK: int(i(0)), Lease: uint64(i(1)), Stale: int(i(2)), St: int(i(3)), Gen: uint64(i(4)), Reason: asString(vals[5]),
 		OA: i(6), RA: i(7), RC: int(i(8)), OU: i(9), FO: int(i(10)), FU: i(11), BU: i(12), Cons: int(i(13)),
 		Failures: int(i(14)), Calls: i(15), Fails: i(16), Slow: i(17), Leases: int(i(18)), Earliest: i(19),
-		V: uint64(i(20)), Changed: i(21) == 1, Rewritten: i(22) == 1,
+		V: uint64(i(20)), Changed: i(21) == 1, Rewritten: i(22) == 1, Inc: asString(vals[23]),
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }

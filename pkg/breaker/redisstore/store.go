@@ -119,6 +119,7 @@ type entry struct {
 	// makes compare-and-restore one step.
 	viewMu sync.Mutex
 	seq    uint64
+	inc    string // the key's incarnation the view's sequence belongs to
 	last   atomic.Pointer[result]
 	// lastNow is the clock of the latest call: Release has no clock of its
 	// own and must not mix another one in.
@@ -205,7 +206,7 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 			pbID: &replicav1.BreakerId{Gateway: sp.ID.Gateway, Route: sp.ID.Route, Scope: scopeOf(sp.ID.Scope)}}
 		if prev, kept := old.byID[sp.ID]; kept {
 			prev.viewMu.Lock()
-			e.seq = prev.seq
+			e.seq, e.inc = prev.seq, prev.inc
 			prev.viewMu.Unlock()
 			e.last.Store(prev.last.Load())
 			e.lastNow.Store(prev.lastNow.Load())
@@ -261,7 +262,7 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 	}
 	s.keyAnswered(e, r)
 	e.last.Store(r)
-	s.apply(e, r.V, r.snapshot())
+	s.apply(e, r.Inc, r.V, r.snapshot())
 	if s.opts.OnEvent != nil {
 		for _, ev := range r.Events {
 			s.opts.OnEvent(s.event(e, ev, now))
@@ -290,10 +291,15 @@ func (s *Store) call(ctx context.Context, e *entry, op string, now int64, extra 
 }
 
 // apply puts a state from Redis into the local view when it is newer than
-// what the view holds.
-func (s *Store) apply(e *entry, seq uint64, snap breaker.Snapshot) {
+// what the view holds: a later sequence of the same incarnation of the key,
+// or any state of another incarnation (the key vanished and came back; its
+// sequence started again, R-ST8).
+func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot) {
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
+	if inc != e.inc {
+		e.inc, e.seq = inc, 0
+	}
 	if seq < e.seq {
 		return // older than the view
 	}
@@ -432,6 +438,15 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		strconv.FormatUint(adm.Lease, 10), ra, b01(e.id.Scope == breaker.ScopeGateway), r.Status,
 		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted)}}
 	if s.opts.AsyncRecord && s.rec != nil {
+		// Own evidence first (R-ST6): this replica's next decision sees
+		// the outcome now, whatever Redis is doing (slow, paused, down);
+		// Redis's answer, when it comes, reconciles the view. Before, the
+		// view learned of a tripping failure only from Redis's answer, and
+		// with Redis stalled 19 of 20 next decisions still chose the route.
+		ladm := adm
+		ladm.Lease = 0 // a Redis lease: nothing to free locally
+		_, _ = s.local.Record(ctx, e.lk, now, ladm, r)
+		job.local = true
 		s.enqueue(ctx, e, job)
 		return breaker.Recorded{Outcome: o, Applied: true}, nil
 	}
@@ -457,7 +472,7 @@ func (s *Store) runJob(ctx context.Context, e *entry, j recJob) (*result, error)
 }
 
 func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
-	if j.op == "rec" {
+	if j.op == "rec" && !j.local {
 		adm := j.adm
 		adm.Lease = 0 // a Redis lease: nothing to free locally
 		_, _ = s.local.Record(ctx, e.lk, j.now, adm, j.res)

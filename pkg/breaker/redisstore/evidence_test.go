@@ -1,0 +1,86 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+)
+
+// TestOwnEvidenceFirst (R-ST6): with Redis paused, this replica's own
+// tripping failure (threshold 1) changes its very next decision: the route
+// is refused at once, and still 500 ms later. Before, records waited in
+// the queue and the view learned of them only from Redis's answer.
+func TestOwnEvidenceFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := redisstore.NewClient("redis://" + srv.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	admin := srv.Client(t)
+	clk := breaker.NewFakeClock(time.Now())
+	r := replicasWith(t, client, "own:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
+	ctx := context.Background()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+	if !ok {
+		t.Fatal("a healthy route was refused")
+	}
+	if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []time.Duration{0, 500 * time.Millisecond} {
+		time.Sleep(after)
+		if r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed {
+			t.Fatalf("%s after its own tripping failure, the replica still chose the route", after)
+		}
+	}
+}
+
+// TestVanishedKeysHeal (R-ST8): after FLUSHALL (or an expiry, an eviction,
+// a failover to a lagging replica) a breaker's next failures open it again
+// on every replica. Before, the views' sequences were newer than Redis's
+// fresh ones, so every state was dropped and the route stayed closed.
+func TestVanishedKeysHeal(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	clk := breaker.NewFakeClock(time.Now())
+	rs := replicas(t, client, "gone:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
+	ctx := context.Background()
+	trip := func() {
+		adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
+		if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), adm, fail503); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Several changes: the views' sequences grow past a fresh key's.
+	for i := 0; i < 3; i++ {
+		trip()
+		for _, r := range rs {
+			eventually(t, "open", func() bool { return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
+		}
+		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			eventually(t, "closed", func() bool { return r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
+		}
+	}
+	if err := client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	trip()
+	for i, r := range rs {
+		eventually(t, "the failure after FLUSHALL opens the breaker", func() bool {
+			return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed
+		})
+		_ = i
+	}
+}
