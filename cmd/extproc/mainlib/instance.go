@@ -241,6 +241,13 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 
 	bgCtx, cancel := context.WithCancel(context.Background())
 	in.cancelBg = cancel
+	// The store runs before anything is served: a stream's record must
+	// find its workers.
+	if sw.start != nil {
+		wg := sw.start(bgCtx)
+		in.bg.Add(1)
+		go func() { defer in.bg.Done(); wg.Wait(); sw.close() }()
+	}
 	go func() { in.serveErr <- in.grpcSrv.Serve(in.grpcLn) }()
 	go func() {
 		if err := in.httpSrv.Serve(in.adminLn); !errors.Is(err, http.ErrServerClosed) {
@@ -254,11 +261,6 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	}()
 	in.bg.Add(1)
 	go func() { defer in.bg.Done(); refresher.Run(bgCtx) }()
-	if sw.start != nil {
-		wg := sw.start(bgCtx)
-		in.bg.Add(1)
-		go func() { defer in.bg.Done(); wg.Wait(); sw.close() }()
-	}
 	in.bg.Add(1)
 	go func() {
 		defer in.bg.Done()
@@ -376,9 +378,10 @@ func (in *Instance) Wait() error {
 		case err = <-in.serveErr:
 		}
 	}
-	in.cancelBg()
-	in.bg.Wait()
 	defer in.stopClk()
+	// gRPC first: once its streams are done nothing records any more; then
+	// the background work stops, and the store's record workers write what
+	// is still queued (R-ST8) before the process ends.
 	stopped := make(chan struct{})
 	go func() { in.grpcSrv.GracefulStop(); close(stopped) }()
 	select {
@@ -386,6 +389,8 @@ func (in *Instance) Wait() error {
 	case <-time.After(5 * time.Second):
 		in.grpcSrv.Stop()
 	}
+	in.cancelBg()
+	in.bg.Wait()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = in.httpSrv.Shutdown(sctx)

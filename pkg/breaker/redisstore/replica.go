@@ -38,10 +38,7 @@ const recordWorkers = 4
 // returns at once; Wait-free: the goroutines end with ctx.
 func (s *Store) Start(ctx context.Context) *sync.WaitGroup {
 	var wg sync.WaitGroup
-	s.rec = make([]chan recJob, recordWorkers)
-	for i := range s.rec {
-		ch := make(chan recJob, 4096)
-		s.rec[i] = ch
+	for _, ch := range s.rec {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.recordLoop(ctx, ch) }()
 	}
@@ -83,9 +80,29 @@ func (s *Store) recordLoop(ctx context.Context, ch chan recJob) {
 	for {
 		select {
 		case <-ctx.Done():
+			s.drain(ch)
 			return
 		case j := <-ch:
 			_, _ = s.runJob(context.Background(), j.e, j)
+		}
+	}
+}
+
+// drainFor bounds how long the record workers write what is still queued
+// when the store stops: inside fusebox's own shutdown, after gRPC drained.
+const drainFor = 5 * time.Second
+
+// drain writes the records still queued at shutdown (R-ST8: nothing queued
+// is dropped because the process ends), each call bounded by the op
+// timeout, all of them by drainFor.
+func (s *Store) drain(ch chan recJob) {
+	deadline := time.Now().Add(drainFor)
+	for time.Now().Before(deadline) {
+		select {
+		case j := <-ch:
+			_, _ = s.runJob(context.Background(), j.e, j)
+		default:
+			return
 		}
 	}
 }

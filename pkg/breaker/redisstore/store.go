@@ -145,6 +145,13 @@ func New(opts Options) *Store {
 		origin: opts.ReplicaID, kick: make(chan struct{}, 1), hint: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096),
 		sign: signer{key: opts.HMACKey}}
 	s.feed = s.prefix + "feed"
+	// The record queues exist from the start: a stream served before Start
+	// queues its record (the workers take it once they run) instead of
+	// racing Start for the slice.
+	s.rec = make([]chan recJob, recordWorkers)
+	for i := range s.rec {
+		s.rec[i] = make(chan recJob, 4096)
+	}
 	if s.timeout <= 0 {
 		s.timeout = 50 * time.Millisecond
 	}

@@ -156,7 +156,14 @@ func TestUnreadableStateIsThatBreakersProblem(t *testing.T) {
 		func() error { return client.Set(ctx, stateKey, "\xc1garbage\x00", 0).Err() },
 		func() error { return client.Set(ctx, stateKey, "\x93\x01\x02\x03", 0).Err() }, // msgpack, not a table of ours
 		func() error { return client.Set(ctx, stateKey, "\x81\xa2st\xa1x", 0).Err() },  // {st: "x"}
-		func() error { client.Del(ctx, stateKey); return client.HSet(ctx, stateKey, "f", "v").Err() },
+		func() error { // another type under the key, in one step (a refresh may write it between two)
+			_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, stateKey)
+				p.HSet(ctx, stateKey, "f", "v")
+				return nil
+			})
+			return err
+		},
 	} {
 		if err := corrupt(); err != nil {
 			t.Fatal(err)
