@@ -88,7 +88,10 @@ func (s *Server) onAccessLogEntry(e *accesslogdatav3.HTTPAccessLogEntry) {
 
 func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 	cp := e.GetCommonProperties()
-	if cp.GetIntermediateLogEntry() {
+	// Only the entry written when the request completed speaks for its
+	// outcome (not a periodic or start-of-stream one, nor the router's
+	// per-attempt upstream_log). Envoys that do not set the type set none.
+	if t := cp.GetAccessLogType(); t != accesslogdatav3.AccessLogType_NotSet && t != accesslogdatav3.AccessLogType_DownstreamEnd {
 		return EntryIgnored
 	}
 	id := cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()["decision"].GetStringValue()

@@ -47,8 +47,3 @@ func deploymentOf(t *testing.T, path string) envoysim.Config {
 	}
 	return c
 }
-
-// shippedDeployment is envoy/envoy.yaml, the deployment fusebox ships.
-func shippedDeployment(t *testing.T) envoysim.Config {
-	return deploymentOf(t, "../../envoy/envoy.yaml")
-}

@@ -347,27 +347,26 @@ func (l *lifecycle) run(client extprocv3.ExternalProcessorClient, lat []time.Dur
 	if err != nil {
 		return lat, err
 	}
-	for _, m := range []*extprocv3.ProcessingRequest{l.reqHeaders, l.reqBody, l.respHeaders} {
-		t0 := time.Now()
-		if err := s.Send(m); err != nil {
-			return lat, err
-		}
-		if _, err := s.Recv(); err != nil {
-			return lat, err
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	if waitChunks {
-		// Each chunk waits for the previous chunk's reply.
-		for _, m := range l.chunks {
+	// inTurn sends each message once the previous one's reply came.
+	inTurn := func(ms []*extprocv3.ProcessingRequest) error {
+		for _, m := range ms {
 			t0 := time.Now()
 			if err := s.Send(m); err != nil {
-				return lat, err
+				return err
 			}
 			if _, err := s.Recv(); err != nil {
-				return lat, err
+				return err
 			}
 			lat = append(lat, time.Since(t0))
+		}
+		return nil
+	}
+	if err := inTurn([]*extprocv3.ProcessingRequest{l.reqHeaders, l.reqBody, l.respHeaders}); err != nil {
+		return lat, err
+	}
+	if waitChunks {
+		if err := inTurn(l.chunks); err != nil {
+			return lat, err
 		}
 		_ = s.CloseSend()
 		if _, err := s.Recv(); err != io.EOF {

@@ -8,6 +8,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestStalledRedisNeverHoldsADecision (R-ST7): with Redis connected but
@@ -17,11 +18,7 @@ import (
 // the decision waited for the whole pause (2.5 s in the probe).
 func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.NewClient("redis://" + srv.Addr + "/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := storeClient(t, srv)
 	admin := srv.Client(t)
 	clk := breaker.NewFakeClock(time.Now())
 	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "stall:", OpTimeout: 50 * time.Millisecond, Clock: clk})
@@ -46,4 +43,16 @@ func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 	if el := time.Since(t0); el > 500*time.Millisecond {
 		t.Fatalf("a decision waited %s on a paused Redis (op_timeout 50 ms; the pause is 1.5 s)", el)
 	}
+}
+
+// storeClient is a client made as fusebox makes it (NewClient: deadlines
+// at the socket), on srv.
+func storeClient(t *testing.T, srv *redistest.Server) redis.UniversalClient {
+	t.Helper()
+	client, err := redisstore.NewClient("redis://" + srv.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
 }

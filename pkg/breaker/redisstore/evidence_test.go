@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 )
 
@@ -16,11 +15,7 @@ import (
 // the queue and the view learned of them only from Redis's answer.
 func TestOwnEvidenceFirst(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.NewClient("redis://" + srv.Addr + "/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := storeClient(t, srv)
 	admin := srv.Client(t)
 	clk := breaker.NewFakeClock(time.Now())
 	r := replicasWith(t, client, "own:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
