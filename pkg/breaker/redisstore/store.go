@@ -91,6 +91,7 @@ type Store struct {
 	// unsignedLogged is when a dropped unsigned message was last logged.
 	unsignedLogged atomic.Int64
 	rec            []chan recJob
+	over           []overflow // each worker\'s jobs past its full queue
 	started        atomic.Bool
 	// lastHealth is the readiness last reported to OnHealth.
 	lastHealth atomic.Int32
@@ -149,6 +150,7 @@ func New(opts Options) *Store {
 	// queues its record (the workers take it once they run) instead of
 	// racing Start for the slice.
 	s.rec = make([]chan recJob, recordWorkers)
+	s.over = make([]overflow, recordWorkers)
 	for i := range s.rec {
 		s.rec[i] = make(chan recJob, 4096)
 	}
@@ -259,6 +261,14 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 	defer e.emitMu.Unlock()
 	e.lastNow.Store(now)
 	r, err := s.call(ctx, e, op, now, extra...)
+	return s.settle(e, op, now, r, err)
+}
+
+// settle takes one script call's answer for e (with e.emitMu held): an
+// error turns the breaker (a key's own error) or the store degraded; a
+// result goes into the local view, its transitions are reported in order
+// and published. The one place a script's answer is taken.
+func (s *Store) settle(e *entry, op string, now int64, r *result, err error) (*result, error) {
 	if err != nil {
 		if keyError(err) {
 			s.keyFailed(e, op, err)
@@ -286,15 +296,20 @@ func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra .
 func (s *Store) call(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	args := make([]any, 0, 2+len(e.args)+len(extra))
-	args = append(args, op, now/ms)
-	args = append(args, e.args...)
-	args = append(args, extra...)
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, args...).Slice()
+	vals, err := script.Run(ctx, s.rdb, []string{e.key}, scriptArgs(e, op, now, extra)...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
 	}
 	return parseReply(vals)
+}
+
+// scriptArgs are the script's arguments for op on e: the operation, the
+// time in milliseconds, the packed policy, then the operation's own.
+func scriptArgs(e *entry, op string, now int64, extra []any) []any {
+	args := make([]any, 0, 2+len(e.args)+len(extra))
+	args = append(args, op, now/ms)
+	args = append(args, e.args...)
+	return append(args, extra...)
 }
 
 // apply puts a state from Redis into the local view when it is newer than
