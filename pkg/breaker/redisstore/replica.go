@@ -480,7 +480,7 @@ func (s *Store) Refresh(ctx context.Context) {
 	list := s.tab.Load().list
 	if wasDegraded {
 		for _, e := range list {
-			if err := s.writeBack(ctx, e, now); err != nil && !keyError(err) {
+			if err := s.settleLocal(ctx, e, now); err != nil && !keyError(err) {
 				s.markReady()
 				return
 			}
@@ -501,10 +501,11 @@ func (s *Store) Refresh(ctx context.Context) {
 		s.degraded.Store(false)
 	}
 	for _, e := range list {
-		if e.bad.Load() {
-			// On the local view alone since Redis refused it: its local
-			// opens go back first, as after an outage.
-			_ = s.writeBack(ctx, e, now)
+		if e.bad.Load() || e.pendingOverride.Load() != nil {
+			// On the local view alone since Redis refused it (or an
+			// override failed): what it learned goes back first, as after
+			// an outage.
+			_ = s.settleLocal(ctx, e, now)
 		}
 		if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
 			s.markReady()
@@ -532,11 +533,30 @@ func (s *Store) reachable(ctx context.Context) bool {
 	return s.rdb.Ping(ctx).Err() == nil
 }
 
+// settleLocal writes back what e's local view learned while Redis did not
+// answer for it: an operator's override first (it wins over Redis's natural
+// state), then a local open, when there was no override or the open came
+// after it (its own evidence after the operator's word).
+func (s *Store) settleLocal(ctx context.Context, e *entry, now int64) error {
+	snap, err := breaker.SnapshotOf(s.local, e.lk, now)
+	if err != nil {
+		return nil
+	}
+	po := e.pendingOverride.Load()
+	replayed, err := s.replayOverride(ctx, e, now)
+	if err != nil {
+		return err
+	}
+	if replayed && !(snap.State == breaker.Open && !snap.Forced && snap.OpenedAt > po.at) {
+		return nil
+	}
+	return s.writeBackSnap(ctx, e, now, snap)
+}
+
 // writeBack writes an open (or forced open) the local view learned while
 // Redis was unreachable; the script keeps the later of two opens.
-func (s *Store) writeBack(ctx context.Context, e *entry, now int64) error {
-	snap, err := breaker.SnapshotOf(s.local, e.lk, now)
-	if err != nil || (snap.State != breaker.Open && snap.BlockedUntil <= now) {
+func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap breaker.Snapshot) error {
+	if snap.State != breaker.Open && snap.BlockedUntil <= now {
 		return nil
 	}
 	live := snap.State == breaker.Open
@@ -550,7 +570,7 @@ func (s *Store) writeBack(ctx context.Context, e *entry, now int64) error {
 	}
 	// Not run(): the result must not reach the local view, which is still
 	// the store until the resync ends.
-	_, err = s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
+	_, err := s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
 		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
 		strconv.FormatInt(snap.BlockedUntil/ms, 10))
 	if err != nil {

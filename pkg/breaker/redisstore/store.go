@@ -134,6 +134,8 @@ type entry struct {
 	bad atomic.Bool
 	// hinted: the feed said this breaker changed; the hint loop reads it.
 	hinted atomic.Bool
+	// pendingOverride is an override made while Redis did not answer.
+	pendingOverride atomic.Pointer[pendingOverride]
 }
 
 // localLease marks a probe slot taken on the local view while Redis was
@@ -539,10 +541,50 @@ func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op strin
 	}
 	if s.remote(e) {
 		if _, err := s.run(ctx, e, op, now, extra...); err == nil {
+			e.pendingOverride.Store(nil) // a later override supersedes one queued
 			return nil
 		}
 	}
+	// Redis is not answering: the override applies to the local view now
+	// and is queued to be replayed when Redis returns (R-ST8). An operator's
+	// force wins over a natural open, and a force-close or reset is written
+	// back too; before, the write-back merge kept Redis's natural open and
+	// wrote neither.
+	e.pendingOverride.Store(&pendingOverride{op: op, at: now, extra: extra})
 	return local(e)
+}
+
+// pendingOverride is an operator's override made while Redis was not
+// answering, to replay when it is.
+type pendingOverride struct {
+	op    string
+	at    int64 // when it was made
+	extra []any
+}
+
+// replayOverride writes e's queued override to Redis; a force-open keeps
+// what remains of its duration. It reports whether one was written.
+func (s *Store) replayOverride(ctx context.Context, e *entry, now int64) (bool, error) {
+	po := e.pendingOverride.Load()
+	if po == nil {
+		return false, nil
+	}
+	extra := po.extra
+	if po.op == "fo" && len(extra) == 1 {
+		if d, _ := extra[0].(int64); d > 0 {
+			left := po.at/ms + d - now/ms
+			if left <= 0 {
+				e.pendingOverride.CompareAndSwap(po, nil)
+				return false, nil // it ran out during the outage
+			}
+			extra = []any{left}
+		}
+	}
+	if _, err := s.run(ctx, e, po.op, now, extra...); err != nil {
+		return false, err
+	}
+	e.pendingOverride.CompareAndSwap(po, nil)
+	return true, nil
 }
 
 // Status implements breaker.Store, reading Redis (and making due
