@@ -45,6 +45,9 @@ type Manager struct {
 // config (and logged), never a reason not to start.
 func (m *Manager) Open(ctx context.Context, file []byte) (*Runtime, error) {
 	ovs, _, err := m.loadOverlays(ctx)
+	if errors.Is(err, ErrStoreEmpty) {
+		ovs, err = map[string]Overlay{}, nil
+	}
 	if err != nil && m.SharedStore {
 		m.log().Error("[config] the admin changes in the shared store could not be read: starting on the file alone until the store answers",
 			"error", err.Error())
@@ -87,6 +90,23 @@ func (m *Manager) Refresh(ctx context.Context) error {
 
 func (m *Manager) refresh(ctx context.Context) (*Runtime, error) {
 	ovs, unreadable, err := m.loadOverlays(ctx)
+	if errors.Is(err, ErrStoreEmpty) {
+		if len(m.ovs) == 0 {
+			return nil, nil
+		}
+		// The shared store lost every admin change (restarted empty,
+		// flushed, failed over to a replica without them): what is in
+		// force here goes back (R-ST9). Before, a replica started after a
+		// FLUSHALL ran without them, and the others followed at their next
+		// reload.
+		for id, o := range m.ovs {
+			if err := m.Store.Save(ctx, id, &o); err != nil {
+				return nil, fmt.Errorf("writing the admin changes back to the emptied store: %w", err)
+			}
+		}
+		m.log().Warn("[config] the shared store had lost the admin changes: this replica's were written back", "gateways", len(m.ovs))
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +214,7 @@ func (m *Manager) Put(ctx context.Context, id string, doc []byte) (*Gateway, err
 	if err != nil {
 		return nil, err
 	}
-	return m.locked(func() (*Runtime, *Gateway, error) { return m.change(ctx, id, obj) })
+	return m.locked(ctx, func() (*Runtime, *Gateway, error) { return m.change(ctx, id, obj) })
 }
 
 // Patch applies an RFC 7396 merge patch to gateway id's document: objects
@@ -205,7 +225,7 @@ func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway,
 	if err != nil {
 		return nil, err
 	}
-	return m.locked(func() (*Runtime, *Gateway, error) {
+	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
 		g, ok := m.Holder.Load().Gateways[id]
 		if !ok {
 			return nil, nil, ErrNotFound
@@ -220,12 +240,27 @@ func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway,
 }
 
 // locked runs one change under the manager's lock, then reports the
-// Runtime it put in force once the lock is released (R-L11).
-func (m *Manager) locked(fn func() (*Runtime, *Gateway, error)) (*Gateway, error) {
+// Runtime it put in force once the lock is released (R-L11). A change the
+// shared store refused because another replica changed the overlay since
+// this one read it (ErrConflict) is re-applied on the fresh overlays: an
+// acknowledged change is never lost, nor does it erase another's (R-ST9).
+func (m *Manager) locked(ctx context.Context, fn func() (*Runtime, *Gateway, error)) (*Gateway, error) {
 	m.mu.Lock()
+	var reports []*Runtime
 	rt, g, err := fn()
+	for try := 0; errors.Is(err, ErrConflict) && try < 5; try++ {
+		fresh, rerr := m.refresh(ctx)
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		reports = append(reports, fresh)
+		rt, g, err = fn()
+	}
 	m.mu.Unlock()
-	m.report(rt)
+	for _, r := range append(reports, rt) {
+		m.report(r)
+	}
 	return g, err
 }
 
@@ -247,7 +282,7 @@ func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*R
 // Delete removes gateway id: a file gateway gets a tombstone, an admin one
 // loses its overlay.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	_, err := m.locked(func() (*Runtime, *Gateway, error) {
+	_, err := m.locked(ctx, func() (*Runtime, *Gateway, error) {
 		if _, ok := m.Holder.Load().Gateways[id]; !ok {
 			return nil, nil, ErrNotFound
 		}
@@ -263,7 +298,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // RevertOverlay removes gateway id's overlay: the file's gateway (if any)
 // is in force again. It returns that gateway, or nil when the file has none.
 func (m *Manager) RevertOverlay(ctx context.Context, id string) (*Gateway, error) {
-	return m.locked(func() (*Runtime, *Gateway, error) {
+	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
 		if _, ok := m.ovs[id]; !ok {
 			return nil, nil, ErrNotFound
 		}

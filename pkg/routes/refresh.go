@@ -3,6 +3,7 @@ package routes
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Refresher runs Manager.Refresh off the caller's goroutine. The shared
@@ -12,6 +13,11 @@ import (
 // runs fold into the next.
 type Refresher struct {
 	Manager *Manager
+	// Every, when set, also refreshes that often: a notice lost on the feed
+	// (a failed publish, a dropped subscription) or a store that lost its
+	// overlays is repaired within it (R-ST9). An unchanged set costs one
+	// read and puts nothing in force.
+	Every time.Duration
 	// OnError is told when a refresh failed (the next notice or the
 	// store's resync retries it).
 	OnError func(error)
@@ -31,17 +37,24 @@ func (r *Refresher) Notify() {
 	}
 }
 
-// Run refreshes once per due mark until ctx ends.
+// Run refreshes once per due mark, and every Every, until ctx ends.
 func (r *Refresher) Run(ctx context.Context) {
 	r.init()
+	var tick <-chan time.Time
+	if r.Every > 0 {
+		t := time.NewTicker(r.Every)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.due:
-			if err := r.Manager.Refresh(ctx); err != nil && r.OnError != nil && ctx.Err() == nil {
-				r.OnError(err)
-			}
+		case <-tick:
+		}
+		if err := r.Manager.Refresh(ctx); err != nil && r.OnError != nil && ctx.Err() == nil {
+			r.OnError(err)
 		}
 	}
 }

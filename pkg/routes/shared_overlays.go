@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // RawOverlayBackend keeps overlay documents as bytes by gateway id: a
@@ -14,22 +15,64 @@ type RawOverlayBackend interface {
 	Save(ctx context.Context, id string, doc []byte) error
 }
 
+// RevisionedBackend is a backend whose documents carry revisions, changed
+// by compare-and-set (R-ST9).
+type RevisionedBackend interface {
+	RawOverlayBackend
+	// LoadRevisions returns the documents and every gateway's revision
+	// (removed ones too); ErrStoreEmpty when the store holds nothing at all.
+	LoadRevisions(ctx context.Context) (map[string][]byte, map[string]int64, error)
+	// SaveIf stores id's document (nil removes it) only when its revision
+	// is still expect; ErrConflict otherwise. It returns the new revision.
+	SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, error)
+}
+
+var (
+	// ErrConflict: another replica changed the overlay since this one read
+	// it. The manager reads again and re-applies the change.
+	ErrConflict = errors.New("the overlay changed in the shared store since it was read")
+	// ErrStoreEmpty: the shared store holds no overlay and no revision at
+	// all (Redis restarted empty, was flushed, or failed over to a replica
+	// without them), as opposed to every overlay having been removed.
+	ErrStoreEmpty = errors.New("the shared store holds no admin changes at all")
+)
+
 // SharedOverlays is the OverlayStore of a shared backend: every replica
-// reads and writes the same overlays (R-API2a, Redis: "in Redis").
+// reads and writes the same overlays (R-API2a, Redis: "in Redis"). With a
+// RevisionedBackend a change is written only onto the revision this
+// replica last read.
 type SharedOverlays struct {
 	Backend RawOverlayBackend
+
+	mu   sync.Mutex
+	revs map[string]int64 // as last read or written
 }
 
 // Load implements OverlayStore. An entry that does not decode is skipped
 // with an error naming it, never a reason to drop the others.
 func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
-	raw, err := s.Backend.Load(ctx)
+	var raw map[string][]byte
+	var revs map[string]int64
+	var err error
+	if rb, ok := s.Backend.(RevisionedBackend); ok {
+		raw, revs, err = rb.LoadRevisions(ctx)
+	} else {
+		raw, err = s.Backend.Load(ctx)
+	}
 	var bad []string
 	var be *BadOverlaysError
-	if errors.As(err, &be) {
+	empty := errors.Is(err, ErrStoreEmpty)
+	switch {
+	case errors.As(err, &be):
 		bad = append(bad, be.IDs...) // the backend refused these (a bad signature); the rest loaded
-	} else if err != nil {
+	case empty:
+	case err != nil:
 		return nil, err
+	}
+	if revs != nil {
+		s.mu.Lock()
+		s.revs = revs
+		s.mu.Unlock()
 	}
 	out := make(map[string]Overlay, len(raw))
 	for id, b := range raw {
@@ -43,19 +86,43 @@ func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 	if len(bad) > 0 {
 		return out, &BadOverlaysError{IDs: bad}
 	}
+	if empty {
+		return out, ErrStoreEmpty
+	}
 	return out, nil
 }
 
-// Save implements OverlayStore.
+// Save implements OverlayStore: with revisions, a compare-and-set on the
+// revision last read (ErrConflict when another replica changed it since).
 func (s *SharedOverlays) Save(ctx context.Context, id string, o *Overlay) error {
-	if o == nil {
-		return s.Backend.Save(ctx, id, nil)
+	var b []byte
+	if o != nil {
+		var err error
+		if b, err = json.Marshal(o); err != nil {
+			return err
+		}
 	}
-	b, err := json.Marshal(o)
+	rb, ok := s.Backend.(RevisionedBackend)
+	if !ok {
+		return s.Backend.Save(ctx, id, b)
+	}
+	s.mu.Lock()
+	expect := s.revs[id]
+	s.mu.Unlock()
+	rev, err := rb.SaveIf(ctx, id, b, expect)
 	if err != nil {
+		// On a conflict the revision last read stays: only a new read
+		// (Load) may move it, so a retry re-applies the change on top of
+		// the other replica's.
 		return err
 	}
-	return s.Backend.Save(ctx, id, b)
+	s.mu.Lock()
+	if s.revs == nil {
+		s.revs = map[string]int64{}
+	}
+	s.revs[id] = rev
+	s.mu.Unlock()
+	return nil
 }
 
 // BadOverlaysError names stored overlays that are not overlay documents;

@@ -138,6 +138,9 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	// The effective config: the file overlaid by admin changes (R-API2a).
 	mgr := &routes.Manager{Store: sw.overlays, Log: log, SharedStore: sw.shared}
 	refresher.Manager = mgr
+	if sw.shared {
+		refresher.Every = 5 * time.Second // the periodic overlay check (R-ST9)
+	}
 	rt, err := mgr.Open(ctx, data)
 	if err != nil {
 		in.stopClk()

@@ -4,22 +4,59 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/redis/go-redis/v9"
 )
 
 // Overlays keeps the admin config overlays in Redis (R-API2a): one hash,
 // a field per gateway holding its overlay document as the config manager
 // encodes it. A change is announced on the feed, so every replica reloads
 // the overlays and puts them in force at once.
+//
+// Each field carries a revision, "fbxr:<revision>:<document>", and a change
+// is a compare-and-set against the revision the replica last read (R-ST9):
+// two replicas changing one gateway at once cannot both win silently; the
+// loser reads again and re-applies its change. A removed overlay keeps its
+// field with an empty document, so its revision survives, and a hash with
+// no field at all means Redis lost them (routes.ErrStoreEmpty).
 type Overlays struct {
 	Store *Store
 }
 
 func (o *Overlays) hash() string { return o.Store.prefix + "overlays" }
 
-// Load returns every stored overlay document by gateway id.
+const revMagic = "fbxr:"
+
+// splitRev reads a field's revision and document; a value an earlier
+// fusebox wrote has revision 0.
+func splitRev(v string) (int64, string) {
+	if !strings.HasPrefix(v, revMagic) {
+		return 0, v
+	}
+	rest := v[len(revMagic):]
+	i := strings.IndexByte(rest, ':')
+	if i < 0 {
+		return 0, v
+	}
+	n, err := strconv.ParseInt(rest[:i], 10, 64)
+	if err != nil {
+		return 0, v
+	}
+	return n, rest[i+1:]
+}
+
+// Load returns every stored overlay document by gateway id, with every
+// field's revision (removed ones included).
 func (o *Overlays) Load(ctx context.Context) (map[string][]byte, error) {
+	docs, _, err := o.LoadRevisions(ctx)
+	return docs, err
+}
+
+// LoadRevisions implements routes.RevisionedBackend.
+func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*o.Store.timeout)
 	defer cancel()
 	m, err := o.Store.rdb.HGetAll(ctx, o.hash()).Result()
@@ -29,16 +66,25 @@ func (o *Overlays) Load(ctx context.Context) (map[string][]byte, error) {
 			// The hash itself is bad (another type under its key): that is
 			// the overlays' problem, not Redis being unreachable.
 			o.Store.count("overlay_load")
-			return nil, err
+			return nil, nil, err
 		}
 		// Degraded: the resync on Redis's return loads them again.
 		o.Store.failed("overlay_load", err)
-		return nil, err
+		return nil, nil, err
+	}
+	if len(m) == 0 {
+		return map[string][]byte{}, map[string]int64{}, routes.ErrStoreEmpty
 	}
 	out := make(map[string][]byte, len(m))
+	revs := make(map[string]int64, len(m))
 	var bad []string
 	for id, v := range m {
-		doc, err := o.Store.sign.openOverlay(o.hash(), id, []byte(v))
+		rev, raw := splitRev(v)
+		revs[id] = rev
+		if raw == "" {
+			continue // removed; its revision stays
+		}
+		doc, err := o.Store.sign.openOverlay(o.hash(), id, []byte(raw))
 		if err != nil {
 			bad = append(bad, id)
 			o.Store.refused("overlay_unsigned", "[config] an admin change in Redis without a valid signature was ignored (store.redis.hmac_key_file is set): something other than a fusebox replica of this fleet wrote it")
@@ -48,29 +94,90 @@ func (o *Overlays) Load(ctx context.Context) (map[string][]byte, error) {
 	}
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return out, &routes.BadOverlaysError{IDs: bad}
+		return out, revs, &routes.BadOverlaysError{IDs: bad}
 	}
-	return out, nil
+	return out, revs, nil
 }
 
-// Save stores gateway id's overlay document (nil removes it) and tells the
-// other replicas.
+// saveIf is the compare-and-set: the field is written only when its
+// revision is still the one expected, and its revision grows by one.
+var saveIf = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local rev = 0
+if cur then rev = tonumber(string.match(cur, '^fbxr:(%d+):')) or 0 end
+if rev ~= tonumber(ARGV[2]) then return {0, rev} end
+rev = rev + 1
+redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. rev .. ':' .. ARGV[3])
+return {1, rev}
+`)
+
+// Save stores gateway id's overlay document (nil removes it) whatever its
+// revision, and tells the other replicas.
 func (o *Overlays) Save(ctx context.Context, id string, doc []byte) error {
+	_, err := o.save(ctx, id, doc, -1)
+	return err
+}
+
+// SaveIf implements routes.RevisionedBackend: it stores id's document only
+// when the stored revision is expect (routes.ErrConflict otherwise) and
+// returns the new revision.
+func (o *Overlays) SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, error) {
+	return o.save(ctx, id, doc, expect)
+}
+
+func (o *Overlays) save(ctx context.Context, id string, doc []byte, expect int64) (int64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 4*o.Store.timeout)
 	defer cancel()
-	var err error
-	if doc == nil {
-		err = o.Store.rdb.HDel(cctx, o.hash(), id).Err()
-	} else {
-		err = o.Store.rdb.HSet(cctx, o.hash(), id, o.Store.sign.sealOverlay(o.hash(), id, doc)).Err()
+	val := ""
+	if doc != nil {
+		val = string(o.Store.sign.sealOverlay(o.hash(), id, doc))
 	}
-	if err != nil {
-		o.Store.count("overlay_save")
-		return fmt.Errorf("redis overlays: %w", err)
+	var rev int64
+	if expect < 0 {
+		// Unconditional: read the revision, then set on it (a race only
+		// repeats the read).
+		for {
+			cur, err := o.Store.rdb.HGet(cctx, o.hash(), id).Result()
+			if err != nil && err != redis.Nil {
+				o.Store.count("overlay_save")
+				return 0, fmt.Errorf("redis overlays: %w", err)
+			}
+			r, _ := splitRev(cur)
+			n, err := o.cas(cctx, id, r, val)
+			if err == routes.ErrConflict {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			rev = n
+			break
+		}
+	} else {
+		n, err := o.cas(cctx, id, expect, val)
+		if err != nil {
+			return 0, err
+		}
+		rev = n
 	}
 	if err := o.Store.PublishOverlay(ctx, id); err != nil {
-		// Stored: the others pick it up at their next overlay refresh.
+		// Stored: the others pick it up at their next overlay check.
 		o.Store.count("publish")
 	}
-	return nil
+	return rev, nil
+}
+
+func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string) (int64, error) {
+	res, err := saveIf.Run(ctx, o.Store.rdb, []string{o.hash()}, id, expect, val).Int64Slice()
+	if err != nil {
+		o.Store.count("overlay_save")
+		return 0, fmt.Errorf("redis overlays: %w", err)
+	}
+	if len(res) != 2 {
+		return 0, fmt.Errorf("redis overlays: a reply of %d values", len(res))
+	}
+	if res[0] == 0 {
+		return res[1], routes.ErrConflict
+	}
+	return res[1], nil
 }
