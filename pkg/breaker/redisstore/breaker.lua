@@ -13,7 +13,25 @@
 --          operation's arguments.
 local key = KEYS[1]
 local op = ARGV[1]
+-- ARGV[2] is "<now>:<wall>": the caller's clock and its wall clock when it
+-- sent the call, in ms. One clock for the fleet (R-ST9): when the caller's
+-- wall clock is off Redis's own (TIME) by more than half a second, the
+-- call's time is moved by that skew, so cooldowns, probe leases and
+-- windows expire on Redis's time, not on whichever replica's clock ran
+-- ahead; a record queued for a while keeps its age (it is applied at the
+-- time it happened). Within half a second the caller's time stands, so a
+-- test's fake clock stays exact.
 local now = tonumber(ARGV[2])
+do
+  local sep = string.find(ARGV[2], ":", 1, true)
+  if sep then
+    now = tonumber(string.sub(ARGV[2], 1, sep - 1))
+    local wall = tonumber(string.sub(ARGV[2], sep + 1))
+    local t = redis.call("TIME")
+    local skew = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - wall
+    if skew > 500 or skew < -500 then now = now + skew end
+  end
+end
 -- The policy comes packed (MessagePack, encoded once per config load):
 -- one argument instead of twenty to convert.
 local pa = cmsgpack.unpack(ARGV[3])

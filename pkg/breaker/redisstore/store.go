@@ -51,6 +51,9 @@ type Options struct {
 	Log   *slog.Logger
 	// ReplicaID names this replica on the feed; "" = random.
 	ReplicaID string
+	// Wall is this replica's wall clock (tests skew it); nil = time.Now.
+	// The scripts compare it with Redis's own clock (breaker.lua).
+	Wall func() time.Time
 	// HMACKey, when set, signs every feed message and overlay document,
 	// and only ones signed with it are read (R-L12, sign.go).
 	HMACKey []byte
@@ -298,7 +301,7 @@ func (s *Store) settle(e *entry, op string, now int64, r *result, err error) (*r
 func (s *Store) call(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, scriptArgs(e, op, now, extra)...).Slice()
+	vals, err := script.Run(ctx, s.rdb, []string{e.key}, s.scriptArgs(e, op, now, extra)...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
 	}
@@ -307,9 +310,9 @@ func (s *Store) call(ctx context.Context, e *entry, op string, now int64, extra 
 
 // scriptArgs are the script's arguments for op on e: the operation, the
 // time in milliseconds, the packed policy, then the operation's own.
-func scriptArgs(e *entry, op string, now int64, extra []any) []any {
+func (s *Store) scriptArgs(e *entry, op string, now int64, extra []any) []any {
 	args := make([]any, 0, 2+len(e.args)+len(extra))
-	args = append(args, op, now/ms)
+	args = append(args, op, strconv.FormatInt(now/ms, 10)+":"+strconv.FormatInt(s.wall().UnixMilli(), 10))
 	args = append(args, e.args...)
 	return append(args, extra...)
 }
@@ -352,6 +355,13 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 // local state only, with no round trip (R-ST2). Every other method of the
 // Store is defined here and shadows the view's.
 type viewMemory = breaker.Memory
+
+func (s *Store) wall() time.Time {
+	if s.opts.Wall != nil {
+		return s.opts.Wall()
+	}
+	return time.Now()
+}
 
 // remote reports whether e's calls go to Redis: not while Redis is
 // unreachable (the store is degraded), nor while Redis answers this breaker

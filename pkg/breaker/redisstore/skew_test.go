@@ -1,0 +1,54 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+)
+
+// TestSkewedReplicaKeepsTheProbeBound (R-ST9): a replica whose clock runs
+// 6 s ahead (longer than the 5 s probe timeout) cannot take a second probe
+// slot while the first one's probe is in flight: leases expire on Redis's
+// clock. Before, the scripts used each caller's clock, the lease looked
+// expired to the skewed replica, and 2 probes were admitted with
+// half_open_max_probes 1.
+func TestSkewedReplicaKeepsTheProbeBound(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	base := time.Now()
+	skew := 6 * time.Second
+	clocks := []*breaker.FakeClock{breaker.NewFakeClock(base), breaker.NewFakeClock(base.Add(skew))}
+	p := replicaPolicy(func(p *breaker.Policy) {
+		p.FailureThreshold, p.CooldownMs, p.HalfOpenMaxProbes, p.ProbeTimeoutMs = 1, 1000, 1, 5000
+	})
+	rs := replicasWith(t, client, "skew:", clocks[0], p, 2, time.Second, func(i int, o *redisstore.Options) {
+		o.Clock = clocks[i]
+		if i == 1 {
+			o.Wall = func() time.Time { return time.Now().Add(skew) }
+		}
+	})
+	ctx := context.Background()
+	now := func(i int) int64 { return clocks[i].Now().UnixNano() }
+	adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, now(0), false)
+	if _, err := rs[0].st.Record(ctx, rs[0].key, now(0), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "open in Redis", func() bool {
+		st, err := rs[0].st.Status(ctx, rs[0].key, now(0))
+		return err == nil && st.State == "open"
+	})
+	for _, c := range clocks {
+		c.Advance(2 * time.Second) // past the cooldown on both clocks
+	}
+	if _, ok, err := rs[0].st.Acquire(ctx, rs[0].key, now(0), false); !ok || err != nil {
+		t.Fatalf("the first probe was refused: %v", err)
+	}
+	if _, ok, _ := rs[1].st.Acquire(ctx, rs[1].key, now(1), false); ok {
+		st, _ := rs[1].st.Status(ctx, rs[1].key, now(1))
+		t.Fatalf("the skewed replica took a second probe slot (half_open_max_probes 1): %+v", st)
+	}
+}
