@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -77,5 +78,62 @@ func TestVanishedKeysHeal(t *testing.T) {
 			return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed
 		})
 		_ = i
+	}
+}
+
+// TestEvictedKeysHeal (R-ST8): with maxmemory and allkeys-lru, a breaker's
+// key evicted under memory pressure comes back as a fresh incarnation, and
+// the next failure opens the breaker on every replica.
+func TestEvictedKeysHeal(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	clk := breaker.NewFakeClock(time.Now())
+	rs := replicas(t, client, "evict:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
+	trip := func() {
+		adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
+		if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), adm, fail503); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ { // the views' sequences grow past a fresh key's
+		trip()
+		eventually(t, "open in Redis", func() bool {
+			s, err := rs[1].st.Status(ctx, rs[1].key, clk.Now().UnixNano())
+			return err == nil && s.State == "open"
+		})
+		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			eventually(t, "closed", func() bool { return r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
+		}
+	}
+	stateKey := rs[0].st.Key(replicaID)
+	if err := client.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "4mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.ConfigSet(context.Background(), "maxmemory", "0") })
+	junk := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		if n, _ := client.Exists(ctx, stateKey).Result(); n == 0 {
+			break
+		}
+		if i > 2000 {
+			t.Fatal("the breaker's key was never evicted")
+		}
+		_ = client.Set(ctx, fmt.Sprintf("junk:%d", i), junk, 0).Err()
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	trip()
+	for _, r := range rs {
+		eventually(t, "the failure after the eviction opens the breaker", func() bool {
+			return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed
+		})
 	}
 }
