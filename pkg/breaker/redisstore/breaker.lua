@@ -400,11 +400,26 @@ local earliest = 0
 for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = exp end end
 -- A flat reply (no JSON to build or parse); the order is store.go's
 -- reply fields. Events follow, eleven values each.
-local out = {res.ok, res.lease, res.stale, s.st, s.gen, s.reason, s.oa, s.ra, s.rc, s.ou, s.fo, s.fu, s.bu,
-  s.cons, failures(), c, f, sl, lease_count(), earliest, s.v, changed, rewritten, s.inc}
+-- The reply is flat (no JSON to build or parse): REPLY's fields in that
+-- order, then EVENT's for each transition. script.go reads them by the
+-- same names (replyNames, eventNames); TestReplyProtocolNames holds the
+-- lists equal.
+local REPLY = {"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
+  "open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
+  "window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation"}
+local EVENT = {"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
+  "window_calls", "window_failures", "gen"}
+local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.st, gen = s.gen, reason = s.reason,
+  opened_at = s.oa, reopened_at = s.ra, reopens = s.rc, open_until = s.ou, forced = s.fo, forced_until = s.fu,
+  blocked_until = s.bu, consecutive = s.cons, failures = failures(), window_calls = c, window_failures = f,
+  window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.v, changed = changed,
+  rewritten = rewritten, incarnation = s.inc}
+local out = {}
+for _, k in ipairs(REPLY) do table.insert(out, reply[k]) end
 for _, e in ipairs(events) do
-  for _, v in ipairs({e.from, e.to, e.reason, e.failures, e.ou, e.forever, e.oa, e.rc, e.calls, e.fails, e.gen}) do
-    table.insert(out, v)
-  end
+  local ev = {from = e.from, to = e.to, reason = e.reason, failures = e.failures, open_until = e.ou,
+    forever = e.forever, opened_at = e.oa, reopens = e.rc, window_calls = e.calls, window_failures = e.fails,
+    gen = e.gen}
+  for _, k in ipairs(EVENT) do table.insert(out, ev[k]) end
 end
 return out

@@ -96,7 +96,60 @@ type event struct {
 	Gen                             uint64
 }
 
-const replyFields, eventFields = 24, 11
+// The script's flat reply, by name: replyNames' fields in that order, then
+// eventNames' for each transition. breaker.lua builds it from the same
+// lists (REPLY, EVENT); TestReplyProtocolNames holds them equal.
+var (
+	replyNames = []string{"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
+		"open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
+		"window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation"}
+	eventNames = []string{"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
+		"window_calls", "window_failures", "gen"}
+)
+
+// Positions of replyNames and eventNames.
+const (
+	rOK = iota
+	rLease
+	rStale
+	rState
+	rGen
+	rReason
+	rOpenedAt
+	rReopenedAt
+	rReopens
+	rOpenUntil
+	rForced
+	rForcedUntil
+	rBlockedUntil
+	rConsecutive
+	rFailures
+	rWindowCalls
+	rWindowFailures
+	rWindowSlow
+	rProbes
+	rProbesUntil
+	rSeq
+	rChanged
+	rRewritten
+	rIncarnation
+	replyFields
+)
+
+const (
+	eFrom = iota
+	eTo
+	eReason
+	eFailures
+	eOpenUntil
+	eForever
+	eOpenedAt
+	eReopens
+	eWindowCalls
+	eWindowFailures
+	eGen
+	eventFields
+)
 
 func asInt(v any) int64 {
 	switch x := v.(type) {
@@ -129,15 +182,18 @@ func parseReply(vals []any) (*result, error) {
 	}
 	i := func(k int) int64 { return asInt(vals[k]) }
 	r := &result{
-		OK: int(i(0)), Lease: uint64(i(1)), Stale: int(i(2)), St: int(i(3)), Gen: uint64(i(4)), Reason: asString(vals[5]),
-		OA: i(6), RA: i(7), RC: int(i(8)), OU: i(9), FO: int(i(10)), FU: i(11), BU: i(12), Cons: int(i(13)),
-		Failures: int(i(14)), Calls: i(15), Fails: i(16), Slow: i(17), Leases: int(i(18)), Earliest: i(19),
-		V: uint64(i(20)), Changed: i(21) == 1, Rewritten: i(22) == 1, Inc: asString(vals[23]),
+		OK: int(i(rOK)), Lease: uint64(i(rLease)), Stale: int(i(rStale)), St: int(i(rState)), Gen: uint64(i(rGen)),
+		Reason: asString(vals[rReason]), OA: i(rOpenedAt), RA: i(rReopenedAt), RC: int(i(rReopens)), OU: i(rOpenUntil),
+		FO: int(i(rForced)), FU: i(rForcedUntil), BU: i(rBlockedUntil), Cons: int(i(rConsecutive)),
+		Failures: int(i(rFailures)), Calls: i(rWindowCalls), Fails: i(rWindowFailures), Slow: i(rWindowSlow),
+		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), V: uint64(i(rSeq)), Changed: i(rChanged) == 1,
+		Rewritten: i(rRewritten) == 1, Inc: asString(vals[rIncarnation]),
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }
-		r.Events = append(r.Events, event{From: int(e(0)), To: int(e(1)), Reason: asString(vals[k+2]), Failures: int(e(3)),
-			OU: e(4), Forever: int(e(5)), OA: e(6), RC: int(e(7)), Calls: e(8), Fails: e(9), Gen: uint64(e(10))})
+		r.Events = append(r.Events, event{From: int(e(eFrom)), To: int(e(eTo)), Reason: asString(vals[k+eReason]),
+			Failures: int(e(eFailures)), OU: e(eOpenUntil), Forever: int(e(eForever)), OA: e(eOpenedAt), RC: int(e(eReopens)),
+			Calls: e(eWindowCalls), Fails: e(eWindowFailures), Gen: uint64(e(eGen))})
 	}
 	return r, nil
 }
