@@ -58,3 +58,33 @@ func TestSlowRedisLosesNoOutcome(t *testing.T) {
 		t.Fatalf("%d records dropped to the local view", r.errCount("record_queue_full"))
 	}
 }
+
+// TestFeedSurvivesItsConnectionCut: the pub/sub connection cut alone (the
+// command connections untouched) is resubscribed, the replica resyncs, and
+// transitions reach it again.
+func TestFeedSurvivesItsConnectionCut(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	c1, err := redisstore.NewClient("redis://" + px.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c1.Close() })
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 })
+	r0 := replicas(t, srv.Client(t), "cut:", clk, p, 1, time.Second)[0]
+	r1 := replicasWith(t, c1, "cut:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
+		o.ReplicaID, o.RefreshInterval = "r-cut", time.Hour // only the feed can tell it
+	})[0]
+	subscribed(t, srv.Client(t), "cut:feed", 2)
+	px.CutPubSub()
+	subscribed(t, srv.Client(t), "cut:feed", 2) // go-redis resubscribed
+	ctx := context.Background()
+	adm, _, _ := r0.st.Acquire(ctx, r0.key, clk.Now().UnixNano(), false)
+	if _, err := r0.st.Record(ctx, r0.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the open reaches the replica whose feed was cut", func() bool {
+		return !r1.st.Peek(ctx, r1.key, clk.Now().UnixNano()).Allowed
+	})
+}
