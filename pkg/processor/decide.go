@@ -22,6 +22,9 @@ type decision struct {
 	// attempt is the chain for the attempt role (AttemptHeader); "" when
 	// failover is off.
 	attempt string
+	// retries bounds Envoy's retries of this request (x-envoy-max-retries):
+	// one attempt per route of the chain, never more than max_attempts.
+	retries int
 }
 
 // chainGroup is one route of a failover chain with its admission.
@@ -159,6 +162,7 @@ func (st *stream) decide() decision {
 			groups = append(groups, chainGroup{route: cands[i], adm: adm})
 		}
 		d.attempt = st.chainToken(groups)
+		d.retries = len(groups) - 1
 		st.handedOver = true
 	}
 	if st.tracked {

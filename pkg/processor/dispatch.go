@@ -25,6 +25,9 @@ func (st *stream) bodyRewrite(body []byte, f modelField, cr *extprocv3.CommonRes
 // dispatchMutation builds the R-D3 mutation: cluster, route and fallbacks
 // headers, :path when the route has one, and clear_route_cache in the same
 // reply as the header_mutation (ENVOY.md).
+// maxRetriesHeader bounds the router's retries of one request.
+const maxRetriesHeader = "x-envoy-max-retries"
+
 func (st *stream) dispatchMutation(d decision) *extprocv3.CommonResponse {
 	hn := st.rt.Headers
 	set := []*corev3.HeaderValueOption{
@@ -41,7 +44,13 @@ func (st *stream) dispatchMutation(d decision) *extprocv3.CommonResponse {
 		set = append(set, setHeader(":path", st.chosen.Path))
 	}
 	if d.attempt != "" {
-		set = append(set, setHeader(AttemptHeader, d.attempt))
+		// R-X6: the router reads x-envoy-max-retries when it builds the
+		// request's retry state, after this reply, and it takes precedence
+		// over the route's num_retries (retry_state_impl.cc); without it a
+		// chain of 3, or of 1, made num_retries+1 = 10 attempts, repeating
+		// the last route. Envoy strips the header from clients and takes
+		// it from a filter only with mutation_rules.allow_envoy.
+		set = append(set, setHeader(AttemptHeader, d.attempt), setHeader(maxRetriesHeader, strconv.Itoa(d.retries)))
 	}
 	return &extprocv3.CommonResponse{
 		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,49 @@ func TestFailoverRecordsItsLastAttempt(t *testing.T) {
 	}
 	if strings.Contains(w.scrape(), `class="neither",gateway="failover",reason="client_cancel"`) {
 		t.Fatal("an attempt was recorded as a client cancel")
+	}
+}
+
+// TestFailoverAttemptsCappedByMaxAttempts (R-X6): with every route failing,
+// a request makes at most max_attempts attempts, one per route of its
+// chain, and exactly one with max_attempts 1. Before, envoy-failover.yaml's
+// num_retries 9 made 10 attempts whatever max_attempts said, 8 of them on
+// the last route (a 10x retry storm with max_attempts 1).
+func TestFailoverAttemptsCappedByMaxAttempts(t *testing.T) {
+	for _, maxAttempts := range []int{3, 2, 1} {
+		t.Run(fmt.Sprintf("max_attempts %d", maxAttempts), func(t *testing.T) {
+			w := newWorld(t)
+			p := w.failoverProxy()
+			patch := fmt.Sprintf(`{"failover": {"max_attempts": %d}}`, maxAttempts)
+			req, _ := http.NewRequest("PATCH", "http://"+w.fusebox.AdminAddr()+"/admin/v1/gateways/failover", strings.NewReader(patch))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("patch: %v %v", err, resp)
+			}
+			resp.Body.Close()
+			for _, n := range []string{"openai_us", "azure_eu", "openai_eu"} {
+				w.providers[n].SetFault(fakeprovider.Fault{Status: 503})
+			}
+			if r := chat(t, p, gpt, false); r.status != 503 {
+				t.Fatalf("every route failing: %d", r.status)
+			}
+			attempts := p.Attempts()
+			if len(attempts) != maxAttempts {
+				t.Fatalf("%d attempts (%v), want max_attempts=%d", len(attempts), attempts, maxAttempts)
+			}
+			seen := map[string]bool{}
+			for _, a := range attempts {
+				if seen[a.Cluster] {
+					t.Fatalf("route %s tried twice: %v", a.Cluster, attempts)
+				}
+				seen[a.Cluster] = true
+			}
+			// A client cannot widen it: Envoy strips x-envoy-max-retries.
+			chat(t, p, gpt, false, "x-envoy-max-retries", "9")
+			if n := len(p.Attempts()); n != maxAttempts {
+				t.Fatalf("a client's x-envoy-max-retries made %d attempts", n)
+			}
+		})
 	}
 }

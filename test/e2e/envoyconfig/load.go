@@ -284,6 +284,7 @@ func extProcConfig(ep *extprocv3.ExternalProcessor) envoysim.ExtProcConfig {
 		ResponseBodyMode:    pm.GetResponseBodyMode(),
 		AllowModeOverride:   ep.GetAllowModeOverride(),
 		FailureModeAllow:    ep.GetFailureModeAllow(),
+		AllowEnvoy:          ep.GetMutationRules().GetAllowEnvoy().GetValue(),
 		MessageTimeout:      ep.GetMessageTimeout().AsDuration(),
 		ResponseAttributes:  ep.GetResponseAttributes(),
 		ReceivingNamespaces: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),

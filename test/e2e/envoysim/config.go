@@ -55,13 +55,16 @@ type Cluster struct {
 
 // ExtProcConfig mirrors the ext_proc filter's settings.
 type ExtProcConfig struct {
-	Addr                string // fusebox gRPC address; "" = no ext_proc filter
-	RequestHeaderMode   filterv3.ProcessingMode_HeaderSendMode
-	ResponseHeaderMode  filterv3.ProcessingMode_HeaderSendMode
-	RequestBodyMode     filterv3.ProcessingMode_BodySendMode
-	ResponseBodyMode    filterv3.ProcessingMode_BodySendMode
-	AllowModeOverride   bool
-	FailureModeAllow    bool
+	Addr               string // fusebox gRPC address; "" = no ext_proc filter
+	RequestHeaderMode  filterv3.ProcessingMode_HeaderSendMode
+	ResponseHeaderMode filterv3.ProcessingMode_HeaderSendMode
+	RequestBodyMode    filterv3.ProcessingMode_BodySendMode
+	ResponseBodyMode   filterv3.ProcessingMode_BodySendMode
+	AllowModeOverride  bool
+	FailureModeAllow   bool
+	// AllowEnvoy is mutation_rules.allow_envoy: the processor may set
+	// x-envoy-* headers (the route role's x-envoy-max-retries).
+	AllowEnvoy          bool
 	MessageTimeout      time.Duration
 	ResponseAttributes  []string
 	ReceivingNamespaces []string

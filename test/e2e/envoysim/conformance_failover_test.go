@@ -22,6 +22,8 @@ type foRig struct {
 	mu       sync.Mutex
 	attempts []*extprocv3.ProcessingRequest // the attempt role's messages
 	ups      map[string]*upstream
+	// routeSets are more headers the route role sets with its decision.
+	routeSets []*corev3.HeaderValueOption
 }
 
 // newFailoverRig: clusters c1..c3 answer per status (a status of 0 =
@@ -48,7 +50,7 @@ func newFailoverRig(t *testing.T, status map[string]int, groups []string, numRet
 			}
 			md, _ := structpb.NewStruct(map[string]any{"fusebox.failover": map[string]any{"priority_groups": gs}})
 			resp := reqHeadersReply(&extprocv3.CommonResponse{
-				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{set("x-fusebox-cluster", groups[0])}},
+				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: append([]*corev3.HeaderValueOption{set("x-fusebox-cluster", groups[0])}, fr.routeSets...)},
 				ClearRouteCache: true,
 			})
 			resp.DynamicMetadata = md
@@ -256,5 +258,42 @@ func TestFailoverConnectFailureEndsTheAttemptStream(t *testing.T) {
 	}
 	if got := strings.Join(kinds, ","); !strings.HasPrefix(got, "headers:1,body,headers:2") {
 		t.Fatalf("attempt-role messages %s: attempt 1 must end after its request", got)
+	}
+}
+
+// x-envoy-max-retries (retry_state_impl.cc): set by the route role with
+// mutation_rules.allow_envoy it replaces num_retries for the request and
+// never reaches an upstream; without allow_envoy the mutation is rejected
+// and num_retries stands; a client's own is stripped by the connection
+// manager.
+func TestMaxRetriesHeader(t *testing.T) {
+	cases := []struct {
+		name       string
+		allowEnvoy bool
+		client     string // the client's own x-envoy-max-retries
+		want       string
+	}{
+		{"route role, allow_envoy", true, "", "c1:503,c2:503"},
+		{"route role, no allow_envoy", false, "", "c1:503,c2:503,c2:503,c2:503"},
+		{"client only", true, "0", "c1:503,c2:503,c2:503,c2:503"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := newFailoverRig(t, map[string]int{"c1": 503, "c2": 503}, []string{"c1", "c2"}, 3, nil)
+			fr.proxy.cfg.ExtProc.AllowEnvoy = tc.allowEnvoy
+			var hdr []string
+			if tc.client == "" {
+				fr.routeSets = []*corev3.HeaderValueOption{set("x-envoy-max-retries", "1")}
+			} else {
+				hdr = []string{"x-envoy-max-retries", tc.client}
+			}
+			fr.post(`{"a":1}`, hdr...)
+			if got := clustersOf(fr.proxy.Attempts()); got != tc.want {
+				t.Fatalf("attempts %s, want %s", got, tc.want)
+			}
+			if v := fr.ups["c2"].last.Header.Get("X-Envoy-Max-Retries"); v != "" {
+				t.Fatalf("x-envoy-max-retries reached the upstream: %q", v)
+			}
+		})
 	}
 }

@@ -96,7 +96,8 @@ func contains(l []string, s string) bool {
 func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Request, e *Entry, h *headers, body []byte) {
 	fo := p.cfg.Failover
 	var flags uint64
-	for n := 1; n <= fo.NumRetries+1; n++ {
+	numRetries := maxRetries(h, fo.NumRetries, len(fo.RetryOn) > 0)
+	for n := 1; n <= numRetries+1; n++ {
 		// The specifier re-reads the override at every evaluation.
 		groups := p.failoverGroups(e)
 		cluster := groups[min(n-1, len(groups)-1)]
@@ -146,7 +147,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if isConnectFailure(err) {
 				kind = "connect-failure"
 			}
-			if ctx.Err() == nil && contains(fo.RetryOn, kind) && n <= fo.NumRetries {
+			if ctx.Err() == nil && contains(fo.RetryOn, kind) && n <= numRetries {
 				continue
 			}
 			switch {
@@ -164,7 +165,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		hdr := upstreamHeaders(resp)
 		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
-		if p.retriable(resp.StatusCode) && n <= fo.NumRetries {
+		if p.retriable(resp.StatusCode) && n <= numRetries {
 			// The upstream filters see the response headers before the
 			// router decides to retry; then the attempt is reset.
 			if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
@@ -203,7 +204,7 @@ func (p *Proxy) upstreamRequestPhase(w http.ResponseWriter, e *Entry, ep *epStre
 		if cr.GetClearRouteCache() {
 			p.stats.add("clear_route_cache_upstream_ignored")
 		}
-		if err := p.applyMutation(h, cr.GetHeaderMutation(), false); err != nil {
+		if err := p.applyMutationRules(h, cr.GetHeaderMutation(), false, ep.c.AllowEnvoy); err != nil {
 			p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
 			return false
 		}
@@ -268,4 +269,22 @@ func (p *Proxy) Attempts() []AttemptLog {
 	out := p.attempts
 	p.attempts = nil
 	return out
+}
+
+// maxRetries is the request's retry budget as the router builds it when
+// it decodes the headers (retry_state_impl.cc): x-envoy-max-retries, when
+// a filter set it and a retry policy exists, takes precedence over the
+// route's num_retries; the router then removes the header, so it never
+// reaches an upstream.
+func maxRetries(h *headers, configured int, hasPolicy bool) int {
+	v, ok := h.get("x-envoy-max-retries")
+	h.del("x-envoy-max-retries")
+	if !ok || !hasPolicy {
+		return configured
+	}
+	n, err := strconv.ParseUint(v, 10, 31)
+	if err != nil {
+		return configured
+	}
+	return int(n)
 }

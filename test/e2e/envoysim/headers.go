@@ -106,10 +106,10 @@ func validValue(v string) bool {
 // kept, x-envoy-* cannot be changed, other pseudo headers can be changed
 // only when they are :path (request) or :status (response); pseudo headers
 // and host can never be removed.
-func mutable(k string, remove, response bool) bool {
+func mutable(k string, remove, response, allowEnvoy bool) bool {
 	switch {
 	case strings.HasPrefix(k, "x-envoy-"):
-		return false
+		return allowEnvoy
 	case k == "host" || k == ":authority" || k == ":method" || k == ":scheme":
 		return false
 	case strings.HasPrefix(k, ":"):
@@ -125,7 +125,13 @@ func mutable(k string, remove, response bool) bool {
 // only raw_value is read (value alone writes an empty header; both set is
 // an error), append_action is ignored and only the old append flag counts
 // (default false: overwrite). Disallowed changes are skipped and counted.
+// The rules are the route role's filter's (mutation_rules.allow_envoy).
 func (p *Proxy) applyMutation(h *headers, m *extprocv3.HeaderMutation, response bool) error {
+	return p.applyMutationRules(h, m, response, p.cfg.ExtProc.AllowEnvoy)
+}
+
+// applyMutationRules is applyMutation under one filter's allow_envoy.
+func (p *Proxy) applyMutationRules(h *headers, m *extprocv3.HeaderMutation, response, allowEnvoy bool) error {
 	if m == nil {
 		return nil
 	}
@@ -142,7 +148,7 @@ func (p *Proxy) applyMutation(h *headers, m *extprocv3.HeaderMutation, response 
 		if !validName(k) || !validValue(v) {
 			return errMutation
 		}
-		if !mutable(k, false, response) {
+		if !mutable(k, false, response, allowEnvoy) {
 			p.stats.add("rejected_header_mutations")
 			continue
 		}
@@ -158,7 +164,7 @@ func (p *Proxy) applyMutation(h *headers, m *extprocv3.HeaderMutation, response 
 		if !validName(k) {
 			return errMutation
 		}
-		if !mutable(k, true, response) {
+		if !mutable(k, true, response, allowEnvoy) {
 			p.stats.add("rejected_header_mutations")
 			continue
 		}

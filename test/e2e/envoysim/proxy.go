@@ -191,6 +191,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.set("x-request-id", fmt.Sprintf("req-%d", p.reqSeq.Add(1)))
 	h.set("x-forwarded-proto", "http")
 
+	// The connection manager strips the retry headers a client may not
+	// set (an external request: conn_manager_utility.cc), so only a filter
+	// can bound or widen retries.
+	for _, k := range []string{"x-envoy-max-retries", "x-envoy-retry-on", "x-envoy-retry-grpc-on"} {
+		h.del(k)
+	}
 	// HCM early_header_mutation: client fusebox headers go before routing.
 	if p.cfg.StripPrefix != "" {
 		h.delPrefix(p.cfg.StripPrefix)
@@ -486,7 +492,8 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 
 	var lastErr error
 	var flags uint64
-	for attempt := 0; attempt <= p.cfg.NumRetries; attempt++ {
+	numRetries := maxRetries(&h, p.cfg.NumRetries, len(p.cfg.RetryOn) > 0)
+	for attempt := 0; attempt <= numRetries; attempt++ {
 		if attempt > 0 {
 			p.stats.add("upstream_rq_retry")
 			flags |= flagURX
