@@ -67,6 +67,9 @@ type Policy struct {
 	MaxRetryAfterSec    int     `json:"max_retry_after_sec"`
 	MaxEjectionPercent  int     `json:"max_ejection_percent"`
 	WhenAllOpen         string  `json:"when_all_open"`
+	// FailFastClientRetry lets clients' SDKs retry a fail_fast answer after
+	// its retry-after (no x-should-retry: false, R-F3).
+	FailFastClientRetry bool `json:"fail_fast_client_retry"`
 
 	// Version is the first 8 hex characters of the SHA-256 of the canonical
 	// JSON above (R-P4). Set by Finish.

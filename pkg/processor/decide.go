@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -43,7 +44,7 @@ func (st *stream) decide() decision {
 	m, ok := gw.Model(st.modelName)
 	if !ok {
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, "", ActionRejected).Inc()
-		return decision{immediate: immediate(404, typeInvalidRequest, codeModelUnknown,
+		return decision{immediate: st.errorReply(404, typeInvalidRequest, codeModelUnknown,
 			fmt.Sprintf("model %q is not served by gateway %q", echoName(st.modelName), gw.ID))}
 	}
 	st.model = m
@@ -84,9 +85,14 @@ func (st *stream) decide() decision {
 
 	if sel.FailFast {
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionFailFast).Inc()
-		resp := immediate(503, typeUnavailable, codeAllOpen,
-			fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec),
-			setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10)))
+		hdrs := []*corev3.HeaderValueOption{setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
+		if !pol.FailFastClientRetry {
+			// The official SDKs otherwise sleep up to 60 s on retry-after
+			// and retry twice: a fast failure that takes two minutes (R-F3).
+			hdrs = append(hdrs, setHeader("x-should-retry", "false"))
+		}
+		resp := st.errorReply(503, typeUnavailable, codeAllOpen,
+			fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec), hdrs...)
 		resp.DynamicMetadata = stageMetadata(ActionFailFast, keys(cands, sel.Skipped), "")
 		return decision{immediate: resp}
 	}

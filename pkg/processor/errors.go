@@ -21,6 +21,31 @@ func errorBody(typ, code, msg string) []byte {
 	}
 }
 
+// anthropicErrorBody is Anthropic's error shape (R-D9):
+// {"type":"error","error":{"type":T,"message":M}}, T by status. The
+// message names fusebox's code, which the shape has no field for.
+func anthropicErrorBody(status int, code, msg string) []byte {
+	t := "api_error"
+	switch status {
+	case 400:
+		t = "invalid_request_error"
+	case 404:
+		t = "not_found_error"
+	case 413:
+		t = "request_too_large"
+	case 503:
+		t = "overloaded_error"
+	}
+	msg = code + ": " + msg
+	for {
+		b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": t, "message": msg}})
+		if len(b) <= maxErrorBody || msg == "" {
+			return b
+		}
+		msg = clip(msg, len(msg)/2)
+	}
+}
+
 // echoName returns a client-supplied name fit to repeat in an error.
 func echoName(s string) string { return echo.Name(s) }
 

@@ -43,7 +43,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	gw, ok := st.rt.Gateway(gateway)
 	if !ok {
 		st.s.metrics.Decisions.WithLabelValues("", "", ActionRejected).Inc()
-		return immediate(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", echoName(gateway)))
+		return st.errorReply(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", echoName(gateway)))
 	}
 	st.gw = gw
 	if st.modelName != "" {
@@ -129,7 +129,7 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	switch {
 	case err != nil && (declaredJSON || errors.Is(err, errModelNotStr) || errors.Is(err, errModelTwice)):
 		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionRejected).Inc()
-		return immediate(400, typeInvalidRequest, codeInvalid, "invalid JSON body: "+err.Error())
+		return st.errorReply(400, typeInvalidRequest, codeInvalid, "invalid JSON body: "+err.Error())
 	case err != nil || !f.Found:
 		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
 		if st.clientCluster {

@@ -7,6 +7,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -85,7 +86,29 @@ func responseHeadersReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingRes
 // immediate builds an OpenAI-style JSON error reply sent by Envoy as a local
 // reply.
 func immediate(status int, typ, code, msg string, extra ...*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
-	body := errorBody(typ, code, msg)
+	return immediateBody(status, code, errorBody(typ, code, msg), extra...)
+}
+
+// errorReply is an error fusebox answers itself, in the client's dialect
+// (R-D9): Anthropic's shape for a model whose routes speak api anthropic,
+// or, with no model known, for a request to /v1/messages; OpenAI's
+// otherwise (the Responses API included). Before, Anthropic clients got
+// OpenAI's shape and the SDK's message was the raw JSON text.
+func (st *stream) errorReply(status int, typ, code, msg string, extra ...*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
+	if st.anthropicClient() {
+		return immediateBody(status, code, anthropicErrorBody(status, code, msg), extra...)
+	}
+	return immediate(status, typ, code, msg, extra...)
+}
+
+func (st *stream) anthropicClient() bool {
+	if st.model != nil {
+		return st.model.API == routes.APIAnthropic
+	}
+	return st.path == "/v1/messages" || strings.HasPrefix(st.path, "/v1/messages?") || strings.HasPrefix(st.path, "/v1/messages/")
+}
+
+func immediateBody(status int, code string, body []byte, extra ...*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
 	hdrs := append([]*corev3.HeaderValueOption{setHeader("content-type", "application/json")}, extra...)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},

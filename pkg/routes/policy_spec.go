@@ -38,6 +38,7 @@ type PolicySpec struct {
 	MaxRetryAfterSec    *int64
 	MaxEjectionPercent  *int64
 	WhenAllOpen         *string
+	FailFastClientRetry *bool
 	Policy              string
 
 	// errs are the field errors found while decoding; validation reports
@@ -145,17 +146,8 @@ const maxWhole = int64(1) << 53
 
 var policyFields = func() map[string]policyField {
 	fs := []policyField{
-		{"enabled", func(s *PolicySpec, n *yaml.Node) error {
-			if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-				return fmt.Errorf("must be true or false, got %s", nodeKind(n))
-			}
-			var b bool
-			if err := n.Decode(&b); err != nil {
-				return err
-			}
-			s.Enabled = &b
-			return nil
-		}},
+		boolField("enabled", func(s *PolicySpec) **bool { return &s.Enabled }),
+		boolField("fail_fast_client_retry", func(s *PolicySpec) **bool { return &s.FailFastClientRetry }),
 		intField("failure_threshold", 1, 1000000, func(s *PolicySpec) **int64 { return &s.FailureThreshold }),
 		intField("window_sec", 1, 86400, func(s *PolicySpec) **int64 { return &s.WindowSec }),
 		intField("cooldown_ms", 1, 86400000, func(s *PolicySpec) **int64 { return &s.CooldownMs }),
@@ -297,6 +289,24 @@ func (s *PolicySpec) applyTo(p *breaker.Policy) {
 	if s.WhenAllOpen != nil {
 		p.WhenAllOpen = *s.WhenAllOpen
 	}
+	if s.FailFastClientRetry != nil {
+		p.FailFastClientRetry = *s.FailFastClientRetry
+	}
+}
+
+// boolField decodes a true/false field.
+func boolField(name string, at func(*PolicySpec) **bool) policyField {
+	return policyField{name, func(s *PolicySpec, n *yaml.Node) error {
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			return fmt.Errorf("must be true or false, got %s", nodeKind(n))
+		}
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return err
+		}
+		*at(s) = &b
+		return nil
+	}}
 }
 
 func setInt(dst *int, v *int64) {
