@@ -114,6 +114,12 @@ func freeAddr(t *testing.T) string {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	return newWorldConfig(t, fuseboxConfig)
+}
+
+// newWorldConfig is a world whose fusebox runs on config.
+func newWorldConfig(t *testing.T, config string) *world {
+	t.Helper()
 	w := &world{t: t, clk: breaker.NewFakeClock(t0), providers: map[string]*fakeprovider.Provider{}, logs: &logbuf.Buffer{}}
 	for _, n := range providerNames {
 		p, err := fakeprovider.Start(n)
@@ -124,7 +130,7 @@ func newWorld(t *testing.T) *world {
 		t.Cleanup(p.Close)
 	}
 	w.cfgPath = filepath.Join(t.TempDir(), "fusebox.yaml")
-	if err := os.WriteFile(w.cfgPath, []byte(fuseboxConfig), 0o600); err != nil {
+	if err := os.WriteFile(w.cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	w.grpcAddr = freeAddr(t)

@@ -381,7 +381,8 @@ func (p *Provider) anthropic(w http.ResponseWriter, r *http.Request, model strin
 		return
 	}
 	events := []string{
-		jsonEvent("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "content": []any{}, "model": model}}),
+		jsonEvent("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "content": []any{}, "model": model,
+			"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": 5, "output_tokens": 1}}}),
 		jsonEvent("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}}),
 	}
 	for _, word := range strings.SplitAfter(text, " ") {
@@ -392,7 +393,8 @@ func (p *Provider) anthropic(w http.ResponseWriter, r *http.Request, model strin
 	}
 	events = append(events,
 		jsonEvent("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}),
-		jsonEvent("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop}}),
+		jsonEvent("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+			"usage": map[string]any{"output_tokens": len(strings.Fields(text))}}),
 		jsonEvent("message_stop", map[string]any{"type": "message_stop"}))
 	p.sse(w, r, f, events)
 }
