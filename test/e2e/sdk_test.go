@@ -45,7 +45,8 @@ gateways:
 // answers, served through envoysim as Envoy serves them, as typed errors
 // with readable messages; fail-fast returns in one attempt; a streamed
 // answer reads to its end. Without Node the test is skipped, and with
-// CI=true it fails.
+// CI=true it fails. The Python SDKs are not reachable here (no PyPI): the
+// Node packages are the reference clients.
 func TestOfficialSDKs(t *testing.T) {
 	node, err := exec.LookPath("node")
 	npm, err2 := exec.LookPath("npm")
@@ -68,6 +69,7 @@ func TestOfficialSDKs(t *testing.T) {
 	for _, gw := range []string{"default", "failfast", "retry"} {
 		urls[gw] = w.proxy(gw, nil).URL()
 	}
+	urls["nogateway"] = w.proxy("nope", nil).URL() // a virtual host naming a gateway fusebox lacks
 	for gw, routes := range map[string][]string{"failfast": {"openai:eu:gpt-4o-mini", "anthropic:eu:claude"}, "retry": {"openai:eu:gpt-4o-mini"}} {
 		for _, r := range routes {
 			body := `{"duration_sec": 600}`
@@ -81,7 +83,8 @@ func TestOfficialSDKs(t *testing.T) {
 	}
 	cmd := exec.Command(node, "--test", "sdk.test.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FUSEBOX_SDK_DEFAULT="+urls["default"], "FUSEBOX_SDK_FAILFAST="+urls["failfast"], "FUSEBOX_SDK_RETRY="+urls["retry"])
+	cmd.Env = append(os.Environ(), "FUSEBOX_SDK_DEFAULT="+urls["default"], "FUSEBOX_SDK_FAILFAST="+urls["failfast"], "FUSEBOX_SDK_RETRY="+urls["retry"],
+		"FUSEBOX_SDK_NOGATEWAY="+urls["nogateway"])
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	done := make(chan error, 1)

@@ -10,6 +10,7 @@ import Anthropic from '@anthropic-ai/sdk';
 
 const urls = {
   default: process.env.FUSEBOX_SDK_DEFAULT,
+  nogateway: process.env.FUSEBOX_SDK_NOGATEWAY,
   failfast: process.env.FUSEBOX_SDK_FAILFAST,
   retry: process.env.FUSEBOX_SDK_RETRY,
 };
@@ -46,6 +47,49 @@ test('anthropic: an unknown model is a NotFoundError with its type and message',
       assert.match(e.apiMessage ?? '', /^model_not_found: model "nope" is not served by gateway "default"$/);
       return true;
     });
+});
+
+test('openai: an unknown gateway is a NotFoundError with code gateway_not_found', async () => {
+  await assert.rejects(openai('nogateway', { maxRetries: 0 }).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => {
+      assert.ok(e instanceof OpenAI.NotFoundError, e.constructor.name);
+      assert.equal(e.code, 'gateway_not_found');
+      assert.match(e.message, /gateway "nope" is not configured/);
+      return true;
+    });
+});
+
+test('anthropic: an unknown gateway is a NotFoundError with its type and message', async () => {
+  await assert.rejects(anthropic('nogateway', { maxRetries: 0 }).messages.create({ model: 'claude', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => {
+      assert.ok(e instanceof Anthropic.NotFoundError, e.constructor.name);
+      assert.equal(e.type, 'not_found_error');
+      assert.match(e.apiMessage ?? '', /^gateway_not_found: gateway "nope" is not configured$/);
+      return true;
+    });
+});
+
+// A body an SDK would never build (model given twice) sent through each
+// SDK's own request method: the SDK still reads fusebox's 400.
+test('openai: an invalid request is a BadRequestError with code invalid_request', async () => {
+  await assert.rejects(openai('default', { maxRetries: 0 }).post('/chat/completions', {
+    body: '{"model":"gpt-4o-mini","model":"x","messages":[]}', headers: { 'content-type': 'application/json' } }),
+  (e) => {
+    assert.ok(e instanceof OpenAI.BadRequestError, e.constructor.name);
+    assert.equal(e.code, 'invalid_request');
+    return true;
+  });
+});
+
+test('anthropic: an invalid request is a BadRequestError with its type and message', async () => {
+  await assert.rejects(anthropic('default', { maxRetries: 0 }).post('/v1/messages', {
+    body: '{"model":"claude","model":"x","messages":[]}', headers: { 'content-type': 'application/json' } }),
+  (e) => {
+    assert.ok(e instanceof Anthropic.BadRequestError, e.constructor.name);
+    assert.equal(e.type, 'invalid_request_error');
+    assert.match(e.apiMessage ?? '', /^invalid_request: /);
+    return true;
+  });
 });
 
 for (const [name, call, klass, check] of [
