@@ -41,6 +41,11 @@ func TestSkewedReplicaKeepsTheProbeBound(t *testing.T) {
 		st, err := rs[0].st.Status(ctx, rs[0].key, now(0))
 		return err == nil && st.State == "open"
 	})
+	// The skewed replica's view has learned of the open (a closed view
+	// would admit on its own, by design, without asking Redis).
+	eventually(t, "the skewed replica sees the open", func() bool {
+		return rs[1].st.Peek(ctx, rs[1].key, now(1)).State != breaker.Closed
+	})
 	for _, c := range clocks {
 		c.Advance(2 * time.Second) // past the cooldown on both clocks
 	}
