@@ -141,13 +141,8 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 
 // recordEntry records what an entry says for st's decision.
 func (st *stream) recordEntry(out entryOutcome) {
-	res := out.res
-	if res.Reason == breaker.ReasonClusterNotFound {
-		st.s.metrics.ClusterNotFound.WithLabelValues(st.gw.ID, st.chosen.Cluster).Inc()
-		st.s.log.Error("Envoy has no cluster for the route fusebox chose: fix the Envoy config or the route's cluster",
-			"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster)
-	}
-	st.record(res, st.now())
+	st.reportClusterNotFound(out.res)
+	st.record(out.res, st.now())
 }
 
 // finishDecision ends a route-role stream's decision (called by finish,

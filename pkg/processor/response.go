@@ -63,11 +63,7 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 // known so that Envoy can stop sending the body.
 func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 	res, wait := judgeHead(p.respHead)
-	if res.Reason == breaker.ReasonClusterNotFound {
-		st.s.metrics.ClusterNotFound.WithLabelValues(st.gw.ID, st.chosen.Cluster).Inc()
-		st.s.log.Error("Envoy has no cluster for the route fusebox chose: fix the Envoy config or the route's cluster",
-			"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster)
-	}
+	st.reportClusterNotFound(res)
 	if !st.tracked {
 		return false
 	}
@@ -96,6 +92,17 @@ func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 		}
 	}
 	return false
+}
+
+// reportClusterNotFound logs and counts R-O12 (Envoy had no cluster for
+// the route fusebox chose), whichever channel told it.
+func (st *stream) reportClusterNotFound(res breaker.Result) {
+	if res.Reason != breaker.ReasonClusterNotFound {
+		return
+	}
+	st.s.metrics.ClusterNotFound.WithLabelValues(st.gw.ID, st.chosen.Cluster).Inc()
+	st.s.log.Error("Envoy has no cluster for the route fusebox chose: fix the Envoy config or the route's cluster",
+		"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster)
 }
 
 // timed sets the attempt's total time.

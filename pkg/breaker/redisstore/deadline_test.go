@@ -19,7 +19,6 @@ import (
 func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 	srv := redistest.Start(t)
 	client := storeClient(t, srv)
-	admin := srv.Client(t)
 	clk := breaker.NewFakeClock(time.Now())
 	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "stall:", OpTimeout: 50 * time.Millisecond, Clock: clk})
 	ctx := context.Background()
@@ -34,10 +33,7 @@ func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(11 * time.Second) // past the cooldown: half-open, a probe slot is a script call
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	srv.Pause(t, 1500*time.Millisecond, "ALL")
 	t0 := time.Now()
 	_, _, _ = st.Acquire(ctx, k, clk.Now().UnixNano(), false)
 	if el := time.Since(t0); el > 500*time.Millisecond {

@@ -16,7 +16,6 @@ import (
 func TestQueuedRecordsDrainedAtStop(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	admin := srv.Client(t)
 	clk := breaker.NewFakeClock(time.Now())
 	ctx := context.Background()
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1000 })
@@ -30,9 +29,7 @@ func TestQueuedRecordsDrainedAtStop(t *testing.T) {
 	wg := st.Start(runCtx)
 	eventually(t, "ready", st.Ready)
 	// Redis pauses: the records queue up behind the first one.
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", "300", "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv.Pause(t, 300*time.Millisecond, "WRITE")
 	for i := 0; i < 50; i++ {
 		adm, _, _ := st.Acquire(ctx, keys[0], clk.Now().UnixNano(), false)
 		if _, err := st.Record(ctx, keys[0], clk.Now().UnixNano(), adm, fail503); err != nil {

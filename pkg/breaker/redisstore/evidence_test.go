@@ -17,14 +17,10 @@ import (
 func TestOwnEvidenceFirst(t *testing.T) {
 	srv := redistest.Start(t)
 	client := storeClient(t, srv)
-	admin := srv.Client(t)
 	clk := breaker.NewFakeClock(time.Now())
 	r := replicasWith(t, client, "own:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
 	ctx := context.Background()
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	srv.Pause(t, 2*time.Second, "ALL")
 	adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
 	if !ok {
 		t.Fatal("a healthy route was refused")

@@ -51,8 +51,8 @@ func (s *Store) keyFailed(e *entry, op string, err error) {
 }
 
 // keyAnswered notes a good answer for e: a breaker on the local view alone
-// is back, and a state the script rewrote is logged (its sequence started
-// again, so the view takes it whatever it held).
+// is back, and a state the script rewrote is logged (it is a new
+// incarnation of the key, so apply takes it whatever the view held).
 func (s *Store) keyAnswered(e *entry, r *result) {
 	if e.bad.Swap(false) {
 		s.log.Info("[store] a breaker's state in Redis reads again", "gateway", e.id.Gateway, "route", e.id.Route)
@@ -61,8 +61,5 @@ func (s *Store) keyAnswered(e *entry, r *result) {
 		s.count("key_rewritten")
 		s.log.Warn("[store] a breaker's state in Redis could not be read (not fusebox's, or corrupt) and was rewritten as closed",
 			"gateway", e.id.Gateway, "route", e.id.Route)
-		e.viewMu.Lock()
-		e.seq = 0
-		e.viewMu.Unlock()
 	}
 }

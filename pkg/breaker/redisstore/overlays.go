@@ -100,12 +100,14 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 }
 
 // saveIf is the compare-and-set: the field is written only when its
-// revision is still the one expected, and its revision grows by one.
+// revision is still the one expected (any, for -1), and its revision grows
+// by one.
 var saveIf = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local rev = 0
 if cur then rev = tonumber(string.match(cur, '^fbxr:(%d+):')) or 0 end
-if rev ~= tonumber(ARGV[2]) then return {0, rev} end
+local expect = tonumber(ARGV[2])
+if expect >= 0 and rev ~= expect then return {0, rev} end
 rev = rev + 1
 redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. rev .. ':' .. ARGV[3])
 return {1, rev}
@@ -132,33 +134,9 @@ func (o *Overlays) save(ctx context.Context, id string, doc []byte, expect int64
 	if doc != nil {
 		val = string(o.Store.sign.sealOverlay(o.hash(), id, doc))
 	}
-	var rev int64
-	if expect < 0 {
-		// Unconditional: read the revision, then set on it (a race only
-		// repeats the read).
-		for {
-			cur, err := o.Store.rdb.HGet(cctx, o.hash(), id).Result()
-			if err != nil && err != redis.Nil {
-				o.Store.count("overlay_save")
-				return 0, fmt.Errorf("redis overlays: %w", err)
-			}
-			r, _ := splitRev(cur)
-			n, err := o.cas(cctx, id, r, val)
-			if err == routes.ErrConflict {
-				continue
-			}
-			if err != nil {
-				return 0, err
-			}
-			rev = n
-			break
-		}
-	} else {
-		n, err := o.cas(cctx, id, expect, val)
-		if err != nil {
-			return 0, err
-		}
-		rev = n
+	rev, err := o.cas(cctx, id, expect, val)
+	if err != nil {
+		return 0, err
 	}
 	if err := o.Store.PublishOverlay(ctx, id); err != nil {
 		// Stored: the others pick it up at their next overlay check.

@@ -403,8 +403,10 @@ func (s *Store) onFeed(msg []byte) {
 		if t.Breaker.Scope == replicav1.Scope_SCOPE_GLOBAL {
 			id.Scope = breaker.ScopeGlobal
 		}
-		if e, ok := s.tab.Load().byID[id]; ok && s.remote(e) {
-			e.hinted.Store(true)
+		if e, ok := s.tab.Load().byID[id]; ok && s.remote(e) && !e.hinted.Swap(true) {
+			s.hintMu.Lock()
+			s.hinted = append(s.hinted, e)
+			s.hintMu.Unlock()
 			select {
 			case s.hint <- struct{}{}:
 			default:
@@ -426,9 +428,16 @@ func (s *Store) hintLoop(ctx context.Context) {
 			return
 		case <-s.hint:
 		}
+		// Only the breakers named since the last round: the cost follows
+		// the transitions, not the number of breakers.
+		s.hintMu.Lock()
+		batch := s.hinted
+		s.hinted = nil
+		s.hintMu.Unlock()
 		now := s.opts.Clock.Now().UnixNano()
-		for _, e := range s.tab.Load().list {
-			if e.hinted.Swap(false) && s.remote(e) {
+		for _, e := range batch {
+			e.hinted.Store(false)
+			if s.remote(e) {
 				_, _ = s.run(ctx, e, "snap", now)
 			}
 		}

@@ -88,9 +88,11 @@ type Store struct {
 	kick     chan struct{}
 	// hint wakes the hint loop: a feed message named a breaker whose state
 	// changed; its state is read from Redis, never taken from the message.
-	hint chan struct{}
-	pub  chan *replicav1.Envelope
-	sign signer
+	hint   chan struct{}
+	hintMu sync.Mutex
+	hinted []*entry // named by the feed since the hint loop\'s last round
+	pub    chan *replicav1.Envelope
+	sign   signer
 	// unsignedLogged is when a dropped unsigned message was last logged.
 	unsignedLogged atomic.Int64
 	rec            []chan recJob

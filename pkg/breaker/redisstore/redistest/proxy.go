@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -46,11 +47,7 @@ func NewProxy(target string) (*Proxy, error) {
 }
 
 // Proxy starts a fault proxy in front of s, closed at the end of the test.
-func (s *Server) Proxy(t interface {
-	Helper()
-	Fatal(...any)
-	Cleanup(func())
-}) *Proxy {
+func (s *Server) Proxy(t testing.TB) *Proxy {
 	t.Helper()
 	p, err := NewProxy(s.Addr)
 	if err != nil {

@@ -101,3 +101,15 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// Pause makes the server stop answering its clients for d (CLIENT PAUSE;
+// mode ALL or WRITE), as a fork or a failover does, connected but silent;
+// it is unpaused at the end of the test at the latest.
+func (s *Server) Pause(t testing.TB, d time.Duration, mode string) {
+	t.Helper()
+	c := s.Client(t)
+	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), mode).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Do(context.Background(), "CLIENT", "UNPAUSE") })
+}
