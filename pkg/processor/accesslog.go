@@ -33,7 +33,7 @@ const (
 // entryOutcome is what one access log entry says of its request.
 type entryOutcome struct {
 	res     breaker.Result
-	cluster string // upstream_cluster: "" when no host was picked (NC, UH, UO)
+	cluster string // upstream_cluster: "" when no host was picked (NC, UH)
 	attempt uint32 // upstream_request_attempt_count, 0 unknown
 }
 

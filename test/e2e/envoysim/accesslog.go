@@ -154,7 +154,8 @@ func (l *accessLogger) close() {
 
 // entryProto is the HTTPAccessLogEntry Envoy writes for e
 // (grpc_access_log_utils.cc): flags as booleans, upstream_cluster only
-// when a host was picked (not for NC, UH or an overflow before the pick),
+// when a host was picked (not for NC or UH: no host; an overflow is the
+// picked host's pool refusing, so it has one),
 // every dynamic metadata namespace, the code and its details.
 func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
 	f := e.Flags
@@ -169,7 +170,7 @@ func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
 		StartTime: timestamppb.New(e.Start), Duration: durationpb.New(time.Since(e.Start)), ResponseFlags: flags,
 		UpstreamRequestAttemptCount: uint32(attempts),
 	}
-	if f&(flagNC|flagUH|flagUO) == 0 {
+	if f&(flagNC|flagUH) == 0 {
 		cp.UpstreamCluster = e.Cluster
 	}
 	if len(e.Metadata) > 0 {
