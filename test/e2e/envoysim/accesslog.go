@@ -3,13 +3,12 @@ package envoysim
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,8 +18,15 @@ import (
 // AccessLogConfig is an envoy.access_loggers.http_grpc logger on the
 // listener (docs/envoy.md, "The access log channel").
 type AccessLogConfig struct {
-	Addr    string // the gRPC service's address (fusebox's listener)
+	Addr string // the gRPC service's address (fusebox's listener)
+	// Addrs are the cluster's further hosts (several fusebox replicas).
+	Addrs   []string
 	LogName string
+	// Workers is how many worker threads log (Envoy's --concurrency); each
+	// has its own stream, opened to the host the round robin picks at its
+	// first entry, and a request's entry goes out on the stream of the
+	// worker that served its downstream connection. 0 = 1.
+	Workers int
 	// Flags is the response_flag_filter: only entries with one of these
 	// flags are written ("" filter: every entry).
 	Flags []string
@@ -35,11 +41,16 @@ var flagNames = map[string]uint64{
 	"NR": flagNR, "DC": flagDC, "URX": flagURX, "UPE": flagUPE, "NC": flagNC,
 }
 
-// accessLogger is the logger's one gRPC stream (Envoy opens one per
-// worker; the proxy plays one worker), reopened after an error.
+// accessLogger is the logger of each worker.
 type accessLogger struct {
-	cfg  AccessLogConfig
-	conn *grpc.ClientConn
+	workers []*workerLogger
+	next    atomic.Uint64
+}
+
+// workerLogger is one worker's gRPC stream, reopened after an error.
+type workerLogger struct {
+	cfg     AccessLogConfig
+	cluster *grpcCluster
 
 	mu      sync.Mutex
 	stream  accesslogv3.AccessLogService_StreamAccessLogsClient
@@ -50,19 +61,32 @@ type accessLogger struct {
 	sent    int
 }
 
-func newAccessLogger(cfg AccessLogConfig) (*accessLogger, error) {
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
+func newAccessLogger(cfg AccessLogConfig, c *grpcCluster) *accessLogger {
 	if cfg.LogName == "" {
 		cfg.LogName = "fusebox"
 	}
-	return &accessLogger{cfg: cfg, conn: conn}, nil
+	l := &accessLogger{}
+	for range max(cfg.Workers, 1) {
+		l.workers = append(l.workers, &workerLogger{cfg: cfg, cluster: c})
+	}
+	return l
+}
+
+// log writes e's entry on the stream of the worker that served it (the
+// proxy spreads requests over its workers in turn).
+func (l *accessLogger) log(e *Entry, attempts int) {
+	w := l.workers[(l.next.Add(1)-1)%uint64(len(l.workers))]
+	w.log(e, attempts)
+}
+
+func (l *accessLogger) close() {
+	for _, w := range l.workers {
+		w.close()
+	}
 }
 
 // wants applies the response_flag_filter.
-func (l *accessLogger) wants(flags uint64) bool {
+func (l *workerLogger) wants(flags uint64) bool {
 	if len(l.cfg.Flags) == 0 {
 		return true
 	}
@@ -75,7 +99,7 @@ func (l *accessLogger) wants(flags uint64) bool {
 }
 
 // log writes e's entry when the stream completes, as Envoy does.
-func (l *accessLogger) log(e *Entry, attempts int) {
+func (l *workerLogger) log(e *Entry, attempts int) {
 	if !l.wants(e.Flags) {
 		return
 	}
@@ -98,13 +122,13 @@ func (l *accessLogger) log(e *Entry, attempts int) {
 	}
 }
 
-func (l *accessLogger) flushLocked() {
+func (l *workerLogger) flushLocked() {
 	if len(l.pending) == 0 {
 		return
 	}
 	if l.stream == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		s, err := accesslogv3.NewAccessLogServiceClient(l.conn).StreamAccessLogs(ctx)
+		s, err := accesslogv3.NewAccessLogServiceClient(l.cluster.pick()).StreamAccessLogs(ctx)
 		if err != nil {
 			cancel()
 			l.pending, l.size = nil, 0 // Envoy drops what it cannot send
@@ -138,7 +162,7 @@ func (l *accessLogger) flushLocked() {
 	l.pending, l.size = nil, 0
 }
 
-func (l *accessLogger) close() {
+func (l *workerLogger) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.timer != nil {
@@ -149,7 +173,6 @@ func (l *accessLogger) close() {
 		_ = l.stream.CloseSend()
 		l.cancel()
 	}
-	l.conn.Close()
 }
 
 // entryProto is the HTTPAccessLogEntry Envoy writes for e

@@ -55,7 +55,10 @@ type Cluster struct {
 
 // ExtProcConfig mirrors the ext_proc filter's settings.
 type ExtProcConfig struct {
-	Addr               string // fusebox gRPC address; "" = no ext_proc filter
+	Addr string // fusebox gRPC address; "" = no ext_proc filter
+	// Addrs are the fusebox cluster's further hosts (several replicas):
+	// each new stream goes to the next host, round robin (hosts.go).
+	Addrs              []string
 	RequestHeaderMode  filterv3.ProcessingMode_HeaderSendMode
 	ResponseHeaderMode filterv3.ProcessingMode_HeaderSendMode
 	RequestBodyMode    filterv3.ProcessingMode_BodySendMode

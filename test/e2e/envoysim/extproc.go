@@ -86,7 +86,7 @@ func (e *epStream) open() error {
 		md.Set(k, v)
 	}
 	e.ctx, e.cancel = context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
-	s, err := e.p.epClient.Process(e.ctx)
+	s, err := extprocv3.NewExternalProcessorClient(e.p.epClusters[e.c].pick()).Process(e.ctx)
 	if err != nil {
 		return err
 	}

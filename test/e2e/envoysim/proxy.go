@@ -17,21 +17,21 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Proxy is a running Envoy stand-in.
 type Proxy struct {
-	cfg       Config
-	conn      *grpc.ClientConn
-	epClient  extprocv3.ExternalProcessorClient
-	transport *http.Transport
-	stats     Stats
-	srv       *http.Server
-	ln        net.Listener
-	reqSeq    atomic.Uint64
+	cfg Config
+	// grpc holds one connection per fusebox host; epClusters is the
+	// fusebox cluster of each ext_proc filter (route role, attempt role).
+	grpc       grpcClusters
+	epClusters map[*ExtProcConfig]*grpcCluster
+	transport  *http.Transport
+	stats      Stats
+	srv        *http.Server
+	ln         net.Listener
+	reqSeq     atomic.Uint64
 
 	mu     sync.Mutex
 	log    []Entry
@@ -49,19 +49,29 @@ func New(cfg Config) (*Proxy, error) {
 	for name := range cfg.Clusters {
 		p.active[name] = &atomic.Int64{}
 	}
-	if cfg.ExtProc.Addr != "" {
-		conn, err := grpc.NewClient(cfg.ExtProc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p.epClusters = map[*ExtProcConfig]*grpcCluster{}
+	filters := []*ExtProcConfig{&p.cfg.ExtProc}
+	if p.cfg.Failover != nil {
+		filters = append(filters, &p.cfg.Failover.Attempt)
+	}
+	for _, f := range filters {
+		if f.Addr == "" {
+			continue // no such filter
+		}
+		c, err := p.grpc.cluster(hosts(f.Addr, f.Addrs))
 		if err != nil {
+			p.grpc.close()
 			return nil, err
 		}
-		p.conn, p.epClient = conn, extprocv3.NewExternalProcessorClient(conn)
+		p.epClusters[f] = c
 	}
 	if cfg.AccessLog != nil {
-		l, err := newAccessLogger(*cfg.AccessLog)
+		c, err := p.grpc.cluster(hosts(cfg.AccessLog.Addr, cfg.AccessLog.Addrs))
 		if err != nil {
+			p.grpc.close()
 			return nil, err
 		}
-		p.accessLog = l
+		p.accessLog = newAccessLogger(*cfg.AccessLog, c)
 	}
 	p.transport = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
@@ -94,12 +104,10 @@ func (p *Proxy) Close() {
 	if p.srv != nil {
 		p.srv.Close()
 	}
-	if p.conn != nil {
-		p.conn.Close()
-	}
 	if p.accessLog != nil {
 		p.accessLog.close()
 	}
+	p.grpc.close()
 	p.transport.CloseIdleConnections()
 }
 

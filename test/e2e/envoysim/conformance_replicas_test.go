@@ -1,0 +1,64 @@
+package envoysim
+
+import (
+	"net"
+	"testing"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+)
+
+// startProcessor serves a scripted processor (and an access log service)
+// on a new port.
+func startProcessor(t *testing.T, s *scripted, als *recordingALS) string {
+	t.Helper()
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, s)
+	if als != nil {
+		accesslogv3.RegisterAccessLogServiceServer(gs, als)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
+}
+
+// TestStreamsSpreadOverReplicas: with several hosts in the fusebox cluster,
+// each new ext_proc stream goes to the next host (round robin per stream:
+// the gRPC async client starts every stream through the cluster's load
+// balancer), so consecutive requests — and consecutive attempts of one
+// request — land on different replicas; each access log worker's stream
+// goes to the host picked when it opens, so a request's entry may reach a
+// replica that did not see the request.
+func TestStreamsSpreadOverReplicas(t *testing.T) {
+	a, b := &scripted{script: plain}, &scripted{script: plain}
+	alsA, alsB := &recordingALS{}, &recordingALS{}
+	addrA, addrB := startProcessor(t, a, alsA), startProcessor(t, b, alsB)
+	r := newRig(t, plain, func(c *Config) {
+		c.ExtProc.Addr, c.ExtProc.Addrs = addrA, []string{addrB}
+		c.AccessLog = &AccessLogConfig{Addr: addrA, Addrs: []string{addrB}, Workers: 2}
+		c.Clusters["default"].Addr = "127.0.0.1:1" // every request is logged (UF)
+	})
+	for range 4 {
+		r.post(`{}`)
+	}
+	if len(r.proc.requests()) != 0 {
+		t.Fatal("a stream went to the rig's own processor, which is not in the cluster")
+	}
+	streams := func(s *scripted) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.md)
+	}
+	if streams(a) != 2 || streams(b) != 2 {
+		t.Fatalf("streams per replica: %d and %d, want 2 and 2", streams(a), streams(b))
+	}
+	waitFor(t, "four entries", func() bool { return len(alsA.got())+len(alsB.got()) == 4 })
+	if len(alsA.got()) != 2 || len(alsB.got()) != 2 {
+		t.Fatalf("entries per replica: %d and %d (one worker stream to each)", len(alsA.got()), len(alsB.got()))
+	}
+}

@@ -1,0 +1,74 @@
+package envoysim
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// grpcCluster is an Envoy cluster of gRPC hosts (the fusebox cluster, which
+// compose and Kubernetes fill with every fusebox replica). Envoy's gRPC
+// async client starts each stream as a request through the cluster's load
+// balancer, so with the default ROUND_ROBIN policy every new stream — an
+// ext_proc stream per request or attempt, an access log stream per worker —
+// goes to the next host (docs/envoy.md, "Several fusebox replicas").
+type grpcCluster struct {
+	conns []*grpc.ClientConn
+	next  atomic.Uint64
+}
+
+// hosts returns the cluster's endpoints: addr first, then more.
+func hosts(addr string, more []string) []string {
+	out := []string{}
+	if addr != "" {
+		out = append(out, addr)
+	}
+	return append(out, more...)
+}
+
+// grpcClusters shares one connection per address among the proxy's
+// clusters (the route role, the attempt role and the access logger all
+// name the fusebox cluster).
+type grpcClusters struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (g *grpcClusters) cluster(addrs []string) (*grpcCluster, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conns == nil {
+		g.conns = map[string]*grpc.ClientConn{}
+	}
+	c := &grpcCluster{}
+	for _, a := range addrs {
+		conn, ok := g.conns[a]
+		if !ok {
+			var err error
+			conn, err = grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, err
+			}
+			g.conns[a] = conn
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+func (g *grpcClusters) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		c.Close()
+	}
+	g.conns = nil
+}
+
+// pick is the round robin choice for one new stream.
+func (c *grpcCluster) pick() *grpc.ClientConn {
+	n := c.next.Add(1) - 1
+	return c.conns[n%uint64(len(c.conns))]
+}
