@@ -13,6 +13,7 @@ type Memory struct {
 	mu      sync.Mutex // serialises Install
 	tab     atomic.Pointer[table]
 	onEvent func(Event)
+	notes   *NoteTable
 }
 
 // table is an installed set of breakers: by ID, and by the slot of the key
@@ -26,7 +27,7 @@ type table struct {
 // NewMemory returns an empty memory store; onEvent (may be nil) receives
 // every transition, in order per breaker, outside any breaker lock.
 func NewMemory(onEvent func(Event)) *Memory {
-	s := &Memory{onEvent: onEvent}
+	s := &Memory{onEvent: onEvent, notes: NewNoteTable(1 << 17)}
 	s.tab.Store(&table{byID: map[ID]*machine{}, slots: []*machine{nil}})
 	return s
 }
@@ -189,4 +190,9 @@ func (s *Memory) Sweep(_ context.Context, now int64) error {
 		}
 	}
 	return nil
+}
+
+// SwapNote implements Store (notes.go).
+func (s *Memory) SwapNote(_ context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {
+	return s.notes.Swap(name, prev, next, ttl)
 }

@@ -51,6 +51,9 @@ type Store interface {
 	Status(ctx context.Context, k Key, now int64) (Status, error)
 	// Sweep makes due transitions on every breaker (R-S2).
 	Sweep(ctx context.Context, now int64) error
+	// SwapNote is a compare-and-set on a short-lived note every replica
+	// reaches (notes.go): the attempts of one request meet through it.
+	SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) (cur []byte, ok bool, err error)
 }
 
 // Spec is one breaker a configuration wants, with its resolved policy.

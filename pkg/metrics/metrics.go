@@ -53,6 +53,7 @@ const (
 	// HMAC (R-L12).
 	RefusedUnsignedFeed    = "feed_unsigned"
 	RefusedUnsignedOverlay = "overlay_unsigned"
+	RefusedUnsignedNote    = "note_unsigned"
 )
 
 // New creates the collectors on a fresh registry that also carries the Go

@@ -58,7 +58,8 @@ type Options struct {
 	// and only ones signed with it are read (R-L12, sign.go).
 	HMACKey []byte
 	// OnRefused counts a feed message or overlay document dropped for a
-	// missing or bad signature ("feed_unsigned", "overlay_unsigned").
+	// missing or bad signature ("feed_unsigned", "overlay_unsigned",
+	// "note_unsigned").
 	OnRefused func(what string)
 }
 
@@ -82,6 +83,7 @@ type Store struct {
 	// store's own: the decision pays no extra call or Verdict copy.
 	*viewMemory
 	local    *breaker.Memory
+	notes    *breaker.NoteTable // notes while Redis does not answer
 	degraded atomic.Bool
 	ready    atomic.Bool
 	resync   atomic.Bool // the feed reconnected: reload every view
@@ -151,7 +153,7 @@ const localLease = uint64(1) << 62
 func New(opts Options) *Store {
 	s := &Store{rdb: opts.Client, prefix: opts.KeyPrefix, timeout: opts.OpTimeout, opts: opts, log: opts.Log,
 		origin: opts.ReplicaID, kick: make(chan struct{}, 1), hint: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096),
-		sign: signer{key: opts.HMACKey}}
+		sign: signer{key: opts.HMACKey}, notes: breaker.NewNoteTable(1 << 17)}
 	s.feed = s.prefix + "feed"
 	// The record queues exist from the start: a stream served before Start
 	// queues its record (the workers take it once they run) instead of

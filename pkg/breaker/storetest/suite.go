@@ -41,6 +41,7 @@ func Run(t *testing.T, f Factory) {
 		{"FleetJudgesWithItsOwnPolicy", testFleetJudgesWithItsOwnPolicy},
 		{"StallCountsAtOnce", testStallCountsAtOnce},
 		{"BaselineSlowCalls", testBaselineSlowCalls},
+		{"Notes", testNotes},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })

@@ -1,0 +1,100 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/redis/go-redis/v9"
+)
+
+// Notes (breaker/notes.go) live under <prefix>note:<name> with Redis's own
+// expiry. The compare-and-set is one script: a GET, a comparison of the
+// whole stored value, then SET PX or DEL. Values are signed like overlay
+// documents when the fleet has a key: a note names a route and its
+// admission, and a forged one must not steer an outcome.
+
+var swapNote = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+local match
+if ARGV[1] == '0' then match = (cur == false) else match = (cur == ARGV[2]) end
+if not match then
+  if cur == false then return {0} end
+  return {0, cur}
+end
+if ARGV[3] == '0' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5]) end
+return {1}
+`)
+
+const noteMagic = "fbn1:"
+
+func (g signer) sealNote(name string, v []byte) []byte {
+	if v == nil || !g.on() {
+		return v
+	}
+	sum := hex.EncodeToString(g.mac("note|"+name, v))
+	return append([]byte(noteMagic+sum+":"), v...)
+}
+
+func (g signer) openNote(name string, v []byte) ([]byte, error) {
+	if !g.on() {
+		return v, nil
+	}
+	head := len(noteMagic) + 2*sha256.Size + 1
+	if !bytes.HasPrefix(v, []byte(noteMagic)) || len(v) < head || v[head-1] != ':' {
+		return nil, errUnsigned
+	}
+	sum, err := hex.DecodeString(string(v[len(noteMagic) : head-1]))
+	if err != nil || !hmac.Equal(sum, g.mac("note|"+name, v[head:])) {
+		return nil, errUnsigned
+	}
+	return v[head:], nil
+}
+
+// SwapNote implements breaker.Store. While Redis does not answer, notes
+// live in this replica's own table: attempts that reach this replica still
+// meet, and nothing waits past the op timeout.
+func (s *Store) SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {
+	if len(next) > breaker.MaxNoteBytes {
+		return nil, false, errors.New("redisstore: note too large")
+	}
+	if s.degraded.Load() {
+		return s.notes.Swap(name, prev, next, ttl)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	args := []any{"0", "", "0", "", ttl.Milliseconds()}
+	if prev != nil {
+		args[0], args[1] = "1", s.sign.sealNote(name, prev)
+	}
+	if next != nil {
+		args[2], args[3] = "1", s.sign.sealNote(name, next)
+	}
+	vals, err := swapNote.Run(ctx, s.rdb, []string{s.prefix + "note:" + name}, args...).Slice()
+	if err != nil {
+		s.count("note")
+		return s.notes.Swap(name, prev, next, ttl)
+	}
+	if len(vals) == 0 {
+		return nil, false, fmt.Errorf("redisstore: note reply of %d values", len(vals))
+	}
+	if ok, _ := vals[0].(int64); ok == 1 {
+		return nil, true, nil
+	}
+	if len(vals) < 2 {
+		return nil, false, nil
+	}
+	raw, _ := vals[1].(string)
+	cur, err := s.sign.openNote(name, []byte(raw))
+	if err != nil {
+		s.refused("note_unsigned", "[store] a failover note in Redis without a valid signature was ignored (store.redis.hmac_key_file is set): something other than a fusebox replica of this fleet wrote it")
+		return nil, false, err
+	}
+	return cur, false, nil
+}
