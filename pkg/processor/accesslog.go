@@ -102,8 +102,13 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
 	}
-	if r, ok := s.parked.entry(id, out); ok {
-		return r
+	// A chained decision (its entry carries the chain's namespace) is
+	// the attempt role's, whichever replica made it or parked its attempt:
+	// the note settles it.
+	if _, chained := cp.GetMetadata().GetFilterMetadata()[failoverNamespace]; chained {
+		if r, ok := s.meet.entry(id, out); ok {
+			return r
+		}
 	}
 	if s.decisions.wasDone(id) {
 		return EntryDuplicate

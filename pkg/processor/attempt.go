@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"sync"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -37,7 +35,6 @@ const AttemptHeader = "x-fusebox-attempt"
 
 const (
 	attemptCountHeader = "x-envoy-attempt-count"
-	requestIDHeader    = "x-request-id"
 	// maxTokenBytes bounds what the attempt role decodes: ten groups of
 	// route keys fit many times over.
 	maxTokenBytes = 8 << 10
@@ -135,8 +132,6 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 				if v, err := strconv.Atoi(headerValue(hv)); err == nil && v > 0 {
 					n = v
 				}
-			case requestIDHeader:
-				st.requestID = headerValue(hv)
 			case ":path":
 				path = headerValue(hv)
 			}
@@ -173,7 +168,7 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	st.tracked = !st.target.Peek(context.Background(), st.s.store, st.startNs).Off
 	// A previous attempt of this request that ended before any response
 	// headers was retried by Envoy: its connection failed or was reset.
-	st.s.parked.retried(st.parkKey(), n)
+	st.s.meet.arrived(st.decisionID, n)
 
 	// Per-attempt rewrites (R-X2): the header map is shared by every
 	// attempt, so :path is set on each one, back to the client's when the
@@ -214,208 +209,9 @@ func (st *stream) onAttemptBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	})
 }
 
-// parkedAttempts holds attempts whose stream ended before any response
-// headers: a connect failure, a reset, a per-try timeout — or a client
-// that went away. Envoy says nothing to an upstream filter about which.
-// When the next attempt of the same request arrives, Envoy retried: the
-// parked one failed (connection_error). Otherwise, after parkFor, it is a
-// neither (R-O8), which frees its probe slot.
-type parkedAttempts struct {
-	mu sync.Mutex
-	m  map[string]*parked
-	// early holds access log entries that named a decision no parked
-	// attempt had yet: the entry and the attempt's stream end race.
-	early map[string]earlyEntry
-	ttl   time.Duration
-	max   int
-	// later holds, per request, the latest attempt number seen when no
-	// earlier attempt was parked yet: Envoy resets attempt k's stream and
-	// starts attempt k+1's concurrently, so k+1 may reach fusebox before
-	// k's stream has ended.
-	later  map[string]laterAttempt
-	pruned time.Time
-}
-
-type laterAttempt struct {
-	n  int
-	at time.Time
-}
-
-type parked struct {
-	st    *stream
-	n     int
-	timer *time.Timer
-}
-
-const parkFor = 5 * time.Second
-
-func newParkedAttempts() *parkedAttempts {
-	return &parkedAttempts{m: map[string]*parked{}, later: map[string]laterAttempt{}, early: map[string]earlyEntry{}, ttl: parkFor, max: 10000}
-}
-
-// parkKey ties the attempts of one request together: the decision id the
-// route role put in the chain (x-request-id only for a chain written
-// without one).
-func (st *stream) parkKey() string {
-	if st.decisionID != "" {
-		return st.decisionID
-	}
-	return st.requestID
-}
-
-// park keeps st until its request's next attempt, its access log entry or
-// the timeout.
-func (p *parkedAttempts) park(st *stream) {
-	key := st.parkKey()
-	p.mu.Lock()
-	if key == "" || len(p.m) >= p.max {
-		p.mu.Unlock()
-		st.recordNeither()
-		return
-	}
-	if out, ok := p.early[key]; ok && out.matches(st) {
-		// Envoy's entry for this attempt came first (R-AL5).
-		delete(p.early, key)
-		p.mu.Unlock()
-		st.recordEntry(out.entryOutcome)
-		st.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-		return
-	}
-	if l, ok := p.later[key]; ok && l.n > st.attemptN {
-		// The next attempt already arrived: Envoy retried this one.
-		delete(p.later, key)
-		p.mu.Unlock()
-		st.recordConnError()
-		return
-	}
-	if old, ok := p.m[key]; ok {
-		// Attempts of one request run one after the other; an older
-		// parked one is over.
-		delete(p.m, key)
-		old.timer.Stop()
-		defer old.st.recordNeither()
-	}
-	e := &parked{st: st, n: st.attemptN}
-	id := key
-	e.timer = time.AfterFunc(p.ttl, func() {
-		p.mu.Lock()
-		if cur, ok := p.m[id]; !ok || cur != e {
-			p.mu.Unlock()
-			return
-		}
-		delete(p.m, id)
-		p.mu.Unlock()
-		e.st.recordNeither()
-	})
-	p.m[id] = e
-	p.mu.Unlock()
-}
-
-// retried records the parked attempt of request id as a connection failure
-// when attempt n is a later one.
-func (p *parkedAttempts) retried(id string, n int) {
-	if id == "" {
-		return
-	}
-	p.mu.Lock()
-	e, ok := p.m[id]
-	if !ok {
-		if n > 1 {
-			p.noteLater(id, n)
-		}
-		p.mu.Unlock()
-		return
-	}
-	if e.n >= n {
-		p.mu.Unlock()
-		return
-	}
-	delete(p.m, id)
-	e.timer.Stop()
-	p.mu.Unlock()
-	e.st.recordConnError()
-}
-
-// noteLater remembers that request id reached attempt n, for a parking of
-// an earlier attempt that is still on its way. Entries older than the park
-// time are dropped when the map is full; at most max are kept.
-func (p *parkedAttempts) noteLater(id string, n int) {
-	now := time.Now()
-	// Most retries follow an attempt that got its headers (a 503), so
-	// most entries are never claimed: they are dropped once stale, at most
-	// once per park time.
-	if len(p.later) >= 1024 && now.Sub(p.pruned) > p.ttl || len(p.later) >= p.max {
-		p.pruned = now
-		for k, v := range p.later {
-			if now.Sub(v.at) > p.ttl {
-				delete(p.later, k)
-			}
-		}
-		if len(p.later) >= p.max {
-			return
-		}
-	}
-	if l, ok := p.later[id]; !ok || l.n < n {
-		p.later[id] = laterAttempt{n: n, at: now}
-	}
-}
-
-// earlyEntry is an access log entry waiting for its attempt to park.
-type earlyEntry struct {
-	entryOutcome
-	at time.Time
-}
-
-// matches reports whether an entry speaks for st: the attempt it counted
-// (when it says) and the cluster that attempt used (when a host was
-// picked).
-func (o entryOutcome) matches(st *stream) bool {
-	return (o.attempt == 0 || int(o.attempt) == st.attemptN) && (o.cluster == "" || o.cluster == st.chosen.Cluster)
-}
-
-// entry applies an access log entry to the parked attempt of decision id
-// (R-AL5: the failover deployment's last attempt, which no ext_proc stream
-// shows failing). An entry for no parked attempt is kept for one park time
-// in case the attempt's stream end is still on its way; ok is false then.
-func (p *parkedAttempts) entry(id string, out entryOutcome) (result string, ok bool) {
-	p.mu.Lock()
-	e, found := p.m[id]
-	if !found {
-		now := time.Now()
-		if len(p.early) >= 4096 {
-			for k, v := range p.early {
-				if now.Sub(v.at) > p.ttl {
-					delete(p.early, k)
-				}
-			}
-		}
-		if len(p.early) < 4096 {
-			p.early[id] = earlyEntry{entryOutcome: out, at: now}
-		}
-		p.mu.Unlock()
-		return "", false
-	}
-	if !out.matches(e.st) {
-		p.mu.Unlock()
-		return EntryClusterMismatch, true
-	}
-	delete(p.m, id)
-	e.timer.Stop()
-	p.mu.Unlock()
-	e.st.recordEntry(out)
-	return EntryRecorded, true
-}
-
 func (st *stream) recordConnError() {
 	now := st.now()
 	st.record(st.timed(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection}, now), now)
-}
-
-// len reports how many attempts are parked (tests).
-func (p *parkedAttempts) len() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.m)
 }
 
 func (st *stream) recordNeither() {

@@ -212,10 +212,14 @@ func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v [
 	stage.Fields["fusebox"].GetStructValue().Fields["chain"] = structpb.NewStringValue(chain)
 	override, err := structpb.NewStruct(map[string]any{"priority_groups": groups})
 	if err == nil {
-		stage.Fields["fusebox.failover"] = structpb.NewStructValue(override)
+		stage.Fields[failoverNamespace] = structpb.NewStructValue(override)
 	}
 	return stage, idx
 }
+
+// failoverNamespace is the dynamic metadata namespace of the chain, read
+// by Envoy's priority_group specifier (override_metadata_namespace).
+const failoverNamespace = "fusebox.failover"
 
 func flagged(f []bool) []int {
 	var out []int

@@ -186,7 +186,7 @@ func (st *stream) finish() {
 		// stream ends after the request phase.
 		return
 	case st.attempt && !st.respStarted:
-		st.s.parked.park(st)
+		st.s.meet.park(st)
 		return
 	case st.respStarted && st.wait == needBody && st.classifier.Complete():
 		st.onResponseEnd()

@@ -29,9 +29,9 @@ type Server struct {
 
 	cfg   *routes.Holder
 	store breaker.Store
-	// parked holds attempt-role streams that ended before any response
-	// headers, until their request's next attempt shows why (attempt.go).
-	parked  *parkedAttempts
+	// meet is where the attempts of one request meet, on any replica
+	// (meet.go).
+	meet    *meetings
 	clock   breaker.Clock
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -98,10 +98,10 @@ func NewServer(o Options) *Server {
 		o.Metrics = metrics.New()
 	}
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
-		parked:     newParkedAttempts(),
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams}
+	s.meet = newMeetings(s)
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}

@@ -41,7 +41,6 @@ type stream struct {
 	attempt      bool
 	handedOver   bool
 	attemptN     int
-	requestID    string
 	attemptModel string
 
 	// The decision.
