@@ -17,6 +17,12 @@ import (
 // own credential header.
 func (w *world) failoverProxy() *envoysim.Proxy {
 	w.t.Helper()
+	return w.startProxy(w.failoverConfig())
+}
+
+// failoverConfig is the deployment failoverProxy plays.
+func (w *world) failoverConfig() envoysim.Config {
+	w.t.Helper()
 	cfg := deploymentOf(w.t, "../../envoy/envoy-failover.yaml")
 	if cfg.Failover == nil || cfg.Failover.Attempt.InitialMetadata["x-fusebox-role"] != "attempt" {
 		w.t.Fatalf("envoy-failover.yaml does not play as a failover deployment: %+v", cfg.Failover)
@@ -47,7 +53,7 @@ func (w *world) failoverProxy() *envoysim.Proxy {
 		}
 	}
 	fo.Groups = []string{"openai_us"}
-	return w.startProxy(cfg)
+	return cfg
 }
 
 // With failover on, an outage at the first route costs the client nothing:

@@ -101,6 +101,11 @@ type world struct {
 	// profile is the Envoy release and config file the proxies play
 	// (versions_test.go); the zero value is envoy.yaml on the current one.
 	profile profile
+	// args are further flags of every fusebox (a fleet's -redis-url);
+	// replicas are the fleet's fusebox processes after the first
+	// (fleet_test.go).
+	args     []string
+	replicas []*replica
 }
 
 func freeAddr(t *testing.T) string {
@@ -118,9 +123,12 @@ func newWorld(t *testing.T) *world {
 }
 
 // newWorldConfig is a world whose fusebox runs on config.
-func newWorldConfig(t *testing.T, config string) *world {
+func newWorldConfig(t *testing.T, config string, opts ...func(*world)) *world {
 	t.Helper()
 	w := &world{t: t, clk: breaker.NewFakeClock(t0), providers: map[string]*fakeprovider.Provider{}, logs: &logbuf.Buffer{}}
+	for _, o := range opts {
+		o(w)
+	}
 	for _, n := range providerNames {
 		p, err := fakeprovider.Start(n)
 		if err != nil {
@@ -139,6 +147,9 @@ func newWorldConfig(t *testing.T, config string) *world {
 		for _, p := range w.proxies {
 			p.Close()
 		}
+		for _, r := range w.replicas {
+			r.stop()
+		}
 		w.stopFusebox()
 		if t.Failed() {
 			t.Logf("fusebox log:\n%s", w.logs.String())
@@ -150,7 +161,7 @@ func newWorldConfig(t *testing.T, config string) *world {
 func (w *world) startFusebox() {
 	w.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	in, err := mainlib.Start(ctx, []string{"-config", w.cfgPath, "-grpc-addr", w.grpcAddr, "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"},
+	in, err := mainlib.Start(ctx, append([]string{"-config", w.cfgPath, "-grpc-addr", w.grpcAddr, "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, w.args...),
 		w.logs, mainlib.WithClock(w.clk))
 	if err != nil {
 		cancel()

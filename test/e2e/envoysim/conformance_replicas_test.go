@@ -40,7 +40,10 @@ func TestStreamsSpreadOverReplicas(t *testing.T) {
 	addrA, addrB := startProcessor(t, a, alsA), startProcessor(t, b, alsB)
 	r := newRig(t, plain, func(c *Config) {
 		c.ExtProc.Addr, c.ExtProc.Addrs = addrA, []string{addrB}
-		c.AccessLog = &AccessLogConfig{Addr: addrA, Addrs: []string{addrB}, Workers: 2}
+		// Listed the other way round, the access log's hosts are their
+		// own cluster (the same hosts in the same order would share the
+		// ext_proc streams' rotation, as one Envoy cluster does).
+		c.AccessLog = &AccessLogConfig{Addr: addrB, Addrs: []string{addrA}, Workers: 2}
 		c.Clusters["default"].Addr = "127.0.0.1:1" // every request is logged (UF)
 	})
 	for range 4 {

@@ -1,6 +1,7 @@
 package envoysim
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -34,15 +35,23 @@ func hosts(addr string, more []string) []string {
 type grpcClusters struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+	// byHosts: filters that name the same hosts name the same Envoy
+	// cluster, so they share one load balancer's rotation.
+	byHosts map[string]*grpcCluster
 }
 
 func (g *grpcClusters) cluster(addrs []string) (*grpcCluster, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conns == nil {
-		g.conns = map[string]*grpc.ClientConn{}
+		g.conns, g.byHosts = map[string]*grpc.ClientConn{}, map[string]*grpcCluster{}
+	}
+	key := strings.Join(addrs, ",")
+	if c, ok := g.byHosts[key]; ok {
+		return c, nil
 	}
 	c := &grpcCluster{}
+	g.byHosts[key] = c
 	for _, a := range addrs {
 		conn, ok := g.conns[a]
 		if !ok {

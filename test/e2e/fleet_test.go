@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+)
+
+// A fleet: several fusebox replicas on one Redis behind one Envoy, as
+// compose and Kubernetes run them. Envoy's round robin sends each ext_proc
+// stream (and each access log worker's stream) to the next replica
+// (docs/envoy.md, "Several fusebox replicas").
+
+// replica is a fusebox process of the fleet after the first.
+type replica struct {
+	grpcAddr string
+	in       *mainlib.Instance
+	cancel   context.CancelFunc
+}
+
+func (r *replica) stop() {
+	r.cancel()
+	_ = r.in.Wait()
+}
+
+// withRedis runs the world's fusebox on a fresh redis-server.
+func withRedis(w *world) {
+	srv := redistest.Start(w.t)
+	w.args = append(w.args, "-redis-url", "redis://"+srv.Addr+"/0")
+}
+
+// newFleet is a world of n replicas sharing one Redis and the world's
+// clock (one clock stands for replicas whose clocks agree).
+func newFleet(t *testing.T, n int) *world {
+	t.Helper()
+	w := newWorldConfig(t, fuseboxConfig, withRedis)
+	for range n - 1 {
+		addr := freeAddr(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		in, err := mainlib.Start(ctx, append([]string{"-config", w.cfgPath, "-grpc-addr", addr, "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, w.args...),
+			w.logs, mainlib.WithClock(w.clk))
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		w.replicas = append(w.replicas, &replica{grpcAddr: addr, in: in, cancel: cancel})
+	}
+	return w
+}
+
+// fleetHosts sets every fusebox filter and the access log to the whole
+// fleet.
+func (w *world) fleetHosts(cfg *envoysim.Config) {
+	var more []string
+	for _, r := range w.replicas {
+		more = append(more, r.grpcAddr)
+	}
+	cfg.ExtProc.Addrs = more
+	if cfg.Failover != nil {
+		cfg.Failover.Attempt.Addrs = more
+	}
+	if cfg.AccessLog != nil {
+		cfg.AccessLog.Addrs = more
+		cfg.AccessLog.Workers = 2
+	}
+}
+
+// adminAddrs are every replica's admin listeners, the first fusebox's
+// first.
+func (w *world) adminAddrs() []string {
+	out := []string{w.fusebox.AdminAddr()}
+	for _, r := range w.replicas {
+		out = append(out, r.in.AdminAddr())
+	}
+	return out
+}
+
+// fleetSum adds up a counter series over every replica's /metrics.
+func (w *world) fleetSum(series string) float64 {
+	w.t.Helper()
+	re := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(series) + ` (\S+)$`)
+	var sum float64
+	for _, a := range w.adminAddrs() {
+		m := scrapeAddr(w.t, a)
+		if g := re.FindStringSubmatch(m); g != nil {
+			v, _ := strconv.ParseFloat(g[1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// TestFleetFailoverMeetsAcrossReplicas (R-X7): two replicas behind one
+// envoysim in the failover deployment; the first route refuses
+// connections. Attempt 1 of each request lands on one replica, attempt 2
+// on the other, yet each refused connection counts once, as a
+// connection_error, the breaker opens after failure_threshold of them on
+// both replicas, and nothing becomes a neither. Before the meeting went
+// through the store, the replica that parked attempt 1 never heard of
+// attempt 2: every refusal became a neither after the park time, and the
+// breaker never opened.
+func TestFleetFailoverMeetsAcrossReplicas(t *testing.T) {
+	w := newFleet(t, 2)
+	cfg := w.failoverConfig()
+	w.fleetHosts(&cfg)
+	p := w.startProxy(cfg)
+	w.providers["openai_us"].Down()
+	for i := range 3 {
+		if r := chat(t, p, gpt, false); r.status != 200 || r.servedBy() != "azure_eu" {
+			t.Fatalf("request %d: %d from %q", i, r.status, r.servedBy())
+		}
+	}
+	connErr := `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",reason="connection_error",route="openai:us-east:gpt-4o-mini"}`
+	eventually(t, "three connection errors, across the fleet", func() bool { return w.fleetSum(connErr) == 3 })
+	for _, a := range w.adminAddrs() {
+		eventually(t, "open on replica "+a, func() bool {
+			b := adminBreaker(t, a, "failover", "openai:us-east:gpt-4o-mini")
+			return b["state"] == "open" && b["reason"] == "connection_error"
+		})
+	}
+	if n := w.fleetSum(`aig_circuit_breaker_outcomes_total{class="neither",gateway="failover",reason="client_cancel",route="openai:us-east:gpt-4o-mini"}`); n != 0 {
+		t.Fatalf("%v refusals became a neither", n)
+	}
+	if got := w.fleetSum(connErr); got != 3 {
+		t.Fatalf("%v connection errors, want 3 (each refusal once)", got)
+	}
+	// Streams really went to both replicas.
+	for _, a := range w.adminAddrs() {
+		if !regexp.MustCompile(`aig_extproc_message_duration_seconds_count\{phase="request_headers"\} [1-9]`).MatchString(scrapeAddr(t, a)) {
+			t.Fatalf("replica %s served no stream", a)
+		}
+	}
+}
+
+func scrapeAddr(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func adminBreaker(t *testing.T, addr, gateway, route string) map[string]any {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/admin/v1/gateways/" + gateway + "/circuit-breaker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v[route]
+}
