@@ -60,7 +60,7 @@ func (e *env) outcomes(route, class, reason string) float64 {
 // shared, the body is route 1's) and records exactly one outcome against
 // the route that served it; the route role records nothing.
 func TestAttemptRoleRewritesAndRecordsPerAttempt(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	tok := e.routeRole()
 	if n := e.outcomes("openai:us:gpt", "neither", "client_cancel"); n != 0 {
 		t.Fatalf("the route role recorded %v outcomes", n)
@@ -118,7 +118,7 @@ func TestAttemptRoleRewritesAndRecordsPerAttempt(t *testing.T) {
 // Envoy retries the request (the next attempt arrives) it was a connection
 // failure; when nothing follows, a neither that frees its slot.
 func TestAttemptEndedBeforeHeaders(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	tok := e.routeRole()
 	c, _, _ := e.attempt(tok, "r-1", 1, "/v1/chat/completions")
 	c.end()
@@ -158,7 +158,7 @@ func TestAttemptEndedBeforeHeaders(t *testing.T) {
 // A half-open probe admitted by the route role is settled by attempt 1's
 // outcome: the slot is freed and the breaker closes.
 func TestAttemptSettlesTheProbe(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	e.openRoute("default", "openai:us:gpt")
 	e.clk.Advance(10 * time.Second)
 	tok := e.routeRole()
@@ -177,7 +177,7 @@ func TestAttemptSettlesTheProbe(t *testing.T) {
 // An attempt-role stream without a token, or with a forged one, changes
 // nothing and never answers with an immediate response.
 func TestAttemptWithoutToken(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	for _, tok := range []string{"", "bm90IGEgdG9rZW4", strings.Repeat("A", 9000)} {
 		c := e.open("attempt")
 		r := c.reqHeaders(false, AttemptHeader, tok, "x-envoy-attempt-count", "1")
@@ -218,7 +218,7 @@ func FuzzAttemptToken(f *testing.F) {
 // chain, since Envoy's priority_group specifier would otherwise send it to
 // its configured group, and the attempt role records its outcome.
 func TestFailoverDeploymentWithOneAttempt(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	c := e.open("route")
 	c.respMode = filterv3.ProcessingMode_NONE
 	r := c.chat("gpt")
@@ -237,12 +237,41 @@ func TestFailoverDeploymentWithOneAttempt(t *testing.T) {
 	if got := e.outcomes("openai:us:gpt", "failure", "provider_5xx"); got != 1 {
 		t.Fatalf("the attempt role recorded %v", got)
 	}
-	// The shipped envoy.yaml (response body STREAMED) with max_attempts 1:
-	// no chain, no token, unchanged.
+	// The shipped envoy.yaml (envoy.failover false): no chain, no token,
+	// unchanged.
+	e = newEnv(t)
 	c = e.open("route")
 	r = c.chat("gpt")
 	c.end()
 	if _, ok := headerSet(t, common(r), AttemptHeader); ok || r.GetDynamicMetadata().GetFields()["fusebox.failover"] != nil {
 		t.Fatal("a chain without failover in the shipped deployment")
+	}
+}
+
+// R-X8: in the failover deployment the route role never records, whatever
+// messages reach it, and its mode override never turns on the response
+// phases the deployment keeps off. Before, the override re-enabled
+// response headers (and the route role inferred the deployment from its
+// body mode): on the model-header path it then credited route 1 with the
+// final 200 even when route 1's attempt had failed.
+func TestRouteRoleOfFailoverNeverRecords(t *testing.T) {
+	e := newFailoverEnv(t)
+	c := e.open("route")
+	c.respMode = filterv3.ProcessingMode_NONE
+	r := c.reqHeaders(false, ":path", "/v1/chat/completions", "content-type", "application/json", "x-fusebox-model", "gpt")
+	if mo := r.GetModeOverride(); mo == nil || mo.ResponseHeaderMode != filterv3.ProcessingMode_SKIP || mo.ResponseBodyMode != filterv3.ProcessingMode_NONE {
+		t.Fatalf("mode override %v turns on a response phase the deployment keeps off", mo)
+	}
+	// Envoy sends them anyway (a deployment that allows them): nothing is
+	// recorded against route 1.
+	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+	c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+	c.end()
+	for _, class := range []string{"success", "failure", "neither"} {
+		for _, reason := range []string{"success", "provider_5xx", "client_cancel"} {
+			if n := e.outcomes("openai:us:gpt", class, reason); n != 0 {
+				t.Fatalf("the route role recorded %v %s/%s", n, class, reason)
+			}
+		}
 	}
 }

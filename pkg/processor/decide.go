@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
@@ -147,14 +146,13 @@ func (st *stream) decide() decision {
 		action = ActionWouldSkip
 		d.stage = stageMetadata(ActionWouldSkip, would, "")
 	}
-	// The chain goes out with failover on, and always in the failover
-	// deployment: there Envoy's priority_group specifier, not the cluster
+	// The chain goes out in the failover deployment (envoy.failover, R-X8),
+	// always: there Envoy's priority_group specifier, not the cluster
 	// header, picks the cluster (it would fall back to its configured
-	// group without fusebox's override), and the route role is sent no
-	// response phases (its response body mode is NONE), so the attempt role
-	// must record even a single attempt. In the shipped envoy.yaml, with
-	// max_attempts 1, the reply is unchanged.
-	if m.MaxAttempts > 1 || st.respBodyMode == filterv3.ProcessingMode_NONE {
+	// group without fusebox's override), and the attempt role records
+	// every attempt, even a single one. Elsewhere (envoy.yaml) the reply
+	// carries no chain whatever max_attempts says (a load warning says so).
+	if st.rt.Envoy.Failover {
 		var idx []int
 		d.stage, idx = withChain(d.stage, action, cands, verdicts, sel.Order, chosenAt, max(m.MaxAttempts, 1))
 		// The attempt role records each attempt with the generation the

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
@@ -13,7 +14,7 @@ import (
 // healthy candidates in routing order, at most max_attempts groups; the
 // stage names the chain. With max_attempts 1 nothing changes.
 func TestFailoverChain(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	chainOf := func(model string) (string, string) {
 		t.Helper()
 		c := e.open("")
@@ -51,13 +52,14 @@ func TestFailoverChain(t *testing.T) {
 	if _, chain := chainOf("fo"); chain != "openai:us:gpt,openai:eu:gpt" {
 		t.Fatalf("with azure open: %q", chain)
 	}
-	// max_attempts 1 (the default): no chain, no metadata.
-	c := e.open("")
-	r := c.chat("cheap")
-	c.end()
-	if md := r.GetDynamicMetadata(); md != nil {
-		if _, ok := md.Fields["fusebox.failover"]; ok {
-			t.Fatal("a model without failover got a chain")
-		}
+	// max_attempts 1 (the default): a chain of one group (R-X8).
+	if _, chain := chainOf("cheap"); strings.Contains(chain, ",") || chain == "" {
+		t.Fatalf("max_attempts 1 in the failover deployment: chain %q, want one group", chain)
+	}
+	// Without envoy.failover no decision carries a chain, whatever
+	// max_attempts says: no attempt role would record it.
+	e = newEnv(t)
+	if js, _ := chainOf("fo"); js != "" {
+		t.Fatalf("a chain without the failover deployment: %s", js)
 	}
 }

@@ -121,7 +121,19 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...func(*Options)) *env {
 	t.Helper()
-	rt, err := routes.Parse([]byte(testConfig), routes.Options{})
+	return newEnvConfig(t, testConfig, opts...)
+}
+
+// newFailoverEnv is the failover deployment (envoy.failover: true): the
+// attempt role records every attempt (R-X8).
+func newFailoverEnv(t *testing.T, opts ...func(*Options)) *env {
+	t.Helper()
+	return newEnvConfig(t, "envoy: {failover: true}\n"+testConfig, opts...)
+}
+
+func newEnvConfig(t *testing.T, config string, opts ...func(*Options)) *env {
+	t.Helper()
+	rt, err := routes.Parse([]byte(config), routes.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

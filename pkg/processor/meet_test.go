@@ -45,7 +45,7 @@ func (e *env) waitNote(tok string) {
 // two replicas behind one Envoy share through Redis.
 func (e *env) replica() *env {
 	e.t.Helper()
-	r := newEnv(e.t, func(o *Options) { o.Store, o.Config, o.Clock = e.store, e.holder, e.clk })
+	r := newFailoverEnv(e.t, func(o *Options) { o.Store, o.Config, o.Clock = e.store, e.holder, e.clk })
 	r.store, r.holder, r.clk = e.store, e.holder, e.clk
 	return r
 }
@@ -56,7 +56,7 @@ func (e *env) replica() *env {
 // connection_error. On the code before the store carried the meeting, A
 // parked it in its own memory and it became a neither after the park time.
 func TestAttemptsMeetAcrossReplicas(t *testing.T) {
-	a := newEnv(t)
+	a := newFailoverEnv(t)
 	b := a.replica()
 	tok := a.routeRole()
 	c, _, _ := a.attempt(tok, "r-1", 1, "/v1/chat/completions")
@@ -102,7 +102,7 @@ func TestAttemptsMeetAcrossReplicas(t *testing.T) {
 // one request's cancel into the other's connection error: the meeting is
 // keyed by the decision id (R-X7).
 func TestReusedRequestIDDoesNotJoinRequests(t *testing.T) {
-	e := newEnv(t)
+	e := newFailoverEnv(t)
 	t1, t2 := e.routeRole(), e.routeRole()
 	c, _, _ := e.attempt(t1, "same", 1, "/v1/chat/completions")
 	c.end() // request 1's client went away

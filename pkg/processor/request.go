@@ -58,7 +58,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		if st.chosen.UpstreamModel != "" && !st.reqEOS {
 			st.rewriteBody = true // the buffered body comes next
 		} else if !st.reqEOS {
-			resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, st.respBodyMode)
+			resp.ModeOverride = st.modeOverride(filterv3.ProcessingMode_NONE)
 		}
 		return resp
 	}
@@ -69,7 +69,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		// Multipart audio and the like: no model to read, and no reason
 		// to have Envoy buffer it.
 		resp := st.passthroughHeaders()
-		resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, st.respBodyMode)
+		resp.ModeOverride = st.modeOverride(filterv3.ProcessingMode_NONE)
 		return resp
 	}
 	st.awaitingBody = true

@@ -108,18 +108,34 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		}
 		return st.onRequestBody(r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if st.routeRoleOfFailover() {
+			return continueReply(req)
+		}
 		if st.respStarted {
 			return st.spurious(req)
 		}
 		return st.onResponseHeaders(r.ResponseHeaders, req)
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		if st.routeRoleOfFailover() {
+			return continueReply(req)
+		}
 		return st.onResponseBody(r.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if st.routeRoleOfFailover() {
+			return continueReply(req)
+		}
 		st.onResponseEnd()
 		return continueReply(req)
 	}
 	// Request trailers and anything else: the reply of the matching kind.
 	return continueReply(req)
+}
+
+// routeRoleOfFailover: a route-role stream in the failover deployment,
+// which never records, whatever response messages reach it (R-X8: the
+// attempt role records every attempt).
+func (st *stream) routeRoleOfFailover() bool {
+	return !st.attempt && st.rt != nil && st.rt.Envoy.Failover
 }
 
 // spurious answers a duplicate message with the reply of its kind and

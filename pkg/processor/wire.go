@@ -118,15 +118,23 @@ func immediateBody(status int, code string, body []byte, extra ...*corev3.Header
 	}}}
 }
 
-// modeOverride keeps the configured response modes (ENVOY.md: the override
-// is taken literally, so the modes kept are repeated) and sets the request
-// body mode.
-func modeOverride(reqBody, respBody filterv3.ProcessingMode_BodySendMode) *filterv3.ProcessingMode {
-	return &filterv3.ProcessingMode{
+// modeOverride sets the request body mode and repeats the response modes
+// the deployment gives this role (ENVOY.md: the override is taken
+// literally, so the modes kept are repeated). It never turns on a phase
+// the deployment keeps off: in the failover deployment (envoy.failover)
+// the route role has no response phases at all (R-X8), and Envoy's
+// protocol_config tells only the body modes, so the header mode comes from
+// the config.
+func (st *stream) modeOverride(reqBody filterv3.ProcessingMode_BodySendMode) *filterv3.ProcessingMode {
+	m := &filterv3.ProcessingMode{
 		RequestBodyMode:    reqBody,
 		ResponseHeaderMode: filterv3.ProcessingMode_SEND,
-		ResponseBodyMode:   respBody,
+		ResponseBodyMode:   st.respBodyMode,
 	}
+	if !st.attempt && st.rt != nil && st.rt.Envoy.Failover {
+		m.ResponseHeaderMode, m.ResponseBodyMode = filterv3.ProcessingMode_SKIP, filterv3.ProcessingMode_NONE
+	}
+	return m
 }
 
 // stageMetadata is the dynamic metadata of R-M2/R-M3 in namespace fusebox.

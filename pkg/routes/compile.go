@@ -106,6 +106,8 @@ type compiler struct {
 	warnings  []string
 	fallbacks []Fallback
 	templates map[string]*PolicySpec
+	// envoyFailover is envoy.failover (a model's max_attempts needs it).
+	envoyFailover bool
 }
 
 func (c *compiler) errf(format string, args ...any) {
@@ -115,11 +117,12 @@ func (c *compiler) errf(format string, args ...any) {
 // Compile validates a decoded File (R-P1..R-P8) and builds its Runtime.
 func Compile(f *File, opt Options) (*Runtime, error) {
 	f.applyDefaults()
-	c := &compiler{opt: opt, templates: f.Policies}
+	c := &compiler{opt: opt, templates: f.Policies, envoyFailover: f.Envoy.Failover}
 	rt := &Runtime{
 		Listen:   f.Listen,
 		Limits:   f.Limits.resolved(),
 		Admin:    f.Admin,
+		Envoy:    f.Envoy,
 		Store:    f.Store,
 		Headers:  f.Headers,
 		Gateways: map[string]*Gateway{},
@@ -408,6 +411,9 @@ func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
 			continue
 		}
 		m := &Model{Name: ms.Name, Order: ms.Order, MaxAttempts: c.maxAttempts(mw, gs.Failover, ms.Failover)}
+		if m.MaxAttempts > 1 && !c.envoyFailover {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s: failover.max_attempts is %d but envoy.failover is false: without the attempt role (envoy/envoy-failover.yaml) Envoy makes one attempt", mw, m.MaxAttempts))
+		}
 		if m.Order == "" {
 			m.Order = OrderListed
 		}

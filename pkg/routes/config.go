@@ -9,6 +9,7 @@ type File struct {
 	Listen    Listen                 `yaml:"listen"`
 	Limits    LimitsSpec             `yaml:"limits"`
 	AccessLog AccessLogSpec          `yaml:"access_log"`
+	Envoy     EnvoySpec              `yaml:"envoy"`
 	Admin     AdminConfig            `yaml:"admin"`
 	Store     StoreConfig            `yaml:"store"`
 	Headers   Headers                `yaml:"headers"`
@@ -93,6 +94,15 @@ type AccessLogSpec struct {
 	// WaitMs is how long a route-role stream that ended without a response
 	// waits for Envoy's access log entry before it is a neither.
 	WaitMs *int64 `yaml:"wait_ms"`
+}
+
+// EnvoySpec says how the Envoy in front of fusebox is deployed (R-X8).
+type EnvoySpec struct {
+	// Failover: the deployment runs the attempt role in every provider
+	// cluster (envoy/envoy-failover.yaml). The attempt role then records
+	// every attempt, the route role never records, and every decision
+	// carries a chain. Start-only.
+	Failover bool `yaml:"failover"`
 }
 
 // DefaultAccessLogWaitMs is access_log.wait_ms unset.

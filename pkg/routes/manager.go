@@ -153,7 +153,7 @@ func changedOverlays(a, b map[string]Overlay) []string {
 // keepStartSettings gives rt the start-only settings in force in cur (an
 // overlay change is not a restart).
 func keepStartSettings(rt, cur *Runtime) *Runtime {
-	rt.Listen, rt.Limits, rt.Admin, rt.Store = cur.Listen, cur.Limits, cur.Admin, cur.Store
+	rt.Listen, rt.Limits, rt.Admin, rt.Store, rt.Envoy = cur.Listen, cur.Limits, cur.Admin, cur.Store, cur.Envoy
 	return rt
 }
 

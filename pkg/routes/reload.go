@@ -182,7 +182,7 @@ func (r *Reloader) keepStartSettings(rt *Runtime) {
 		r.log().Warn("[config] "+field+" changed in the file; it takes effect only at start: restart fusebox to apply it", "field", field)
 	}
 	if cur := r.Holder.Load(); cur != nil {
-		rt.Listen, rt.Limits, rt.Admin, rt.Store = cur.Listen, cur.Limits, cur.Admin, cur.Store
+		rt.Listen, rt.Limits, rt.Admin, rt.Store, rt.Envoy = cur.Listen, cur.Limits, cur.Admin, cur.Store, cur.Envoy
 	}
 }
 

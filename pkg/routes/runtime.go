@@ -17,9 +17,11 @@ type Runtime struct {
 	// AccessLogWait is access_log.wait_ms.
 	AccessLogWait time.Duration
 	Admin         AdminConfig
-	Store         StoreConfig
-	Headers       Headers
-	Gateways      map[string]*Gateway
+	// Envoy is the envoy section (start-only).
+	Envoy    EnvoySpec
+	Store    StoreConfig
+	Headers  Headers
+	Gateways map[string]*Gateway
 	// GatewayIDs lists gateways in file order.
 	GatewayIDs []string
 	Fleets     map[string]*Fleet

@@ -14,11 +14,12 @@ type StartSettings struct {
 	Limits Limits
 	Admin  AdminConfig
 	Store  StoreConfig
+	Envoy  EnvoySpec
 }
 
 // StartSettingsOf returns rt's start-only settings.
 func StartSettingsOf(rt *Runtime) StartSettings {
-	return StartSettings{Listen: rt.Listen, Limits: rt.Limits, Admin: rt.Admin, Store: rt.Store}
+	return StartSettings{Listen: rt.Listen, Limits: rt.Limits, Admin: rt.Admin, Store: rt.Store, Envoy: rt.Envoy}
 }
 
 // Changed names every start-only field that differs between s and o, in
@@ -50,6 +51,7 @@ func (s StartSettings) Changed(o StartSettings) []string {
 	diff("limits", s.Limits, o.Limits)
 	diff("admin", s.Admin, o.Admin)
 	diff("store", s.Store, o.Store)
+	diff("envoy", s.Envoy, o.Envoy)
 	return out
 }
 

@@ -11,6 +11,13 @@ import (
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
 )
 
+// newFailoverWorld is a world whose fusebox is told it runs behind the
+// failover deployment (envoy.failover: true, R-X8).
+func newFailoverWorld(t *testing.T, opts ...func(*world)) *world {
+	t.Helper()
+	return newWorldConfig(t, "envoy: {failover: true}\n"+fuseboxConfig, opts...)
+}
+
 // failoverProxy plays envoy/envoy-failover.yaml (Envoy >= 1.40) for the
 // "failover" gateway: route (a) through the priority_group specifier, the
 // attempt role in every provider cluster's upstream chain, each cluster's
@@ -72,7 +79,7 @@ func TestFailoverHidesAnOutage(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t)
+			w := newFailoverWorld(t)
 			p := w.failoverProxy()
 			if r := chat(t, p, gpt, false); r.status != 200 || r.servedBy() != "openai_us" {
 				t.Fatalf("healthy: %d %q", r.status, r.servedBy())
@@ -134,7 +141,7 @@ func grep(s, sub string) string {
 // A half-open probe that fails is retried on the next route: the client
 // sees no error, and the breaker opens again.
 func TestFailoverRetriesAFailedProbe(t *testing.T) {
-	w := newWorld(t)
+	w := newFailoverWorld(t)
 	p := w.failoverProxy()
 	w.providers["openai_us"].SetFault(fakeprovider.Fault{Status: 503})
 	for i := 0; i < 3; i++ {
@@ -159,7 +166,7 @@ func TestFailoverRetriesAFailedProbe(t *testing.T) {
 // A 200 stream that breaks mid-flight is not retried: its headers went to
 // the client, which sees a broken stream; one attempt only.
 func TestFailoverNeverRetriesAfterHeaders(t *testing.T) {
-	w := newWorld(t)
+	w := newFailoverWorld(t)
 	p := w.failoverProxy()
 	w.providers["openai_us"].SetFault(fakeprovider.Fault{ResetMidStream: true})
 	p.Attempts()
@@ -178,7 +185,7 @@ func TestFailoverNeverRetriesAfterHeaders(t *testing.T) {
 // as a connection error at once, not as the neither it would become after
 // the park time.
 func TestFailoverRecordsItsLastAttempt(t *testing.T) {
-	w := newWorld(t)
+	w := newFailoverWorld(t)
 	p := w.failoverProxy()
 	for _, n := range []string{"openai_us", "azure_eu", "openai_eu"} {
 		w.providers[n].Down()
@@ -214,7 +221,7 @@ func TestFailoverRecordsItsLastAttempt(t *testing.T) {
 func TestFailoverAttemptsCappedByMaxAttempts(t *testing.T) {
 	for _, maxAttempts := range []int{3, 2, 1} {
 		t.Run(fmt.Sprintf("max_attempts %d", maxAttempts), func(t *testing.T) {
-			w := newWorld(t)
+			w := newFailoverWorld(t)
 			p := w.failoverProxy()
 			patch := fmt.Sprintf(`{"failover": {"max_attempts": %d}}`, maxAttempts)
 			req, _ := http.NewRequest("PATCH", "http://"+w.fusebox.AdminAddr()+"/admin/v1/gateways/failover", strings.NewReader(patch))

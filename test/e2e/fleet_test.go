@@ -39,9 +39,9 @@ func withRedis(w *world) {
 
 // newFleet is a world of n replicas sharing one Redis and the world's
 // clock (one clock stands for replicas whose clocks agree).
-func newFleet(t *testing.T, n int) *world {
+func newFleet(t *testing.T, n int, config string) *world {
 	t.Helper()
-	w := newWorldConfig(t, fuseboxConfig, withRedis)
+	w := newWorldConfig(t, config, withRedis)
 	for range n - 1 {
 		addr := freeAddr(t)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +108,7 @@ func (w *world) fleetSum(series string) float64 {
 // attempt 2: every refusal became a neither after the park time, and the
 // breaker never opened.
 func TestFleetFailoverMeetsAcrossReplicas(t *testing.T) {
-	w := newFleet(t, 2)
+	w := newFleet(t, 2, "envoy: {failover: true}\n"+fuseboxConfig)
 	cfg := w.failoverConfig()
 	w.fleetHosts(&cfg)
 	p := w.startProxy(cfg)

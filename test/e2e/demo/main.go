@@ -24,6 +24,7 @@ import (
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
@@ -215,8 +216,25 @@ func startLane(name string, o options, envoyYAML string, failover bool) (*lane, 
 		l.fake = breaker.NewFakeClock(time.Now())
 		opts = append(opts, mainlib.WithClock(l.fake))
 	}
+	args := []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}
+	if failover {
+		// The embedded default config, told that the attempt role runs
+		// (envoy.failover, R-X8).
+		dir, err := os.MkdirTemp("", "fusebox-demo")
+		if err != nil {
+			l.stop()
+			return nil, err
+		}
+		closers = append(closers, func() { os.RemoveAll(dir) })
+		path := filepath.Join(dir, "fusebox.yaml")
+		if err := os.WriteFile(path, append([]byte("envoy: {failover: true}\n"), routes.DefaultConfig()...), 0o600); err != nil {
+			l.stop()
+			return nil, err
+		}
+		args = append(args, "-config", path)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l.fb, err = mainlib.Start(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, l.logs, opts...)
+	l.fb, err = mainlib.Start(ctx, args, l.logs, opts...)
 	if err != nil {
 		cancel()
 		l.stop()
@@ -249,6 +267,9 @@ func startLane(name string, o options, envoyYAML string, failover bool) (*lane, 
 		return nil, err
 	}
 	cfg.ExtProc.Addr = fb.GRPCAddr()
+	if cfg.AccessLog != nil {
+		cfg.AccessLog.Addr = fb.GRPCAddr()
+	}
 	if cfg.Failover != nil {
 		fo := *cfg.Failover
 		fo.Attempt.Addr = fb.GRPCAddr()

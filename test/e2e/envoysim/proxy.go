@@ -66,6 +66,10 @@ func New(cfg Config) (*Proxy, error) {
 		p.epClusters[f] = c
 	}
 	if cfg.AccessLog != nil {
+		if len(hosts(cfg.AccessLog.Addr, cfg.AccessLog.Addrs)) == 0 {
+			p.grpc.close()
+			return nil, errors.New("envoysim: the access log names no host (set AccessLog.Addr)")
+		}
 		c, err := p.grpc.cluster(hosts(cfg.AccessLog.Addr, cfg.AccessLog.Addrs))
 		if err != nil {
 			p.grpc.close()
