@@ -3,7 +3,6 @@ package processor
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -26,9 +25,8 @@ import (
 // fusebox's other headers runs on that same map, so a header removed in
 // attempt 1 is gone in attempt 2 (docs/envoy.md, "In-request failover").
 // The chain header therefore stays on the request for every attempt and
-// reaches the provider: its value is opaque (base64 of route keys and
-// generations) and holds no prompt, no credential and no client data
-// beyond the model name and path the provider receives anyway.
+// reaches the provider: its value is sealed (token.go, R-X10), so it tells
+// a provider nothing of the tenant, the client or the other routes.
 
 // AttemptHeader carries the chain from the route role to the attempt role.
 const AttemptHeader = "x-fusebox-attempt"
@@ -62,24 +60,28 @@ type attemptGroup struct {
 	FleetLease uint64 `json:"fl,omitempty"`
 }
 
-func (t *attemptToken) encode() string {
+// payload is the token's plaintext (sealed by tokenSealer, token.go).
+func (t *attemptToken) payload() []byte {
 	b, _ := json.Marshal(t) // plain strings and numbers always marshal
-	return base64.RawURLEncoding.EncodeToString(b)
+	return b
 }
 
 var errToken = errors.New("not a fusebox attempt token")
 
-// parseAttemptToken reads the header value; anything else than what the
-// route role writes is refused.
-func parseAttemptToken(s string) (attemptToken, error) {
-	var t attemptToken
-	if len(s) == 0 || len(s) > maxTokenBytes {
-		return t, errToken
-	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+// parseAttemptToken opens the header value with the fleet's key and reads
+// it; anything else than what a route role of this fleet sealed is
+// refused.
+func (s *Server) parseAttemptToken(tok string) (attemptToken, error) {
+	b, err := s.tokens.open(tok)
 	if err != nil {
-		return t, errToken
+		return attemptToken{}, errToken
 	}
+	return parseAttemptPayload(b)
+}
+
+// parseAttemptPayload reads an opened token strictly.
+func parseAttemptPayload(b []byte) (attemptToken, error) {
+	var t attemptToken
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&t); err != nil || dec.More() {
@@ -111,7 +113,7 @@ func (st *stream) chainToken(groups []chainGroup) string {
 		t.Chain = append(t.Chain, attemptGroup{Route: g.route.Key, RouteGen: g.adm.Route.Gen, RouteLease: g.adm.Route.Lease,
 			FleetGen: g.adm.Fleet.Gen, FleetLease: g.adm.Fleet.Lease})
 	}
-	return t.encode()
+	return st.s.tokens.seal(t.payload())
 }
 
 // onAttemptHeaders resolves the attempt's route from the chain and applies
@@ -138,7 +140,7 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		}
 	}
 	st.attemptN = n
-	t, err := parseAttemptToken(token)
+	t, err := st.s.parseAttemptToken(token)
 	if err != nil {
 		if token != "" {
 			st.s.metrics.InternalErrors.WithLabelValues("attempt_token").Inc()

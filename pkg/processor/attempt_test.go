@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
@@ -193,17 +195,25 @@ func TestAttemptWithoutToken(t *testing.T) {
 }
 
 // The token parser reads outside input (a request header): it never
-// panics, and what it accepts round-trips.
+// panics, a token not sealed with the fleet's key is refused, and what it
+// accepts round-trips.
 func FuzzAttemptToken(f *testing.F) {
-	f.Add((&attemptToken{V: 1, Gateway: "default", Model: "m", Path: "/v1", Chain: []attemptGroup{{Route: "a:b:c", RouteGen: 3, RouteLease: 1}}}).encode())
+	seal := newTokenSealer([]byte("fuzz key"))
+	f.Add(seal.seal((&attemptToken{V: 1, Gateway: "default", Model: "m", Path: "/v1", Chain: []attemptGroup{{Route: "a:b:c", RouteGen: 3, RouteLease: 1}}}).payload()))
 	f.Add("")
 	f.Add("e30")
 	f.Fuzz(func(t *testing.T, s string) {
-		tok, err := parseAttemptToken(s)
+		_, _ = seal.open(s) // never panics on any header value
+		// The plaintext parser, on the same bytes as if they were opened.
+		tok, err := parseAttemptPayload([]byte(s))
 		if err != nil {
 			return
 		}
-		again, err := parseAttemptToken(tok.encode())
+		b, err := seal.open(seal.seal(tok.payload()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := parseAttemptPayload(b)
 		if err != nil || again.Gateway != tok.Gateway || len(again.Chain) != len(tok.Chain) {
 			t.Fatalf("%q does not round-trip: %v", s, err)
 		}
@@ -211,6 +221,26 @@ func FuzzAttemptToken(f *testing.F) {
 			t.Fatalf("group of a late attempt: %d", g)
 		}
 	})
+}
+
+// R-X10: what reaches a provider in x-fusebox-attempt names no gateway,
+// tenant, client path, model or other route; another key cannot open it.
+// Before, the header was base64 of JSON holding all of them.
+func TestAttemptTokenTellsProvidersNothing(t *testing.T) {
+	e := newFailoverEnv(t)
+	tok := e.routeRole()
+	raw, _ := base64.RawURLEncoding.DecodeString(tok)
+	for _, secret := range []string{"default", "fo3", "/v1/chat/completions", "openai:us:gpt", "azure:eu:gpt", "c_azure_eu"} {
+		if strings.Contains(tok, secret) || bytes.Contains(raw, []byte(secret)) {
+			t.Fatalf("the token carries %q", secret)
+		}
+	}
+	if _, err := newTokenSealer([]byte("another fleet")).open(tok); err == nil {
+		t.Fatal("another key opened the token")
+	}
+	if _, err := e.srv.parseAttemptToken(tok); err != nil {
+		t.Fatalf("its own fleet cannot open it: %v", err)
+	}
 }
 
 // In the failover deployment the route role is sent no response phases

@@ -144,7 +144,7 @@ func newEnvConfig(t *testing.T, config string, opts ...func(*Options)) *env {
 		default:
 		}
 	})
-	o := Options{Config: e.holder, Store: e.store, Clock: e.clk, Metrics: e.metrics,
+	o := Options{Config: e.holder, Store: e.store, Clock: e.clk, Metrics: e.metrics, TokenKey: []byte("the test fleet key"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, f := range opts {
 		f(&o)

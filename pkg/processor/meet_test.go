@@ -25,7 +25,7 @@ func (e *env) waitOutcomes(route, class, reason string, want float64) {
 // the request path, has reached the store).
 func (e *env) waitNote(tok string) {
 	e.t.Helper()
-	t, err := parseAttemptToken(tok)
+	t, err := e.srv.parseAttemptToken(tok)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -32,6 +32,8 @@ type Server struct {
 	// meet is where the attempts of one request meet, on any replica
 	// (meet.go).
 	meet    *meetings
+	// tokens seals the attempt token (token.go).
+	tokens tokenSealer
 	clock   breaker.Clock
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -81,6 +83,9 @@ type Options struct {
 	// OnAccessLogStreams hears how many access log streams are connected
 	// (R-AL6: /readyz says whether one is).
 	OnAccessLogStreams func(n int64)
+	// TokenKey keys the attempt token's seal (R-X10). Every replica of a
+	// fleet must have the same one; empty = a random key (one process).
+	TokenKey []byte
 	// History, when set, keeps each route's recent outcomes for the
 	// dashboard's sparklines.
 	History *breaker.History
@@ -102,6 +107,7 @@ func NewServer(o Options) *Server {
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams}
 	s.meet = newMeetings(s)
+	s.tokens = newTokenSealer(o.TokenKey)
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}

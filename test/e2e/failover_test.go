@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
@@ -103,6 +104,15 @@ func TestFailoverHidesAnOutage(t *testing.T) {
 					}
 					if hdr.Get("Authorization") != "" || hdr.Get("Api-Key") != "secret-azure_eu" {
 						t.Fatalf("attempt 2's credentials: authorization %q api-key %q", hdr.Get("Authorization"), hdr.Get("Api-Key"))
+					}
+					// R-X10: the attempt header tells the provider nothing
+					// of the tenant, the client's path or the other routes.
+					tok := hdr.Get("X-Fusebox-Attempt")
+					raw, _ := base64.RawURLEncoding.DecodeString(tok)
+					for _, secret := range []string{"failover", "/v1/chat/completions", "openai:us-east", "openai_us", "gpt-4o-mini"} {
+						if tok == "" || strings.Contains(tok+string(raw), secret) {
+							t.Fatalf("the attempt header %q reaching azure carries %q", tok, secret)
+						}
 					}
 				}
 			}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
@@ -41,6 +44,13 @@ func withRedis(w *world) {
 // clock (one clock stands for replicas whose clocks agree).
 func newFleet(t *testing.T, n int, config string) *world {
 	t.Helper()
+	// A fleet key (store.redis.hmac_key_file): it signs what replicas
+	// share, and seals the attempt token every replica must open.
+	key := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config = strings.Replace(config, "policies:", "store: {redis: {hmac_key_file: \""+key+"\"}}\npolicies:", 1)
 	w := newWorldConfig(t, config, withRedis)
 	for range n - 1 {
 		addr := freeAddr(t)

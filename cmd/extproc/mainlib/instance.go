@@ -90,9 +90,6 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	if problems := startProblems(fileRT); len(problems) > 0 {
-		return nil, &routes.ConfigError{Problems: problems}
-	}
 	// The file's own start-only settings, before the flags override them:
 	// a reload compares the file with the file, and keeps what is in force.
 	fileSettings := routes.StartSettingsOf(fileRT)
@@ -107,6 +104,10 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		fileRT.Store.Backend = routes.StoreRedis
 	case f.RedisURL != "" && fileRT.Store.Backend != routes.StoreRedis:
 		log.Warn("FUSEBOX_REDIS_URL is set but store.backend is " + fileRT.Store.Backend + ": fusebox runs on " + fileRT.Store.Backend + "; set store.backend: redis to share state")
+	}
+	// After the flags: the store they select is the one checked.
+	if problems := startProblems(fileRT); len(problems) > 0 {
+		return nil, &routes.ConfigError{Problems: problems}
 	}
 	in := &Instance{
 		Log:      log,
@@ -198,7 +199,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
 	procSrv := processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
-		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history,
+		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history, TokenKey: sw.fleetKey,
 		StreamIdle: rt.Limits.MaxStreamIdle, StreamDuration: rt.Limits.MaxStreamDuration,
 		OnAccessLogStreams: func(n int64) {
 			detail := "not connected"
@@ -358,6 +359,10 @@ func startProblems(rt *routes.Runtime) []string {
 			if _, err := redisstore.ReadKeyFile(f); err != nil {
 				out = append(out, err.Error())
 			}
+		} else if rt.Envoy.Failover {
+			// R-X10: each replica opens the attempt tokens the others
+			// seal, so they must share a key.
+			out = append(out, "envoy.failover with store.backend redis needs store.redis.hmac_key_file: every replica must open the attempt tokens the others seal (a fleet key)")
 		}
 	}
 	return out

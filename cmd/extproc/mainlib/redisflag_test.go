@@ -53,3 +53,22 @@ func TestRedisURLFlagSelectsRedis(t *testing.T) {
 		t.Fatalf("a reload of the same file warned of a start-only change:\n%s", logs.String())
 	}
 }
+
+// R-X10: the failover deployment on Redis needs a fleet key, since every
+// replica must open the attempt tokens the others seal; without one,
+// start-up fails naming both settings (through -redis-url too).
+func TestFailoverOnRedisNeedsAFleetKey(t *testing.T) {
+	good, err := os.ReadFile("../../../pkg/routes/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(path, append([]byte("envoy: {failover: true}\n"), good...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(context.Background(), []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
+		"-grace-period", "0s", "-redis-url", "redis://127.0.0.1:1/0"}, &syncBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "envoy.failover") || !strings.Contains(err.Error(), "store.redis.hmac_key_file") {
+		t.Fatalf("start-up: %v", err)
+	}
+}

@@ -27,6 +27,9 @@ type storeWiring struct {
 	// start; fusebox starts without them and loads them when it returns.
 	shared bool
 	close  func()
+	// fleetKey is store.redis.hmac_key_file's key: it also seals the
+	// attempt token every replica must open (R-X10); nil = none.
+	fleetKey []byte
 }
 
 // openStore builds the store of cfg. The Redis store reports its
@@ -69,7 +72,7 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 			h.Set("store", admin.Component{Ready: ready, Degraded: degraded, Detail: detail})
 		},
 	})
-	return &storeWiring{
+	return &storeWiring{fleetKey: key,
 		store:    st,
 		start:    st.Start,
 		overlays: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}},
