@@ -3,8 +3,10 @@ package e2e
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,9 +45,14 @@ func (w *world) failoverConfig() envoysim.Config {
 	if cfg.AccessLog != nil {
 		cfg.AccessLog.Addr = w.grpcAddr
 	}
+	// Each fake provider is a provider cluster of the file, with the
+	// file's circuit breakers (max_requests, the retry budget).
+	tmpl := *cfg.Clusters["openai_us_east"]
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for n, p := range w.providers {
-		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
+		c := tmpl
+		c.Addr = p.Addr()
+		cfg.Clusters[n] = &c
 	}
 	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024}
 	// The file's clusters are the real providers'; here each fake provider
@@ -265,4 +272,80 @@ func TestFailoverAttemptsCappedByMaxAttempts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFailoverAtLoad (R-X9): 240 concurrent requests meet an outage of
+// route 1 (every attempt a 503) while route 2 is healthy but takes 300 ms:
+// every retry holds its slot that long. With the shipped retry budget no
+// client sees an error and the breaker opens. The shipped file before
+// (max_retries: 3 on every provider cluster) is the baseline of the same
+// run: all but three requests of the wave got no retry and saw the 503.
+func TestFailoverAtLoad(t *testing.T) {
+	const n = 240
+	cases := []struct {
+		name   string
+		before bool // play the old circuit breakers: max_retries 3, no budget
+	}{
+		{"shipped retry_budget", false},
+		{"before: max_retries 3", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFailoverWorld(t)
+			cfg := w.failoverConfig()
+			if !tc.before {
+				if b := cfg.Clusters["openai_us"].RetryBudget; b == nil || b.MinConcurrency < n {
+					t.Fatalf("envoy-failover.yaml's provider clusters have no retry budget for %d requests: %+v", n, b)
+				}
+			} else {
+				for _, c := range cfg.Clusters {
+					c.RetryBudget, c.MaxRetries = nil, 3
+				}
+			}
+			p := w.startProxy(cfg)
+			w.providers["openai_us"].SetFault(fakeprovider.Fault{Status: 503})
+			w.providers["azure_eu"].SetFault(fakeprovider.Fault{SlowFirstToken: 300 * time.Millisecond})
+			codes := make(chan int, n)
+			var start sync.WaitGroup
+			start.Add(1)
+			for range n {
+				go func() {
+					start.Wait()
+					codes <- chatStatus(p)
+				}()
+			}
+			start.Done()
+			errs := 0
+			for range n {
+				if c := <-codes; c != 200 {
+					errs++
+				}
+			}
+			t.Logf("%d concurrent requests through the outage: %d client errors, %d retry overflows", n, errs, p.Stats().Get("upstream_rq_retry_overflow"))
+			if tc.before {
+				if errs < n/2 {
+					t.Fatalf("the old circuit breakers cost only %d errors: the baseline no longer shows the finding", errs)
+				}
+				return
+			}
+			if errs != 0 {
+				t.Fatalf("%d of %d clients saw an error while route 2 was healthy", errs, n)
+			}
+			eventually(t, "the breaker opens", func() bool {
+				return w.breaker("failover", "openai:us-east:gpt-4o-mini")["state"] == "open"
+			})
+		})
+	}
+}
+
+// chatStatus sends one chat request and returns its status (0: no answer).
+func chatStatus(p *envoysim.Proxy) int {
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	resp, err := http.Post(p.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
 }

@@ -174,6 +174,14 @@ func TestFailoverDeployment(t *testing.T) {
 		if strings.Join(names, ",") != want {
 			t.Errorf("%s: upstream filters %v, want %s", name, names, want)
 		}
+		// R-X9: a retry budget sized for an outage: every request in
+		// flight may hold a retry (up to the cluster's max_requests).
+		for _, th := range c.GetCircuitBreakers().GetThresholds() {
+			rb := th.GetRetryBudget()
+			if rb == nil || rb.GetBudgetPercent().GetValue() < 100 || rb.GetMinRetryConcurrency().GetValue() < th.GetMaxRequests().GetValue() {
+				t.Errorf("%s: retry budget %v with max_requests %v: retries overflow during an outage", name, rb, th.GetMaxRequests())
+			}
+		}
 	}
 }
 

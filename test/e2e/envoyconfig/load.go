@@ -174,6 +174,20 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			if t.GetMaxRequests() != nil {
 				cl.MaxRequests = int(t.GetMaxRequests().GetValue())
 			}
+			if t.GetMaxRetries() != nil {
+				cl.MaxRetries = int(t.GetMaxRetries().GetValue())
+			}
+			if rb := t.GetRetryBudget(); rb != nil {
+				// Envoy's defaults: 20 % and 3.
+				b := &envoysim.RetryBudget{Percent: 20, MinConcurrency: 3}
+				if rb.GetBudgetPercent() != nil {
+					b.Percent = rb.GetBudgetPercent().GetValue()
+				}
+				if rb.GetMinRetryConcurrency() != nil {
+					b.MinConcurrency = int(rb.GetMinRetryConcurrency().GetValue())
+				}
+				cl.RetryBudget = b
+			}
 		}
 		cfg.Clusters[c.GetName()] = cl
 	}

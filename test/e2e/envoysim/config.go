@@ -51,6 +51,17 @@ type Cluster struct {
 	// MaxRequests is the circuit_breakers max_requests threshold
 	// (0 = Envoy's default 1024).
 	MaxRequests int
+	// MaxRetries is the max_retries threshold: retries outstanding on the
+	// cluster at once (0 = Envoy's default 3); RetryBudget, when set,
+	// replaces it (retries.go).
+	MaxRetries  int
+	RetryBudget *RetryBudget
+}
+
+// RetryBudget is a circuit_breakers retry_budget.
+type RetryBudget struct {
+	Percent        float64 // budget_percent (of active + pending requests)
+	MinConcurrency int     // min_retry_concurrency
 }
 
 // ExtProcConfig mirrors the ext_proc filter's settings.

@@ -297,3 +297,68 @@ func TestMaxRetriesHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryResource: a retry is admitted only while the retry state's
+// cluster (the first one the request was routed to) has a retry slot; an
+// admitted retry holds it until the retried attempt ends, and a request
+// refused a slot gets the failed attempt's answer (upstream_rq_retry_
+// overflow). max_retries defaults to 3; a retry_budget replaces it with
+// max(budget_percent × active requests, min_retry_concurrency).
+func TestRetryResource(t *testing.T) {
+	cases := []struct {
+		name    string
+		cluster Cluster
+		retried int // of 4 concurrent requests whose retries stay open
+	}{
+		{"max_retries 1", Cluster{MaxRetries: 1}, 1},
+		{"max_retries default (3)", Cluster{}, 3},
+		{"budget 20 %, min 1: the failing cluster has no requests left", Cluster{RetryBudget: &RetryBudget{Percent: 20, MinConcurrency: 1}}, 1},
+		{"budget 100 %, min 10", Cluster{RetryBudget: &RetryBudget{Percent: 100, MinConcurrency: 10}}, 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := newFailoverRig(t, map[string]int{"c1": 503}, []string{"c1", "c2"}, 1, nil)
+			c1 := fr.proxy.cfg.Clusters["c1"]
+			c1.MaxRetries, c1.RetryBudget = tc.cluster.MaxRetries, tc.cluster.RetryBudget
+			release := make(chan struct{})
+			var mu sync.Mutex
+			arrived := 0
+			fr.ups["c2"].srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				arrived++
+				mu.Unlock()
+				<-release
+				io.WriteString(w, "ok")
+			})
+			codes := make(chan int, 4)
+			for range 4 {
+				go func() {
+					resp, _ := fr.post(`{"a":1}`)
+					codes <- resp.StatusCode
+				}()
+			}
+			// The refused ones answer at once; the retried ones wait on c2.
+			refused := 0
+			for refused < 4-tc.retried {
+				if <-codes != 503 {
+					t.Fatal("a refused retry answered other than the failed attempt's 503")
+				}
+				refused++
+			}
+			waitFor(t, "the retried attempts reach c2", func() bool { mu.Lock(); defer mu.Unlock(); return arrived == tc.retried })
+			close(release)
+			for range tc.retried {
+				if c := <-codes; c != 200 {
+					t.Fatalf("a retried request answered %d", c)
+				}
+			}
+			if got := fr.proxy.Stats().Get("upstream_rq_retry_overflow"); got != 4-tc.retried {
+				t.Fatalf("overflow %d, want %d", got, 4-tc.retried)
+			}
+			// Every slot was given back.
+			if n := fr.proxy.retryUse.of("c1").Load(); n != 0 {
+				t.Fatalf("%d retry slots still held", n)
+			}
+		})
+	}
+}

@@ -97,6 +97,11 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 	fo := p.cfg.Failover
 	var flags uint64
 	numRetries := maxRetries(h, fo.NumRetries, len(fo.RetryOn) > 0)
+	// The retry state is built once, in decodeHeaders, with the cluster
+	// the request was first routed to: its retry resource is charged for
+	// every retry of the request (retries.go).
+	slot := &retrySlot{p: p, cluster: p.failoverGroups(e)[0]}
+	defer slot.reset()
 	for n := 1; n <= numRetries+1; n++ {
 		// The specifier re-reads the override at every evaluation.
 		groups := p.failoverGroups(e)
@@ -137,17 +142,28 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			p.writeLocalFlags(w, e, localReply(500, 0, "bad_request", err.Error()))
 			return
 		}
+		active := p.active[cluster]
+		if active != nil {
+			active.Add(1)
+		}
+		done := func() {
+			if active != nil {
+				active.Add(-1)
+				active = nil
+			}
+		}
 		resp, err := p.transport.RoundTrip(req)
 		if err != nil {
 			// No response: the upstream request is reset, and so is its
 			// filter chain's ext_proc stream.
+			done()
 			ep.reset()
 			p.logAttempt(AttemptLog{N: n, Cluster: cluster})
 			kind := "reset"
 			if isConnectFailure(err) {
 				kind = "connect-failure"
 			}
-			if ctx.Err() == nil && contains(fo.RetryOn, kind) && n <= numRetries {
+			if ctx.Err() == nil && contains(fo.RetryOn, kind) && n <= numRetries && slot.take() {
 				continue
 			}
 			switch {
@@ -165,7 +181,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		hdr := upstreamHeaders(resp)
 		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
-		if p.retriable(resp.StatusCode) && n <= numRetries {
+		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() {
 			// The upstream filters see the response headers before the
 			// router decides to retry; then the attempt is reset.
 			if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
@@ -177,9 +193,14 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 				})
 			}
 			resp.Body.Close()
+			done()
 			ep.reset()
 			continue
 		}
+		// The final answer: shouldRetry said no, and resetRetry gave back
+		// the previous retry's slot.
+		slot.reset()
+		defer done()
 		// The response goes downstream through the attempt's upstream
 		// filter (the route role is configured without response phases):
 		// from here nothing is retried.

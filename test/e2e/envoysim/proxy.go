@@ -23,6 +23,8 @@ import (
 // Proxy is a running Envoy stand-in.
 type Proxy struct {
 	cfg Config
+	// retries are the retry resources in use per cluster (retries.go).
+	retryUse retryCounters
 	// grpc holds one connection per fusebox host; epClusters is the
 	// fusebox cluster of each ext_proc filter (route role, attempt role).
 	grpc       grpcClusters
