@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -145,21 +146,21 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		if token != "" {
 			st.s.metrics.InternalErrors.WithLabelValues("attempt_token").Inc()
 		}
-		return headersReply(nil)
+		return attemptPassthrough()
 	}
 	st.decisionID = t.Decision
 	gw, ok := st.rt.Gateway(t.Gateway)
 	if !ok {
-		return headersReply(nil)
+		return attemptPassthrough()
 	}
 	g := t.Chain[t.group(n)]
 	route, ok := gw.Routes[g.Route]
 	if !ok {
-		return headersReply(nil) // removed by a reload since the chain was made
+		return attemptPassthrough() // removed by a reload since the chain was made
 	}
 	st.gw, st.chosen, st.target = gw, route, st.comp.targets[route]
 	if st.target == nil {
-		return headersReply(nil)
+		return attemptPassthrough()
 	}
 	st.adm = breaker.TargetAdmission{Route: breaker.Admission{Gen: g.RouteGen, Lease: g.RouteLease},
 		Fleet: breaker.Admission{Gen: g.FleetGen, Lease: g.FleetLease}}
@@ -190,7 +191,24 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		st.attemptModel = t.Model
 	}
 	st.rewriteBody = !h.EndOfStream && st.attemptModel != ""
-	return headersReply(cr)
+	resp := headersReply(cr)
+	if !st.rewriteBody && !h.EndOfStream {
+		// Nothing to rewrite: Envoy need not send the body to fusebox.
+		resp.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_NONE,
+			ResponseHeaderMode: filterv3.ProcessingMode_SEND, ResponseBodyMode: st.respBodyMode}
+	}
+	return resp
+}
+
+// attemptPassthrough answers a request that is none of fusebox's (no
+// chain, a forged one, a route gone since): nothing to rewrite or record,
+// so Envoy is asked for no further phase of it (the attempt role's filter
+// allows mode overrides). It is never an immediate response.
+func attemptPassthrough() *extprocv3.ProcessingResponse {
+	resp := headersReply(nil)
+	resp.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_NONE,
+		ResponseHeaderMode: filterv3.ProcessingMode_SKIP, ResponseBodyMode: filterv3.ProcessingMode_NONE}
+	return resp
 }
 
 // onAttemptBody rewrites the body's model for this attempt's route when it

@@ -153,18 +153,31 @@ func (st *stream) decide() decision {
 	// every attempt, even a single one. Elsewhere (envoy.yaml) the reply
 	// carries no chain whatever max_attempts says (a load warning says so).
 	if st.rt.Envoy.Failover {
-		var idx []int
-		d.stage, idx = withChain(d.stage, action, cands, verdicts, sel.Order, chosenAt, max(m.MaxAttempts, 1))
 		// The attempt role records each attempt with the generation the
 		// route had now; the first group is the dispatched route with its
-		// admission (and probe slot). Groups stay aligned with the
-		// metadata's even if a later route changed since its Peek.
+		// admission (and probe slot). A later group is admitted now: one
+		// the store refuses, or one that turned half-open since its Peek
+		// (only the first group may hold a probe slot, R-X1), is left out
+		// and its slot given back, so no lease outlives the decision. The
+		// metadata is written from the groups kept, so the two agree.
+		idx := chainOf(cands, verdicts, sel.Order, chosenAt, max(m.MaxAttempts, 1))
 		groups := make([]chainGroup, 0, len(idx))
 		groups = append(groups, chainGroup{route: st.chosen, adm: st.adm})
+		kept := idx[:1]
 		for _, i := range idx[1:] {
-			adm, _ := st.comp.targets[cands[i]].Acquire(ctx, st.s.store, now, false)
+			t := st.comp.targets[cands[i]]
+			adm, ok := t.Acquire(ctx, st.s.store, now, false)
+			if !ok {
+				continue
+			}
+			if adm.Route.Lease != 0 || adm.Fleet.Lease != 0 {
+				t.Release(ctx, st.s.store, adm)
+				continue
+			}
 			groups = append(groups, chainGroup{route: cands[i], adm: adm})
+			kept = append(kept, i)
 		}
+		d.stage = withChain(d.stage, action, cands, kept)
 		d.attempt = st.chainToken(groups)
 		d.retries = len(groups) - 1
 		st.handedOver = true
@@ -180,11 +193,10 @@ func (st *stream) decide() decision {
 	return d
 }
 
-// withChain adds the failover chain (R-X1): the dispatched route first, then
+// chainOf is the failover chain (R-X1): the dispatched route first, then
 // the other remaining candidates in routing order that are closed and
-// unblocked, at most max groups, as Envoy's PriorityGroupsOverride in
-// namespace fusebox.failover; the stage gains chain.
-func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, max int) (*structpb.Struct, []int) {
+// unblocked, at most max groups.
+func chainOf(cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, max int) []int {
 	idx := []int{order[chosenAt]}
 	for _, i := range order[chosenAt+1:] {
 		if len(idx) == max {
@@ -196,6 +208,13 @@ func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v [
 			idx = append(idx, i)
 		}
 	}
+	return idx
+}
+
+// withChain writes the chain idx of cands as Envoy's
+// PriorityGroupsOverride in namespace fusebox.failover; the stage gains
+// chain.
+func withChain(stage *structpb.Struct, action string, cands []*routes.Route, idx []int) *structpb.Struct {
 	groups := make([]any, 0, len(idx))
 	for _, i := range idx {
 		groups = append(groups, map[string]any{
@@ -212,7 +231,7 @@ func withChain(stage *structpb.Struct, action string, cands []*routes.Route, v [
 	if err == nil {
 		stage.Fields[failoverNamespace] = structpb.NewStructValue(override)
 	}
-	return stage, idx
+	return stage
 }
 
 // failoverNamespace is the dynamic metadata namespace of the chain, read

@@ -1,11 +1,15 @@
 package processor
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -61,5 +65,70 @@ func TestFailoverChain(t *testing.T) {
 	e = newEnv(t)
 	if js, _ := chainOf("fo"); js != "" {
 		t.Fatalf("a chain without the failover deployment: %s", js)
+	}
+}
+
+// refusingStore admits route refuse only as the store of a replica whose
+// view changed since the Peek would: refused, or (leased) with a probe
+// slot, as when the route turned half-open meanwhile. It counts the
+// slots given back.
+type refusingStore struct {
+	breaker.Store
+	route    string
+	leased   bool
+	released atomic.Int32
+}
+
+func (s *refusingStore) Acquire(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
+	if k.ID().Route == s.route {
+		if s.leased {
+			return breaker.Admission{Gen: 1, Lease: 7}, true, nil
+		}
+		return breaker.Admission{}, false, nil
+	}
+	return s.Store.Acquire(ctx, k, now, force)
+}
+
+func (s *refusingStore) Release(ctx context.Context, k breaker.Key, adm breaker.Admission) error {
+	if k.ID().Route == s.route && adm.Lease == 7 {
+		s.released.Add(1)
+		return nil
+	}
+	return s.Store.Release(ctx, k, adm)
+}
+
+// A later chain group that the store refuses at decision time, or that
+// comes back holding a probe slot (only the first group may), is left out
+// of the chain (metadata and token alike) and its slot is given back.
+// Before, it stayed in the chain and its slot was never released: the
+// attempt role drops the leases of groups after the first.
+func TestChainLeavesOutRefusedGroups(t *testing.T) {
+	for _, leased := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leased %v", leased), func(t *testing.T) {
+			var rs *refusingStore
+			e := newFailoverEnv(t, func(o *Options) {
+				rs = &refusingStore{Store: o.Store, route: "azure:eu:gpt", leased: leased}
+				o.Store = rs
+			})
+			c := e.open("route")
+			r := c.chat("fo3")
+			c.end()
+			chain := r.GetDynamicMetadata().GetFields()["fusebox"].GetStructValue().GetFields()["chain"].GetStringValue()
+			if chain != "openai:us:gpt,openai:eu:gpt" {
+				t.Fatalf("chain %q, want the refused azure left out", chain)
+			}
+			tok, _ := headerSet(t, common(r), AttemptHeader)
+			at, err := e.srv.parseAttemptToken(tok)
+			if err != nil || len(at.Chain) != 2 || at.Chain[1].Route != "openai:eu:gpt" {
+				t.Fatalf("token chain %+v (%v)", at.Chain, err)
+			}
+			want := int32(0)
+			if leased {
+				want = 1
+			}
+			if rs.released.Load() != want {
+				t.Fatalf("released %d slots, want %d", rs.released.Load(), want)
+			}
+		})
 	}
 }

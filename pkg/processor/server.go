@@ -31,9 +31,9 @@ type Server struct {
 	store breaker.Store
 	// meet is where the attempts of one request meet, on any replica
 	// (meet.go).
-	meet    *meetings
+	meet *meetings
 	// tokens seals the attempt token (token.go).
-	tokens tokenSealer
+	tokens  tokenSealer
 	clock   breaker.Clock
 	metrics *metrics.Metrics
 	log     *slog.Logger
