@@ -117,10 +117,60 @@ func (st *stream) chainToken(groups []chainGroup) string {
 	return st.s.tokens.seal(t.payload())
 }
 
-// onAttemptHeaders resolves the attempt's route from the chain and applies
-// its header rewrites. It never answers with an immediate response: in the
+// attemptStream is the attempt role's stream: its own request path (the
+// chain, the per-attempt rewrites) and, for judging its response, the
+// judging component the route role uses too (j: the chosen route, its
+// admission and response.go).
+type attemptStream struct {
+	j *stream
+	n int // the attempt number (x-envoy-attempt-count)
+	// model is the model this attempt's route wants in the body.
+	model string
+}
+
+func newAttemptStream(s *Server) *attemptStream { return &attemptStream{j: newStream(s), n: 1} }
+
+func (a *attemptStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	st := a.j
+	if pc := req.ProtocolConfig; pc != nil {
+		st.reqBodyMode, st.respBodyMode = pc.RequestBodyMode, pc.ResponseBodyMode
+	}
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if st.seenReqHeaders {
+			return st.spurious(req)
+		}
+		st.seenReqHeaders = true
+		return a.onHeaders(r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return a.onBody(r.RequestBody)
+	}
+	return st.onResponse(req)
+}
+
+// fallback after a panic: CONTINUE, never an immediate response (in the
+// upstream chain it would end the request without a retry).
+func (a *attemptStream) fallback(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	return continueReply(req)
+}
+
+// finish: an attempt that ended before any response headers is parked
+// until its request shows why (meet.go); otherwise the judging component
+// ends it as any attempt.
+func (a *attemptStream) finish() {
+	st := a.j
+	if st.tracked && !st.recorded && !st.respStarted {
+		st.s.meet.park(a)
+		return
+	}
+	st.finish()
+}
+
+// onHeaders resolves the attempt's route from the chain and applies its
+// header rewrites. It never answers with an immediate response: in the
 // upstream chain that would end the request without a retry.
-func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	st := a.j
 	st.startNs = st.now()
 	st.rt = st.s.cfg.Load()
 	st.comp = st.s.compiledFor(st.rt)
@@ -140,7 +190,7 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			}
 		}
 	}
-	st.attemptN = n
+	a.n = n
 	t, err := st.s.parseAttemptToken(token)
 	if err != nil {
 		if token != "" {
@@ -186,11 +236,11 @@ func (st *stream) onAttemptHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		cr = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
 			SetHeaders: []*corev3.HeaderValueOption{setHeader(":path", want)}}}
 	}
-	st.attemptModel = route.UpstreamModel
-	if st.attemptModel == "" {
-		st.attemptModel = t.Model
+	a.model = route.UpstreamModel
+	if a.model == "" {
+		a.model = t.Model
 	}
-	st.rewriteBody = !h.EndOfStream && st.attemptModel != ""
+	st.rewriteBody = !h.EndOfStream && a.model != ""
 	resp := headersReply(cr)
 	if !st.rewriteBody && !h.EndOfStream {
 		// Nothing to rewrite: Envoy need not send the body to fusebox.
@@ -211,18 +261,19 @@ func attemptPassthrough() *extprocv3.ProcessingResponse {
 	return resp
 }
 
-// onAttemptBody rewrites the body's model for this attempt's route when it
+// onBody rewrites the body's model for this attempt's route when it
 // differs from what the body holds.
-func (st *stream) onAttemptBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (a *attemptStream) onBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	st := a.j
 	if !st.rewriteBody || !st.bodyComplete(b) {
 		return bodyReply(nil)
 	}
 	st.rewriteBody = false
 	f, err := scanModel(b.Body)
-	if err != nil || !f.Found || f.Name == st.attemptModel {
+	if err != nil || !f.Found || f.Name == a.model {
 		return bodyReply(nil)
 	}
-	nb := rewriteModel(b.Body, f, st.attemptModel)
+	nb := rewriteModel(b.Body, f, a.model)
 	return bodyReply(&extprocv3.CommonResponse{
 		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(nb)))}},
 		BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}},

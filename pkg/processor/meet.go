@@ -205,12 +205,13 @@ func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 
 // park keeps st, which ended before any response headers, until its
 // request's next attempt, an access log entry or the park time.
-func (m *meetings) park(st *stream) {
+func (m *meetings) park(a *attemptStream) {
+	st := a.j
 	if st.decisionID == "" {
 		st.recordNeither()
 		return
 	}
-	p := parkedNote{N: st.attemptN, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+	p := parkedNote{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
 	m.mu.Lock()
 	if len(m.here) >= m.max {
@@ -319,7 +320,6 @@ func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entry
 // replica that did not serve it.
 func (s *Server) streamFromNote(decision string, p *parkedNote) *stream {
 	st := newStream(s)
-	st.attempt = true
 	st.rt = s.cfg.Load()
 	st.comp = s.compiledFor(st.rt)
 	gw, ok := st.rt.Gateway(p.Gateway)
@@ -333,7 +333,7 @@ func (s *Server) streamFromNote(decision string, p *parkedNote) *stream {
 	st.gw, st.chosen, st.target = gw, route, st.comp.targets[route]
 	st.adm = breaker.TargetAdmission{Route: breaker.Admission{Gen: p.RouteGen, Lease: p.RouteLease},
 		Fleet: breaker.Admission{Gen: p.FleetGen, Lease: p.FleetLease}}
-	st.attemptN, st.startNs, st.decisionID = p.N, p.Start, decision
+	st.startNs, st.decisionID = p.Start, decision
 	st.tracked = !st.target.Peek(context.Background(), s.store, st.now()).Off
 	return st
 }

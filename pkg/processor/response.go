@@ -185,9 +185,6 @@ func (st *stream) finish() {
 		// The attempt role judges every attempt (R-X3); the route role's
 		// stream ends after the request phase.
 		return
-	case st.attempt && !st.respStarted:
-		st.s.meet.park(st)
-		return
 	case st.respStarted && st.wait == needBody && st.classifier.Complete():
 		st.onResponseEnd()
 	case !st.kept:

@@ -146,8 +146,10 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 	}
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
-	st := newStream(s)
-	st.attempt = role == roleAttempt
+	var st roleStream = newStream(s)
+	if role == roleAttempt {
+		st = newAttemptStream(s)
+	}
 	defer s.finish(st)
 	for {
 		req, err := stream.Recv()
@@ -173,7 +175,7 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 // handle answers one message. A panic never reaches Envoy (R-D7): it is
 // recovered, counted, and answered with the first candidate when one is
 // known, otherwise with a pass-through reply of the right kind.
-func (s *Server) handle(st *stream, req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse) {
+func (s *Server) handle(st roleStream, req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse) {
 	var t0 time.Time
 	if s.timed {
 		t0 = time.Now()
@@ -210,7 +212,7 @@ func (s *Server) recvErr(err error) error {
 
 // finish ends a stream. Recording at the stream's end runs under the same
 // recover as every message (R-D7): a panic there is counted, never fatal.
-func (s *Server) finish(st *stream) {
+func (s *Server) finish(st roleStream) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.metrics.InternalErrors.WithLabelValues("panic").Inc()

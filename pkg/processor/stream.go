@@ -12,7 +12,10 @@ import (
 )
 
 // stream is the state of one route-role ext_proc stream, i.e. one HTTP
-// request. It is used by one goroutine.
+// request, and the judging component both roles share: the chosen route,
+// its admission, and the response side (response.go) that judges and
+// records one attempt. The attempt role's own request path is
+// attemptStream (attempt.go). It is used by one goroutine.
 type stream struct {
 	s    *Server
 	rt   *routes.Runtime
@@ -35,13 +38,9 @@ type stream struct {
 	clientCluster  bool // the request carried our cluster header
 	path           string
 
-	// Failover (SPEC §11). The route role hands the attempt's judging to
-	// the attempt role once it made a chain; an attempt-role stream knows
-	// its number, its request and the model its route wants in the body.
-	attempt      bool
-	handedOver   bool
-	attemptN     int
-	attemptModel string
+	// Failover (SPEC §11): the route role hands the attempt's judging to
+	// the attempt role once it made a chain.
+	handedOver bool
 
 	// The decision.
 	model   *routes.Model
@@ -98,44 +97,36 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 			return st.spurious(req)
 		}
 		st.seenReqHeaders = true
-		if st.attempt {
-			return st.onAttemptHeaders(r.RequestHeaders)
-		}
 		return st.onRequestHeaders(r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		if st.attempt {
-			return st.onAttemptBody(r.RequestBody)
-		}
 		return st.onRequestBody(r.RequestBody)
+	}
+	if st.rt != nil && st.rt.Envoy.Failover {
+		// The failover deployment: the attempt role records every
+		// attempt, so the route role never does, whatever response
+		// messages reach it (R-X8).
+		return continueReply(req)
+	}
+	return st.onResponse(req)
+}
+
+// onResponse is the judging component's response side, shared by both
+// roles: it judges the attempt from its response and records it.
+func (st *stream) onResponse(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		if st.routeRoleOfFailover() {
-			return continueReply(req)
-		}
 		if st.respStarted {
 			return st.spurious(req)
 		}
 		return st.onResponseHeaders(r.ResponseHeaders, req)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		if st.routeRoleOfFailover() {
-			return continueReply(req)
-		}
 		return st.onResponseBody(r.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		if st.routeRoleOfFailover() {
-			return continueReply(req)
-		}
 		st.onResponseEnd()
 		return continueReply(req)
 	}
 	// Request trailers and anything else: the reply of the matching kind.
 	return continueReply(req)
-}
-
-// routeRoleOfFailover: a route-role stream in the failover deployment,
-// which never records, whatever response messages reach it (R-X8: the
-// attempt role records every attempt).
-func (st *stream) routeRoleOfFailover() bool {
-	return !st.attempt && st.rt != nil && st.rt.Envoy.Failover
 }
 
 // spurious answers a duplicate message with the reply of its kind and

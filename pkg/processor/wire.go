@@ -122,7 +122,7 @@ func immediateBody(status int, code string, body []byte, extra ...*corev3.Header
 // the deployment gives this role (ENVOY.md: the override is taken
 // literally, so the modes kept are repeated). It never turns on a phase
 // the deployment keeps off: in the failover deployment (envoy.failover)
-// the route role has no response phases at all (R-X8), and Envoy's
+// the route role (its only caller) has no response phases at all (R-X8), and Envoy's
 // protocol_config tells only the body modes, so the header mode comes from
 // the config.
 func (st *stream) modeOverride(reqBody filterv3.ProcessingMode_BodySendMode) *filterv3.ProcessingMode {
@@ -131,7 +131,7 @@ func (st *stream) modeOverride(reqBody filterv3.ProcessingMode_BodySendMode) *fi
 		ResponseHeaderMode: filterv3.ProcessingMode_SEND,
 		ResponseBodyMode:   st.respBodyMode,
 	}
-	if !st.attempt && st.rt != nil && st.rt.Envoy.Failover {
+	if st.rt != nil && st.rt.Envoy.Failover {
 		m.ResponseHeaderMode, m.ResponseBodyMode = filterv3.ProcessingMode_SKIP, filterv3.ProcessingMode_NONE
 	}
 	return m
