@@ -294,7 +294,13 @@ func explainFailover(f, plain *summary) string {
 openai_us_east failed was retried by Envoy, within the same client request, on the next route of
 fusebox's chain (azure_eu_west, with its own path, model and credential); fusebox's attempt role
 recorded each failed attempt against openai:us-east, so the breaker still opened at the 5th
-failure and from then on no attempt went to the failing provider. Transitions: %s.`,
+failure and from then on no attempt went to the failing provider. Transitions: %s.
+
+Limits: a request makes at most max_attempts attempts (here 2, through x-envoy-max-retries); the
+retry budget in envoy-failover.yaml admits a retry for every request in flight (a fixed
+max_retries of 3 would leave all but three unretried during an outage); when every route of the
+chain fails, the client gets the last attempt's answer (that provider's error, or Envoy's 503
+when it could not connect).`,
 		f.clientErrors, plain.clientErrors, strings.Join(f.transitions, "; "))
 }
 
