@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -27,6 +29,7 @@ type Report struct {
 	Transitions                            int
 	Faults                                 map[string]int
 	DecisionP50, DecisionP99, DecisionP999 time.Duration
+	LongestWait                            time.Duration // Envoy's longest wait for a request-path reply
 	PeakRSS                                int64
 	PeakGoroutines                         int
 	BeforeGoroutines, AfterGoroutines      int
@@ -68,6 +71,9 @@ func Run(opts Options) (*Report, error) {
 	rep := &Report{ByStatus: map[int]int{}, Errors: map[string]int{}, Faults: map[string]int{}, Store: "memory"}
 	if opts.Redis {
 		rep.Store = "redis"
+	}
+	if opts.Replicas > 1 {
+		rep.Store = fmt.Sprintf("redis, %d replicas (one %v skewed)", opts.Replicas, opts.Skew)
 	}
 
 	// Warm up at the same concurrency (connection pools reach their
@@ -196,6 +202,9 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 	if r.redis != nil {
 		steps = append(steps, "redis_restart")
 	}
+	if r.rproxy != nil {
+		steps = append(steps, "redis_stall", "redis_slow", "redis_flushall")
+	}
 	for i := 0; ; i++ {
 		if cycles > 0 && i >= cycles*len(steps) {
 			return
@@ -234,6 +243,20 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			if err := r.redis.Restart(); err != nil {
 				r.logs.Write([]byte("=== redis restart failed: " + err.Error() + "\n"))
 			}
+		case "redis_stall":
+			// Redis accepts and answers nothing for 2 s (a fork, a
+			// failover, CLIENT PAUSE): no decision may wait for it.
+			r.rproxy.Stall(true)
+			time.Sleep(2 * time.Second)
+			r.rproxy.Stall(false)
+		case "redis_slow":
+			r.rproxy.Latency(5*time.Millisecond, 5*time.Millisecond)
+			time.Sleep(every)
+			r.rproxy.Latency(0, 0)
+		case "redis_flushall":
+			// Every key gone at once (an emptied or replaced Redis).
+			_ = r.rdb.FlushAll(context.Background()).Err()
+			r.logs.Write([]byte("=== redis flushed\n"))
 		case "fusebox_restart":
 			// Quiesce (nothing in flight), kill fusebox, serve a while
 			// without it (failure_mode_allow), restart.
@@ -248,7 +271,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 		mu.Lock()
 		rep.Faults[step]++
 		mu.Unlock()
-		if step != "reload" && step != "force_open" && step != "fusebox_restart" && step != "redis_restart" {
+		if !strings.HasPrefix(step, "redis_") && step != "reload" && step != "force_open" && step != "fusebox_restart" {
 			select {
 			case <-stop:
 			case <-time.After(every):
@@ -335,7 +358,7 @@ func (r *rig) check(rep *Report) {
 	known := r.redis == nil
 	var wrong []string
 	for _, line := range strings.Split(r.logs.String(), "\n") {
-		if line == "=== fusebox started" || strings.Contains(line, "Redis is reachable again") {
+		if line == "=== fusebox started" || line == "=== redis flushed" || strings.Contains(line, "Redis is reachable again") {
 			last, known = map[string]string{}, r.redis == nil
 			continue
 		}
@@ -397,6 +420,16 @@ func (r *rig) check(rep *Report) {
 
 	// Decision latency from the processor's histogram (all lifetimes).
 	rep.DecisionP50, rep.DecisionP99, rep.DecisionP999 = quantiles(fams["aig_extproc_message_duration_seconds"], "request_body")
+
+	// What Envoy waited for each request-path reply (R-ST7): a stalled or
+	// slow Redis must not hold a decision past the store's op timeout.
+	if r.redis != nil {
+		bound := time.Duration(routes.DefaultOpTimeoutMs)*time.Millisecond + 20*time.Millisecond
+		n, longer, longest := r.proxy.Stats().RequestPathWaits(bound)
+		rep.LongestWait = longest
+		add(fmt.Sprintf("no decision waited longer than op_timeout_ms + 20 ms (%v)", bound), longer == 0,
+			"%d of %d request-path replies waited that long; the longest %v", longer, n, longest)
+	}
 }
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }

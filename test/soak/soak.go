@@ -24,6 +24,7 @@ import (
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
 	"github.com/fusebox-llm/fusebox/test/e2e/logbuf"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 )
 
 // Markers put into every prompt, and that every answer carries: no log line
@@ -55,6 +56,28 @@ type Options struct {
 	// Redis runs fusebox on the Redis store (a redis-server the campaign
 	// starts), and adds Redis killed and restarted to the schedule.
 	Redis bool
+	// Replicas is how many fusebox processes serve behind the one proxy
+	// (0 or 1: one); more than one needs Redis. Envoy's round robin sends
+	// each ext_proc stream, and each access log worker's stream, to the
+	// next replica. Only the first one is restarted by the schedule.
+	Replicas int
+	// RedisFaults puts fusebox's Redis behind a fault proxy and adds to the
+	// schedule: a 2 s stall, 5 ms per direction of slowness, FLUSHALL.
+	RedisFaults bool
+	// Skew runs the second replica on a clock that many ahead.
+	Skew time.Duration
+}
+
+// skewed is a replica's clock, off by a constant.
+type skewed struct{ d time.Duration }
+
+func (c skewed) Now() time.Time { return time.Now().Add(c.d) }
+
+// extraReplica is a fusebox of the fleet after the first.
+type extraReplica struct {
+	grpcAddr string
+	in       *mainlib.Instance
+	stop     context.CancelFunc
 }
 
 var routeProviders = []string{"openai_us", "azure_eu", "openai_eu", "anthropic_us", "anthropic_eu"}
@@ -101,7 +124,12 @@ type rig struct {
 	gathered  [][]*dto.MetricFamily // the metrics of every stopped instance
 	threshold int
 	redis     *redistest.Server // nil: the memory store
-	profiles  int
+	// rproxy stands between fusebox and Redis (RedisFaults); rdb talks to
+	// Redis directly (FLUSHALL).
+	rproxy   *redistest.Proxy
+	rdb      *redis.Client
+	extra    []*extraReplica
+	profiles int
 
 	// The load can be paused (to kill fusebox with nothing in flight).
 	gate     sync.RWMutex
@@ -126,6 +154,12 @@ func newRig(opts Options, dir string) (*rig, error) {
 			return nil, fmt.Errorf("redis-server: %w", err)
 		}
 		r.redis = srv
+		if opts.RedisFaults {
+			if r.rproxy, err = redistest.NewProxy(srv.Addr); err != nil {
+				return nil, err
+			}
+			r.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr})
+		}
 	}
 	for _, n := range append(routeProviders, "fallback") {
 		p, err := fakeprovider.Start(n)
@@ -140,6 +174,11 @@ func newRig(opts Options, dir string) (*rig, error) {
 	if err := r.startFusebox(); err != nil {
 		return nil, err
 	}
+	for i := 1; i < opts.Replicas; i++ {
+		if err := r.startReplica(i); err != nil {
+			return nil, err
+		}
+	}
 	b, err := envoyconfig.Load(opts.EnvoyYAML)
 	if err != nil {
 		return nil, err
@@ -153,6 +192,13 @@ func newRig(opts Options, dir string) (*rig, error) {
 	cfg.ExtProc.Addr = r.grpcAddr
 	if cfg.AccessLog != nil {
 		cfg.AccessLog.Addr = r.grpcAddr
+	}
+	for _, x := range r.extra {
+		cfg.ExtProc.Addrs = append(cfg.ExtProc.Addrs, x.grpcAddr)
+		if cfg.AccessLog != nil {
+			cfg.AccessLog.Addrs = append(cfg.AccessLog.Addrs, x.grpcAddr)
+			cfg.AccessLog.Workers = 2
+		}
 	}
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for n, p := range r.providers {
@@ -171,7 +217,11 @@ func newRig(opts Options, dir string) (*rig, error) {
 func (r *rig) writeConfig(dir string) error {
 	store := fmt.Sprintf("{memory: {persist_path: %q}}", filepath.Join(dir, "overlays.json"))
 	if r.redis != nil {
-		store = fmt.Sprintf("{backend: redis, redis: {url: %q, key_prefix: \"soak:\"}}", "redis://"+r.redis.Addr+"/0")
+		addr := r.redis.Addr
+		if r.rproxy != nil {
+			addr = r.rproxy.Addr
+		}
+		store = fmt.Sprintf("{backend: redis, redis: {url: %q, key_prefix: \"soak:\"}}", "redis://"+addr+"/0")
 	}
 	doc := fmt.Sprintf(configTemplate, r.grpcAddr, r.adminAddr, store, r.threshold)
 	tmp := r.cfgPath + ".tmp"
@@ -192,6 +242,26 @@ func (r *rig) startFusebox() error {
 	r.fusebox, r.stop = in, cancel
 	r.mu.Unlock()
 	r.logs.Write([]byte("=== fusebox started\n"))
+	return nil
+}
+
+// startReplica starts fusebox replica i (> 0) on the same config, its own
+// listeners, and (i == 1) the skewed clock.
+func (r *rig) startReplica(i int) error {
+	x := &extraReplica{grpcAddr: freeAddr()}
+	ctx, cancel := context.WithCancel(context.Background())
+	var opts []mainlib.Option
+	if i == 1 && r.opts.Skew != 0 {
+		opts = append(opts, mainlib.WithClock(skewed{r.opts.Skew}))
+	}
+	in, err := mainlib.Start(ctx, []string{"-config", r.cfgPath, "-grace-period", "0s", "-reload-interval", "500ms",
+		"-grpc-addr", x.grpcAddr, "-admin-addr", freeAddr()}, r.logs, opts...)
+	if err != nil {
+		cancel()
+		return err
+	}
+	x.in, x.stop = in, cancel
+	r.extra = append(r.extra, x)
 	return nil
 }
 
@@ -223,6 +293,16 @@ func (r *rig) close() {
 		r.proxy.Close()
 	}
 	r.stopFusebox()
+	for _, x := range r.extra {
+		x.stop()
+		_ = x.in.Wait()
+	}
+	if r.rproxy != nil {
+		r.rproxy.Close()
+	}
+	if r.rdb != nil {
+		r.rdb.Close()
+	}
 	for _, p := range r.providers {
 		p.Close()
 	}
@@ -271,6 +351,11 @@ func (r *rig) gatherAll() map[string][]*dto.MetricFamily {
 	r.mu.Unlock()
 	if in != nil {
 		if fams, err := in.Metrics.Registry.Gather(); err == nil {
+			all = append(all, fams)
+		}
+	}
+	for _, x := range r.extra {
+		if fams, err := x.in.Metrics.Registry.Gather(); err == nil {
 			all = append(all, fams)
 		}
 	}

@@ -32,6 +32,20 @@ func TestSoakShortRedis(t *testing.T) {
 	soakShort(t, Options{Requests: 12000, Concurrency: 16, Rate: 500, Faults: true, FaultEvery: time.Second, EnvoyYAML: "../../envoy/envoy.yaml", Redis: true})
 }
 
+// The fleet on a misbehaving Redis (#23): two fusebox replicas behind one
+// envoysim, the second on a clock 1.5 s ahead, Redis behind a fault proxy
+// that stalls it for 2 s and slows it by 5 ms per direction, FLUSHALL, and
+// Redis killed and restarted. Every invariant holds, and no decision waits
+// past op_timeout_ms + 20 ms.
+func TestSoakShortFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak runs for about a minute")
+	}
+	redistest.Start(t).Stop()
+	soakShort(t, Options{Requests: 12000, Concurrency: 16, Rate: 500, Faults: true, FaultEvery: time.Second, EnvoyYAML: "../../envoy/envoy.yaml",
+		Redis: true, Replicas: 2, RedisFaults: true, Skew: 1500 * time.Millisecond})
+}
+
 func soakShort(t *testing.T, opts Options) {
 	rep, err := Run(opts)
 	if err != nil {
@@ -43,6 +57,9 @@ func soakShort(t *testing.T, opts Options) {
 	faults := []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"}
 	if opts.Redis {
 		faults = append(faults, "redis_restart")
+	}
+	if opts.RedisFaults {
+		faults = append(faults, "redis_stall", "redis_slow", "redis_flushall")
 	}
 	for _, f := range faults {
 		if rep.Faults[f] == 0 {

@@ -322,7 +322,11 @@ var errSpurious = errors.New("spurious ext_proc message")
 // processing stopped but the request continues unprocessed.
 func (p *Proxy) requestPhase(w http.ResponseWriter, e *Entry, ep *epStream, req *extprocv3.ProcessingRequest,
 	kind func(*extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool)) (cr *extprocv3.CommonResponse, resp *extprocv3.ProcessingResponse, stop bool) {
+	t0 := time.Now()
 	resp, err := ep.exchange(req)
+	if ep.c == &p.cfg.ExtProc {
+		p.stats.wait(time.Since(t0))
+	}
 	if err != nil {
 		if !ep.fail(err) {
 			p.writeLocal(w, e, p.errorReply(err))

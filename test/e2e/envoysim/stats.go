@@ -14,6 +14,39 @@ import (
 type Stats struct {
 	mu sync.Mutex
 	m  map[string]int
+	// waits counts the route role's request-path replies by how long
+	// Envoy waited for each, in whole milliseconds (the last bucket
+	// holds everything longer): the time fusebox held the request before
+	// it could be routed.
+	waits [waitBuckets]int
+}
+
+const waitBuckets = 2001
+
+func (s *Stats) wait(d time.Duration) {
+	ms := min(int(d/time.Millisecond), waitBuckets-1)
+	s.mu.Lock()
+	s.waits[ms]++
+	s.mu.Unlock()
+}
+
+// RequestPathWaits reports how many route-role request-path replies Envoy
+// waited for, how many of them longer than over, and the longest wait (to
+// the millisecond; 2 s means 2 s or more).
+func (s *Stats) RequestPathWaits(over time.Duration) (n, longer int, longest time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ms, c := range s.waits {
+		if c == 0 {
+			continue
+		}
+		n += c
+		if time.Duration(ms)*time.Millisecond >= over {
+			longer += c
+		}
+		longest = time.Duration(ms) * time.Millisecond
+	}
+	return n, longer, longest
 }
 
 func (s *Stats) add(name string) {
