@@ -102,16 +102,15 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
 	}
-	// A chained decision (its entry carries the chain's namespace) is
-	// the attempt role's, whichever replica made it or parked its attempt:
-	// the note settles it.
-	if _, chained := cp.GetMetadata().GetFilterMetadata()[failoverNamespace]; chained {
-		if r, ok := s.meet.entry(id, out); ok {
-			return r
-		}
-	}
 	if s.decisions.wasDone(id) {
 		return EntryDuplicate
+	}
+	// A decision this replica does not hold: another replica's route
+	// role (Envoy's access log stream goes to one replica per worker), or
+	// a chained decision's parked attempt. Its note settles it, in either
+	// order: an entry that comes first waits in the note.
+	if r, ok := s.meet.entry(id, out); ok {
+		return r
 	}
 	return EntryUnknown
 }
@@ -134,6 +133,19 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 			p.entry = &out
 		}
 		return EntryRecorded
+	}
+	// Waiting: the decision is parked in its note, where an entry that
+	// reached another replica may claim it too; whoever claims records.
+	if p.parked != nil {
+		switch act := s.meet.run(id, nil, meetOp{entry: &out}); act.how {
+		case meetEntry:
+		case meetMismatch:
+			return EntryClusterMismatch
+		case meetFailed:
+			// The store refused: settle here.
+		default:
+			return EntryDuplicate // claimed elsewhere meanwhile
+		}
 	}
 	if p.timer != nil {
 		p.timer.Stop()
@@ -175,16 +187,36 @@ func (st *stream) finishDecision(noResponse bool) {
 		// Waiting whether or not a channel stream is connected now: Envoy
 		// opens its access log stream at its first entry (and again after
 		// fusebox restarts), so the entry that would connect it is the
-		// very one this stream may be waiting for.
-		p.state = pendingWaiting
+		// very one this stream may be waiting for. The entry may reach
+		// any replica: the decision is parked in its note (meet.go), and
+		// an entry that came first to another replica waits there.
 		id := st.decisionID
+		note := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+			RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
+		act := s.meet.run(id, nil, meetOp{park: &note})
+		if act.how == meetEntry {
+			st.recordEntry(act.res)
+			s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
+			break
+		}
+		if act.how == meetParked {
+			p.parked = &note
+		}
+		p.state = pendingWaiting
 		p.timer = time.AfterFunc(wait, func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if p.state != pendingWaiting {
 				return
 			}
-			st.recordNeither()
+			if p.parked != nil {
+				cur := attemptNote{Parked: p.parked}
+				if a := s.meet.run(id, cur.encode(), meetOp{park: p.parked, expire: true}); a.how == meetNeither || a.how == meetFailed {
+					st.recordNeither()
+				}
+			} else {
+				st.recordNeither()
+			}
 			p.state = pendingDone
 			s.decisions.forget(id, wait, true)
 		})

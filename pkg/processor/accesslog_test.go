@@ -237,3 +237,60 @@ func TestNoAccessLogStreamStillEnds(t *testing.T) {
 		}
 	}
 }
+
+// An entry that reaches another replica than the one that decided (Envoy's
+// access log stream goes to one replica per worker) still records the
+// outcome, once, in either order: the decision waits in its note in the
+// store (meet.go). Before, the other replica counted it unknown_decision
+// and the deciding one recorded a neither after wait_ms: on Envoy
+// 1.34–1.36 with several replicas a refused connection was lost half the
+// time.
+func TestAccessLogEntryOnAnotherReplica(t *testing.T) {
+	for _, entryFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "entry after the stream", true: "entry before the stream ends"}[entryFirst], func(t *testing.T) {
+			a := newEnv(t)
+			b := a.replica()
+			al := b.accessLog()
+			c := a.open("")
+			id := decisionOf(t, c.chat("gpt"))
+			entry := logEntry{decision: id, cluster: "c_openai_us", code: 503, details: "upstream_reset_before_response_started{remote_connection_failure}", flags: uf}
+			if entryFirst {
+				al.send(entry)
+				eventually(t, "the entry waits in the note", func() bool { return b.entries(EntryUnknown) == 1 })
+			}
+			c.end()
+			if !entryFirst {
+				al.send(entry)
+			}
+			connErr := func(e *env) float64 {
+				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "failure", "connection_error"))
+			}
+			eventually(t, "the connection error is recorded once", func() bool { return connErr(a)+connErr(b) == 1 })
+			if s := a.status("default", "openai:us:gpt"); s.WindowFailures != 1 {
+				t.Fatalf("window failures %d", s.WindowFailures)
+			}
+			// The deciding replica's wait ends (wait_ms): no second record.
+			a.srv.decisions.mu.Lock()
+			p := a.srv.decisions.live[id]
+			a.srv.decisions.mu.Unlock()
+			if p != nil {
+				p.mu.Lock()
+				tm := p.timer
+				p.mu.Unlock()
+				if tm != nil && tm.Reset(0) {
+					eventually(t, "the wait ends", func() bool {
+						a.srv.decisions.mu.Lock()
+						defer a.srv.decisions.mu.Unlock()
+						return a.srv.decisions.live[id] == nil
+					})
+				}
+			}
+			if n := testutil.ToFloat64(a.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); n != 0 {
+				t.Fatalf("also recorded as a neither: %v", n)
+			}
+			if connErr(a)+connErr(b) != 1 {
+				t.Fatal("recorded twice")
+			}
+		})
+	}
+}

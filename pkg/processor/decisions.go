@@ -23,6 +23,9 @@ import (
 //     records from its own response if one comes, else from the entry;
 //   - a stream that ends without a response waits up to access_log.wait_ms
 //     for an entry, then records a neither (R-O8; wait_ms 0: at once);
+//     it waits in the decision's note in the store too (meet.go), since
+//     Envoy's access log stream may have gone to another replica, and an
+//     entry that reached another replica first waits there for it;
 //   - an entry after the outcome is a duplicate, never recorded twice.
 //
 // Decisions handed to the attempt role (failover) are not kept here: the
@@ -61,6 +64,9 @@ type pending struct {
 	state pendingState
 	entry *entryOutcome // arrived while live
 	timer *time.Timer
+	// parked is the decision's note while it waits (meet.go): an entry
+	// on any replica settles it.
+	parked *parkedNote
 }
 
 // decisionTable keeps pending decisions by id, and the ids recently done

@@ -36,7 +36,9 @@ type attemptNote struct {
 	Entry  *entryNote  `json:"e,omitempty"` // an access log entry that came first
 }
 
-// parkedNote is a parked attempt: enough to record it on any replica.
+// parkedNote is a parked attempt, or a route-role decision waiting for
+// its access log entry (N 0: any attempt count): enough to record it on
+// any replica.
 type parkedNote struct {
 	N          int    `json:"n"`
 	Gateway    string `json:"g"`
@@ -60,7 +62,7 @@ func (e *entryNote) outcome() entryOutcome {
 }
 
 func (o entryOutcome) matchesNote(p *parkedNote) bool {
-	return (o.attempt == 0 || int(o.attempt) == p.N) && (o.cluster == "" || o.cluster == p.Cluster)
+	return (o.attempt == 0 || p.N == 0 || int(o.attempt) == p.N) && (o.cluster == "" || o.cluster == p.Cluster)
 }
 
 func (n *attemptNote) empty() bool { return n.Parked == nil && n.Later == 0 && n.Entry == nil }

@@ -45,7 +45,7 @@ func (e *env) waitNote(tok string) {
 // two replicas behind one Envoy share through Redis.
 func (e *env) replica() *env {
 	e.t.Helper()
-	r := newFailoverEnv(e.t, func(o *Options) { o.Store, o.Config, o.Clock = e.store, e.holder, e.clk })
+	r := newEnv(e.t, func(o *Options) { o.Store, o.Config, o.Clock = e.store, e.holder, e.clk })
 	r.store, r.holder, r.clk = e.store, e.holder, e.clk
 	return r
 }
