@@ -132,15 +132,11 @@ func newAttemptStream(s *Server) *attemptStream { return &attemptStream{j: newSt
 
 func (a *attemptStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	st := a.j
-	if pc := req.ProtocolConfig; pc != nil {
-		st.reqBodyMode, st.respBodyMode = pc.RequestBodyMode, pc.ResponseBodyMode
+	if resp, ok := st.begin(req); !ok {
+		return resp
 	}
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		if st.seenReqHeaders {
-			return st.spurious(req)
-		}
-		st.seenReqHeaders = true
 		return a.onHeaders(r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return a.onBody(r.RequestBody)

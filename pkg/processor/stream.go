@@ -87,16 +87,28 @@ func newStream(s *Server) *stream {
 
 func (st *stream) now() int64 { return st.s.clock.Now().UnixNano() }
 
-func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+// begin takes what any message of either role may carry first: Envoy's
+// protocol_config; a second request-headers message is refused (ok false:
+// answer with resp).
+func (st *stream) begin(req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse, ok bool) {
 	if pc := req.ProtocolConfig; pc != nil {
 		st.reqBodyMode, st.respBodyMode = pc.RequestBodyMode, pc.ResponseBodyMode
 	}
-	switch r := req.Request.(type) {
-	case *extprocv3.ProcessingRequest_RequestHeaders:
+	if req.GetRequestHeaders() != nil {
 		if st.seenReqHeaders {
-			return st.spurious(req)
+			return st.spurious(req), false
 		}
 		st.seenReqHeaders = true
+	}
+	return nil, true
+}
+
+func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	if resp, ok := st.begin(req); !ok {
+		return resp
+	}
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return st.onRequestHeaders(r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.onRequestBody(r.RequestBody)

@@ -9,12 +9,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// startProcessor serves a scripted processor (and an access log service)
-// on a new port.
+// startProcessor serves a scripted processor and an access log service
+// (either may be nil) on a new port.
 func startProcessor(t *testing.T, s *scripted, als *recordingALS) string {
 	t.Helper()
 	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, s)
+	if s != nil {
+		extprocv3.RegisterExternalProcessorServer(gs, s)
+	}
 	if als != nil {
 		accesslogv3.RegisterAccessLogServiceServer(gs, als)
 	}

@@ -1,7 +1,6 @@
 package envoysim
 
 import (
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -94,15 +92,7 @@ func (a *recordingALS) got() []*accesslogdatav3.HTTPAccessLogEntry {
 
 func startALS(t *testing.T) (*recordingALS, string) {
 	als := &recordingALS{}
-	gs := grpc.NewServer()
-	accesslogv3.RegisterAccessLogServiceServer(gs, als)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(ln)
-	t.Cleanup(gs.Stop)
-	return als, ln.Addr().String()
+	return als, startProcessor(t, nil, als)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
