@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,60 @@ func (g *Gateways) Register(s *Server) {
 	s.HandleAPI("PATCH /admin/v1/gateways/{id}", g.patch)
 	s.HandleAPI("DELETE /admin/v1/gateways/{id}", g.delete)
 	s.HandleAPI("DELETE /admin/v1/gateways/{id}/overlay", g.revert)
+	// R-API2b: one model or route of a gateway.
+	for _, field := range []string{"models", "routes"} {
+		s.HandleAPI("GET /admin/v1/gateways/{id}/"+field+"/{name}", g.getEntry(field))
+		s.HandleAPI("PUT /admin/v1/gateways/{id}/"+field+"/{name}", g.changeEntry(field, routes.EntryPut))
+		s.HandleAPI("PATCH /admin/v1/gateways/{id}/"+field+"/{name}", g.changeEntry(field, routes.EntryPatch))
+		s.HandleAPI("DELETE /admin/v1/gateways/{id}/"+field+"/{name}", g.changeEntry(field, routes.EntryDelete))
+	}
+}
+
+// conditional carries the request's If-Match to the change (R-API2b: a
+// stale revision is 412).
+func conditional(r *http.Request) context.Context {
+	if v := r.Header.Get("If-Match"); v != "" {
+		return routes.WithIfMatch(r.Context(), v)
+	}
+	return r.Context()
+}
+
+// writeDoc answers with a gateway's document and its revision as ETag.
+func writeDoc(w http.ResponseWriter, code int, gw *routes.Gateway) {
+	w.Header().Set("ETag", `"`+routes.Revision(gw.Doc)+`"`)
+	WriteJSON(w, code, document(gw))
+}
+
+func (g *Gateways) getEntry(field string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, name := r.PathValue("id"), r.PathValue("name")
+		e, err := g.Manager.Entry(id, field, name)
+		if g.answer(w, err) {
+			if gw := g.Manager.Holder.Load().Gateways[id]; gw != nil {
+				w.Header().Set("ETag", `"`+routes.Revision(gw.Doc)+`"`)
+			}
+			WriteJSON(w, http.StatusOK, e)
+		}
+	}
+}
+
+func (g *Gateways) changeEntry(field string, op routes.EntryOp) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, name := r.PathValue("id"), r.PathValue("name")
+		var body []byte
+		if op != routes.EntryDelete {
+			var ok bool
+			if body, ok = readBody(w, r); !ok {
+				return
+			}
+		}
+		before := g.Manager.Holder.Load().Gateways[id]
+		gw, err := g.Manager.ChangeEntry(conditional(r), id, field, name, op, body)
+		if g.answer(w, err) {
+			g.logChange(r, fmt.Sprintf("%s %s", strings.ToLower(r.Method), strings.TrimSuffix(field, "s")), id, before, gw)
+			writeDoc(w, http.StatusOK, gw)
+		}
+	}
 }
 
 // document is a gateway's document with its source and, read-only, the
@@ -46,6 +101,7 @@ func document(gw *routes.Gateway) map[string]any {
 	}
 	doc["source"] = gw.Source
 	doc["effective"] = map[string]any{"circuit_breaker": gw.Policy}
+	doc["revision"] = routes.Revision(gw.Doc)
 	return doc
 }
 
@@ -79,7 +135,7 @@ func (g *Gateways) get(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("gateway %q not found", echo.Name(id)))
 		return
 	}
-	WriteJSON(w, http.StatusOK, document(gw))
+	writeDoc(w, http.StatusOK, gw)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
@@ -103,14 +159,14 @@ func (g *Gateways) put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	before, existed := g.Manager.Holder.Load().Gateways[id]
-	gw, err := g.Manager.Put(r.Context(), id, body)
+	gw, err := g.Manager.Put(conditional(r), id, body)
 	if g.answer(w, err) {
 		code := http.StatusOK
 		if !existed {
 			code = http.StatusCreated
 		}
 		g.logChange(r, "put", id, before, gw)
-		WriteJSON(w, code, document(gw))
+		writeDoc(w, code, gw)
 	}
 }
 
@@ -121,17 +177,17 @@ func (g *Gateways) patch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	before := g.Manager.Holder.Load().Gateways[id]
-	gw, err := g.Manager.Patch(r.Context(), id, body)
+	gw, err := g.Manager.Patch(conditional(r), id, body)
 	if g.answer(w, err) {
 		g.logChange(r, "patch", id, before, gw)
-		WriteJSON(w, http.StatusOK, document(gw))
+		writeDoc(w, http.StatusOK, gw)
 	}
 }
 
 func (g *Gateways) delete(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	before := g.Manager.Holder.Load().Gateways[id]
-	if g.answer(w, g.Manager.Delete(r.Context(), id)) {
+	if g.answer(w, g.Manager.Delete(conditional(r), id)) {
 		g.logChange(r, "delete", id, before, nil)
 		WriteJSON(w, http.StatusOK, map[string]any{"id": id, "deleted": true, "source": routes.SourceAdmin})
 	}
@@ -172,6 +228,10 @@ func (g *Gateways) answer(w http.ResponseWriter, err error) bool {
 		WriteError(w, http.StatusBadRequest, clipQuoted(reLineSuffix.ReplaceAllString(strings.Join(ce.Problems, "; "), "")))
 	case errors.Is(err, routes.ErrNotFound):
 		WriteError(w, http.StatusNotFound, "gateway or overlay not found")
+	case errors.Is(err, routes.ErrNoEntry):
+		WriteError(w, http.StatusNotFound, "the gateway has no such model or route")
+	case errors.Is(err, routes.ErrStale):
+		WriteError(w, http.StatusPreconditionFailed, err.Error()+": GET the gateway again and apply the change to its current revision")
 	default:
 		WriteError(w, http.StatusServiceUnavailable, err.Error())
 	}

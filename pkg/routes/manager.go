@@ -214,28 +214,36 @@ func (m *Manager) Put(ctx context.Context, id string, doc []byte) (*Gateway, err
 	if err != nil {
 		return nil, err
 	}
-	return m.locked(ctx, func() (*Runtime, *Gateway, error) { return m.change(ctx, id, obj) })
+	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
+		if err := m.stale(ctx, id); err != nil {
+			return nil, nil, err
+		}
+		return m.change(ctx, id, obj)
+	})
 }
 
-// Patch applies an RFC 7396 merge patch to gateway id's document: objects
-// merge, arrays replace, null removes a field (so the inherited value
-// applies); id cannot change.
+// Patch applies a merge patch to gateway id's document: objects merge,
+// null removes a field (so the inherited value applies), arrays replace —
+// except models and routes, which merge entry by entry (R-API2b,
+// entries.go); id cannot change.
 func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway, error) {
 	p, err := jsonObject(patch)
 	if err != nil {
 		return nil, err
 	}
 	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
+		if err := m.stale(ctx, id); err != nil {
+			return nil, nil, err
+		}
 		g, ok := m.Holder.Load().Gateways[id]
 		if !ok {
 			return nil, nil, ErrNotFound
 		}
-		var base any
+		var base map[string]any
 		if err := json.Unmarshal(g.Doc, &base); err != nil {
 			return nil, nil, err
 		}
-		merged, _ := mergePatch(base, p).(map[string]any)
-		return m.change(ctx, id, merged)
+		return m.change(ctx, id, mergeGateway(base, p))
 	})
 }
 
@@ -268,6 +276,7 @@ func (m *Manager) locked(ctx context.Context, fn func() (*Runtime, *Gateway, err
 func (m *Manager) change(ctx context.Context, id string, obj map[string]any) (*Runtime, *Gateway, error) {
 	delete(obj, "source")
 	delete(obj, "effective") // read-only views of GET
+	delete(obj, "revision")
 	if v, ok := obj["id"]; ok && v != id {
 		return nil, nil, &ConfigError{Problems: []string{fmt.Sprintf("id: the id of a gateway cannot change (it is %q)", id)}}
 	}
@@ -285,6 +294,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	_, err := m.locked(ctx, func() (*Runtime, *Gateway, error) {
 		if _, ok := m.Holder.Load().Gateways[id]; !ok {
 			return nil, nil, ErrNotFound
+		}
+		if err := m.stale(ctx, id); err != nil {
+			return nil, nil, err
 		}
 		var o *Overlay
 		if m.inFile(id) {
