@@ -8,7 +8,10 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/fusebox-llm/fusebox/cmd/extproc/mainlib.Version=${VERSION}" -o /out/extproc ./cmd/extproc \
+# docker build --build-arg COMMIT=$(git rev-parse HEAD) --build-arg BUILD_DATE=$(date -u +%FT%TZ) .
+ARG COMMIT=""
+ARG BUILD_DATE=""
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/fusebox-llm/fusebox/cmd/extproc/mainlib.Version=${VERSION} -X github.com/fusebox-llm/fusebox/cmd/extproc/mainlib.Commit=${COMMIT} -X github.com/fusebox-llm/fusebox/cmd/extproc/mainlib.BuildDate=${BUILD_DATE}" -o /out/extproc ./cmd/extproc \
  && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/fakeproviders ./test/e2e/cmd/fakeproviders
 
 FROM gcr.io/distroless/static-debian12:nonroot AS fakeproviders

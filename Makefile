@@ -8,8 +8,13 @@ PROTOC_GEN_GO := bin/protoc-gen-go
 
 .PHONY: proto build run test test-short bench bench-peers bench-wire fuzz lint fmt e2e demo clean soak soak-short bench-replicas
 
+# The binary says what it was built from: `bin/extproc version`.
+MAINLIB   := github.com/fusebox-llm/fusebox/cmd/extproc/mainlib
+LDFLAGS   := -X $(MAINLIB).Commit=$(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty) \
+             -X $(MAINLIB).BuildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+
 build:
-	$(GO) build -o bin/extproc ./cmd/extproc
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/extproc ./cmd/extproc
 
 # Regenerates the replica schema's Go (proto/replica/v1) with Debian's protoc
 # (protobuf-compiler) and the protoc-gen-go of go.mod's protobuf module.
