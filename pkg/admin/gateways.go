@@ -105,7 +105,7 @@ func document(gw *routes.Gateway) map[string]any {
 	return doc
 }
 
-var reLineSuffix = regexp.MustCompile(` \(line \d+\)`)
+var reLineSuffix = regexp.MustCompile(` \(line \d+(, [^)]*)?\)`)
 
 // reLongQuoted finds a quoted name over echo.MaxName bytes in a config
 // problem (the compiler quotes every name it reports with %q).

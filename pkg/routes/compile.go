@@ -68,7 +68,7 @@ func decodeFile(data []byte, opt Options) (*File, error) {
 			for _, e := range te.Errors {
 				problems = append(problems, withFieldPath(friendlyYAMLError(e), &root))
 			}
-			return nil, &ConfigError{Problems: append(problems, compileProblems(&f, opt)...)}
+			return nil, &ConfigError{Problems: append(problems, locateProblems(compileProblems(&f, opt), data)...)}
 		default:
 			return nil, &ConfigError{Problems: []string{friendlyYAMLError(err.Error())}}
 		}
@@ -79,6 +79,10 @@ func decodeFile(data []byte, opt Options) (*File, error) {
 func compileHashed(f *File, data []byte, opt Options) (*Runtime, error) {
 	rt, err := Compile(f, opt)
 	if err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Problems = locateProblems(ce.Problems, data)
+		}
 		return nil, err
 	}
 	if int64(len(data)) > rt.Limits.MaxConfigBytes {
@@ -297,7 +301,7 @@ func (c *compiler) resolve(where string, base breaker.Policy, s *PolicySpec) *br
 			t, ok := c.templates[s.Policy]
 			switch {
 			case !ok:
-				c.errf("%s: circuit_breaker.policy: unknown policy template %q", where, s.Policy)
+				c.errf("%s: circuit_breaker.policy: unknown policy template %q%s", where, s.Policy, didYouMean(s.Policy, templateNames(c.templates)))
 			case t != nil:
 				t.applyTo(&p)
 				if c.opt.Lenient || t.lenient {
@@ -429,7 +433,7 @@ func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
 			r, ok := g.Routes[key]
 			if !ok {
 				if _, defined := specOf[key]; !defined {
-					c.errf("%s: routes: %q is not a route of this gateway", mw, key)
+					c.errf("%s: routes: %q is not a route of this gateway%s", mw, key, didYouMean(key, routeKeys(gs)))
 				}
 				continue
 			}
@@ -613,4 +617,20 @@ func orderCandidates(m *Model) {
 	sort.SliceStable(m.candidates, func(i, j int) bool {
 		return m.candidates[i].CostPerMtok*m.candidates[i].Bias < m.candidates[j].CostPerMtok*m.candidates[j].Bias
 	})
+}
+
+func routeKeys(gs *GatewaySpec) []string {
+	out := make([]string, 0, len(gs.Routes))
+	for _, r := range gs.Routes {
+		out = append(out, r.Key)
+	}
+	return out
+}
+
+func templateNames(t map[string]*PolicySpec) []string {
+	out := make([]string, 0, len(t))
+	for n := range t {
+		out = append(out, n)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package routes
 import (
 	"fmt"
 	"slices"
+	"sort"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"go.yaml.in/yaml/v3"
@@ -216,7 +217,7 @@ func (s *PolicySpec) UnmarshalYAML(n *yaml.Node) error {
 		name := k.Value
 		f, ok := policyFields[name]
 		if !ok {
-			s.errs = append(s.errs, fieldError{field: name, line: k.Line, msg: "unknown field"})
+			s.errs = append(s.errs, fieldError{field: name, line: k.Line, msg: unknownField(name, "a circuit_breaker", policyFieldNames())})
 			continue
 		}
 		if seen[name] {
@@ -325,4 +326,14 @@ func setFloat(dst *float64, v *float64) {
 	if v != nil {
 		*dst = *v
 	}
+}
+
+// policyFieldNames are the circuit_breaker fields, sorted.
+func policyFieldNames() []string {
+	out := make([]string, 0, len(policyFields))
+	for n := range policyFields {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -67,7 +67,7 @@ func friendlyYAMLError(msg string) string {
 		if !ok {
 			return fmt.Sprintf("%sunknown field %q", m[1], m[2])
 		}
-		return fmt.Sprintf("%sunknown field %q in %s (known: %s)", m[1], m[2], sec.name, strings.Join(sec.fields, ", "))
+		return m[1] + unknownField(m[2], sec.name, sec.fields)
 	}
 	if m := reUnmarshal.FindStringSubmatch(msg); m != nil {
 		got := yamlKind(m[2])
@@ -170,4 +170,11 @@ func pathAtLine(n *yaml.Node, path string, line int) string {
 		}
 	}
 	return ""
+}
+
+// unknownField is the one spelling of an unknown key, wherever it is: the
+// section, the keys it knows, and the closest one when it looks like a
+// typo.
+func unknownField(got, section string, known []string) string {
+	return fmt.Sprintf("unknown field %q in %s (known: %s%s)", got, section, strings.Join(known, ", "), didYouMean(got, known))
 }
