@@ -29,9 +29,12 @@ run:
 # modules kept apart from the product's go.mod (compose validation, the
 # operations kit checked with Prometheus's and Kubernetes' own parsers, peer
 # benchmarks).
+# The race run's results go through test/skipreport, which ends with every
+# skipped test and its reason (a missing tool skips outside CI).
+test: SHELL := /bin/bash
 test:
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	set -o pipefail; $(GO) test -race -count=1 -timeout 15m -json $(PKGS) | $(GO) run ./test/skipreport
 	cd test/compose && $(GO) test -count=1 ./...
 	cd test/deploy && $(GO) test -count=1 ./...
 	cd test/browser && $(GO) test -count=1 ./...

@@ -8,7 +8,7 @@ import (
 )
 
 // Envoy's legacy response-flag bits, as response.flags carries them
-// (ENVOY.md, Attributes).
+// (docs/ext_proc.md, Attributes).
 const (
 	flagUH  = 0x2
 	flagUT  = 0x4

@@ -24,7 +24,7 @@ func (st *stream) bodyRewrite(body []byte, f modelField, cr *extprocv3.CommonRes
 
 // dispatchMutation builds the R-D3 mutation: cluster, route and fallbacks
 // headers, :path when the route has one, and clear_route_cache in the same
-// reply as the header_mutation (ENVOY.md).
+// reply as the header_mutation (docs/ext_proc.md).
 // maxRetriesHeader bounds the router's retries of one request.
 const maxRetriesHeader = "x-envoy-max-retries"
 

@@ -224,7 +224,7 @@ func TestNullModelNonJSONPassesThrough(t *testing.T) {
 }
 
 // A 2xx whose response has trailers, with trailer mode SKIP: Envoy never
-// sends end_of_stream for the body (ENVOY.md), yet the body is complete. It
+// sends end_of_stream for the body (docs/ext_proc.md), yet the body is complete. It
 // is judged a success, not a client cancel.
 func TestTrailersSkippedCompleteBodyIsSuccess(t *testing.T) {
 	e := newEnv(t)

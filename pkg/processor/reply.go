@@ -5,7 +5,7 @@ import (
 )
 
 // continueReply returns the CONTINUE reply of the matching kind for req
-// (ENVOY.md: every message needs exactly one reply of its own kind), or nil
+// (docs/ext_proc.md: every message needs exactly one reply of its own kind), or nil
 // for a message that carries no request (nothing to answer).
 // responseBodyContinue answers a streamed response chunk, the most frequent
 // message by far (one per SSE chunk). It is shared by every stream: gRPC

@@ -117,7 +117,7 @@ func respKind(resp *extprocv3.ProcessingResponse) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", resp.Response), "*ext_procv3.ProcessingResponse_")
 }
 
-// checkReply holds one reply to what Envoy accepts (ENVOY.md).
+// checkReply holds one reply to what Envoy accepts (docs/ext_proc.md).
 func checkReply(t *testing.T, req *extprocv3.ProcessingRequest, resp *extprocv3.ProcessingResponse) {
 	t.Helper()
 	if resp == nil {

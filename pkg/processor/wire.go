@@ -12,7 +12,7 @@ import (
 )
 
 // headerValue returns a header's value. Envoy sends raw_value (bytes) and
-// leaves value empty (ENVOY.md); value is read only when raw_value is empty,
+// leaves value empty (docs/ext_proc.md); value is read only when raw_value is empty,
 // for other clients.
 func headerValue(h *corev3.HeaderValue) string {
 	if len(h.RawValue) > 0 {
@@ -119,7 +119,7 @@ func immediateBody(status int, code string, body []byte, extra ...*corev3.Header
 }
 
 // modeOverride sets the request body mode and repeats the response modes
-// the deployment gives this role (ENVOY.md: the override is taken
+// the deployment gives this role (docs/ext_proc.md: the override is taken
 // literally, so the modes kept are repeated). It never turns on a phase
 // the deployment keeps off: in the failover deployment (envoy.failover)
 // the route role (its only caller) has no response phases at all (R-X8), and Envoy's

@@ -46,7 +46,7 @@ func (c *Classifier) Result(res breaker.Result, startNs, now int64) breaker.Resu
 // Complete reports whether the body seen so far is whole by its own
 // framing: a stream that sent its end marker, or a JSON document that
 // parses. When trailers follow a body and Envoy does not send them (trailer
-// mode SKIP), the body's end_of_stream never arrives (ENVOY.md); a complete
+// mode SKIP), the body's end_of_stream never arrives (docs/ext_proc.md); a complete
 // body is then judged, not taken for a client cancel.
 func (c *Classifier) Complete() bool {
 	switch c.format {

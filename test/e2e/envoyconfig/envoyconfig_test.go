@@ -61,7 +61,7 @@ func TestBrokenConfigsFail(t *testing.T) {
 }
 
 // The harness is configured from envoy.yaml; these are the values fusebox
-// relies on (ENVOY.md, "The deployment fusebox ships").
+// relies on (docs/ext_proc.md, "The deployment fusebox ships").
 func TestHarnessFromEnvoyYAML(t *testing.T) {
 	b, err := Load(filepath.Join(envoyDir, "envoy.yaml"))
 	if err != nil {

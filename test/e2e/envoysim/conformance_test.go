@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// These tests hold the proxy to ENVOY.md with a scripted processor: each
+// These tests hold the proxy to docs/ext_proc.md with a scripted processor: each
 // checks one fact of how Envoy treats a processor's replies. Breaking any of
 // those facts in the proxy makes one of them fail.
 

@@ -1,7 +1,7 @@
 // Package envoysim is a small HTTP proxy that plays Envoy for fusebox's
 // end-to-end tests: the filter chain of the shipped deployment (early
 // header mutation, header_mutation, the route-role ext_proc filter, the
-// router) behaving as ../../shared/ENVOY.md describes — raw_value headers,
+// router) behaving as docs/ext_proc.md describes — raw_value headers,
 // mutation rules, clear_route_cache semantics, literal mode overrides, one
 // message per streamed chunk, numeric response flags, message timeouts,
 // failure_mode_allow, Envoy's local replies and its retry policy. It must

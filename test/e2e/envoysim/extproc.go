@@ -75,7 +75,7 @@ func headerMode(m filterv3.ProcessingMode_HeaderSendMode, def bool) bool {
 	return def
 }
 
-// open starts the gRPC stream lazily, on the first message (ENVOY.md).
+// open starts the gRPC stream lazily, on the first message (docs/ext_proc.md).
 func (e *epStream) open() error {
 	if e.s != nil {
 		return nil

@@ -152,7 +152,7 @@ func (p *Proxy) applyMutationRules(h *headers, m *extprocv3.HeaderMutation, resp
 			p.stats.add("rejected_header_mutations")
 			continue
 		}
-		//lint:ignore SA1019 Envoy's ext_proc reads only the deprecated append flag (ENVOY.md)
+		//lint:ignore SA1019 Envoy's ext_proc reads only the deprecated append flag (docs/ext_proc.md)
 		if opt.Append != nil && opt.Append.Value {
 			h.add(k, v)
 		} else {

@@ -608,7 +608,7 @@ func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body
 	return req, nil
 }
 
-// Response flag bits (ENVOY.md, Attributes).
+// Response flag bits (docs/ext_proc.md, Attributes).
 const (
 	flagUH  = 0x2
 	flagUT  = 0x4

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// Stats are the operator-visible counters of ENVOY.md, by name
+// Stats are the operator-visible counters of docs/ext_proc.md, by name
 // (streams_started, spurious_msgs_received, failure_mode_allowed,
 // message_timeouts, rejected_header_mutations, clear_route_cache_ignored,
 // upstream_rq_retry, no_cluster, upstream_rq_timeout, …).
