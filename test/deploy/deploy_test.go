@@ -160,12 +160,19 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	var dep appsv1.Deployment
 	configs := map[string]corev1.ConfigMap{}
+	services := 0
 	for _, f := range files {
-		b, _ := os.ReadFile(f)
+		raw, _ := os.ReadFile(f)
+		for _, b := range docs(t, map[string]string{f: string(raw)})["Service"] {
+			var s corev1.Service
+			strict(t, b, &s)
+			services++
+		}
 		var meta struct{ Kind string }
-		if err := yaml.Unmarshal(b, &meta); err != nil {
+		if err := yaml.Unmarshal(raw, &meta); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		b := raw
 		switch meta.Kind {
 		case "Deployment":
 			strict(t, b, &dep)
@@ -179,6 +186,12 @@ func TestKubernetesManifests(t *testing.T) {
 		default:
 			t.Errorf("%s: unexpected kind %q", f, meta.Kind)
 		}
+	}
+	if services != 2 {
+		t.Errorf("%d Services, want the gateway's and fusebox's admin", services)
+	}
+	if *dep.Spec.Replicas != 1 {
+		t.Error("more than one pod on the memory store: each would keep its own breakers (use the Helm chart with Redis)")
 	}
 	// A misspelt field fails the strict decode.
 	b := bytes.Replace(read(t, "deploy/kubernetes/deployment.yaml"), []byte("readinessProbe:"), []byte("readinesProbe:"), 1)

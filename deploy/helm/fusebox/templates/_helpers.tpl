@@ -1,0 +1,72 @@
+{{- define "fusebox.name" -}}{{ .Release.Name }}-fusebox{{- end -}}
+{{- define "fusebox.labels" -}}
+app.kubernetes.io/name: fusebox
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+{{- define "fusebox.selector" -}}
+app.kubernetes.io/name: fusebox
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- define "fusebox.tokenSecret" -}}
+{{- if .Values.adminToken.existingSecret -}}{{ .Values.adminToken.existingSecret }}{{- else -}}{{ include "fusebox.name" . }}-admin{{- end -}}
+{{- end -}}
+{{- define "fusebox.check" -}}
+{{- if not (has .Values.mode (list "sidecar" "deployment")) -}}
+{{- fail (printf "mode must be sidecar or deployment, got %q" .Values.mode) -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.redis.url) -}}
+{{- fail "replicas > 1 needs redis.url: each replica would keep its own breakers and admin changes" -}}
+{{- end -}}
+{{- if and (not .Values.adminToken.existingSecret) (not .Values.adminToken.value) -}}
+{{- fail "set adminToken.existingSecret or adminToken.value: the admin API listens beyond loopback and needs a token" -}}
+{{- end -}}
+{{- end -}}
+{{- define "fusebox.container" -}}
+- name: fusebox
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - -config
+    - /etc/fusebox/fusebox.yaml
+    - -log-format
+    - json
+    - -grace-period
+    - 15s
+    - -grpc-addr
+    - {{ if eq .Values.mode "sidecar" }}127.0.0.1:50051{{ else }}0.0.0.0:50051{{ end }}
+    - -admin-addr
+    - 0.0.0.0:8090
+    {{- if .Values.redis.url }}
+    - -redis-url
+    - {{ .Values.redis.url | quote }}
+    {{- end }}
+  env:
+    - name: FUSEBOX_ADMIN_TOKEN
+      valueFrom:
+        secretKeyRef: {name: {{ include "fusebox.tokenSecret" . }}, key: token}
+  ports:
+    {{- if eq .Values.mode "deployment" }}
+    - {name: grpc, containerPort: 50051}
+    {{- end }}
+    - {name: admin, containerPort: 8090}
+  readinessProbe:
+    httpGet: {path: /readyz, port: admin}
+    periodSeconds: 2
+    failureThreshold: 2
+  livenessProbe:
+    httpGet: {path: /healthz, port: admin}
+    periodSeconds: 10
+    failureThreshold: 3
+  volumeMounts:
+    - {name: fusebox-config, mountPath: /etc/fusebox, readOnly: true}
+    - {name: fusebox-state, mountPath: /var/lib/fusebox}
+    {{- if .Values.redis.hmacKeySecret }}
+    - {name: fleet-key, mountPath: /etc/fusebox-key, readOnly: true}
+    {{- end }}
+  resources: {{- toYaml .Values.resources.fusebox | nindent 4 }}
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities: {drop: ["ALL"]}
+{{- end -}}
