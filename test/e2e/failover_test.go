@@ -54,7 +54,7 @@ func (w *world) failoverConfig() envoysim.Config {
 		c.Addr = p.Addr()
 		cfg.Clusters[n] = &c
 	}
-	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024}
+	cfg.ServeDefaultsFrom(envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024})
 	// The file's clusters are the real providers'; here each fake provider
 	// gets the credential header of its kind, as the file injects them.
 	header := map[string]string{}

@@ -197,7 +197,7 @@ func (w *world) deployment(gateway string, vhostHeaders map[string]string) envoy
 	for n, p := range w.providers {
 		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
 	}
-	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024}
+	cfg.ServeDefaultsFrom(envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024})
 	return cfg
 }
 

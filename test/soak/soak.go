@@ -204,7 +204,7 @@ func newRig(opts Options, dir string) (*rig, error) {
 	for n, p := range r.providers {
 		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 4096}
 	}
-	cfg.Clusters[cfg.DefaultCluster] = &envoysim.Cluster{Addr: r.providers["fallback"].Addr(), MaxRequests: 4096}
+	cfg.ServeDefaultsFrom(envoysim.Cluster{Addr: r.providers["fallback"].Addr(), MaxRequests: 4096})
 	if r.proxy, err = envoysim.New(cfg); err != nil {
 		return nil, err
 	}

@@ -90,6 +90,8 @@ func TestHarnessFromEnvoyYAML(t *testing.T) {
 		{"route role", ep.InitialMetadata["x-fusebox-role"] == "route"},
 		{"cluster_header route", cfg.ClusterHeader == "x-fusebox-cluster"},
 		{"default route", cfg.DefaultCluster != ""},
+		{"fusebox down: the Messages API goes to Anthropic, not to the OpenAI default", len(cfg.DefaultRoutes) == 1 &&
+			cfg.DefaultRoutes[0].Prefix == "/v1/messages" && cfg.DefaultRoutes[0].Cluster == "anthropic_us" && cfg.DefaultCluster == "openai_us_east"},
 		{"fusebox headers removed upstream", len(cfg.RequestHeadersToRemove) == 7 && contains(cfg.RequestHeadersToRemove, "x-fusebox-attempt")},
 		{"retry connect-failure,reset once", strings.Join(cfg.RetryOn, ",") == "connect-failure,reset" && cfg.NumRetries == 1},
 		{"long route timeout", cfg.RouteTimeout >= time.Minute},

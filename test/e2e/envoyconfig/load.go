@@ -161,7 +161,11 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 				return cfg, fmt.Errorf("route with cluster_header %s must match on its presence", ch)
 			}
 		} else if c := ra.GetCluster(); c != "" {
-			cfg.DefaultCluster = c
+			if pf := r.GetMatch().GetPrefix(); pf != "/" {
+				cfg.DefaultRoutes = append(cfg.DefaultRoutes, envoysim.PrefixRoute{Prefix: pf, Cluster: c})
+			} else {
+				cfg.DefaultCluster = c
+			}
 		}
 		cfg.RequestHeadersToRemove = r.GetRequestHeadersToRemove()
 		cfg.RouteTimeout = ra.GetTimeout().AsDuration()

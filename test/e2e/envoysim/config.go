@@ -25,6 +25,10 @@ type Config struct {
 	// to DefaultCluster (route (b)).
 	ClusterHeader  string
 	DefaultCluster string
+	// DefaultRoutes are the routes before the catch-all (b), in order: a
+	// request without the cluster header whose :path starts with Prefix
+	// goes to Cluster (envoy.yaml: Anthropic's Messages API to Anthropic).
+	DefaultRoutes []PrefixRoute
 	Clusters       map[string]*Cluster
 	// RequestHeadersToRemove are removed before a request goes upstream.
 	RequestHeadersToRemove []string
@@ -43,6 +47,11 @@ type Config struct {
 	Runtime map[string]string
 	// AccessLog, when set, is the listener's http_grpc access logger.
 	AccessLog *AccessLogConfig
+}
+
+// PrefixRoute is a route matching a :path prefix to a cluster.
+type PrefixRoute struct {
+	Prefix, Cluster string
 }
 
 // Cluster is one upstream.
@@ -83,4 +92,19 @@ type ExtProcConfig struct {
 	ResponseAttributes  []string
 	ReceivingNamespaces []string
 	InitialMetadata     map[string]string
+}
+
+// ServeDefaultsFrom makes every default route (the catch-all and each
+// prefix route) go to one upstream, under names of their own: a harness
+// that counts what each provider cluster served must not see traffic that
+// reached it without fusebox (fusebox down, no model).
+func (c *Config) ServeDefaultsFrom(up Cluster) {
+	d := up
+	c.Clusters[c.DefaultCluster] = &d
+	for i := range c.DefaultRoutes {
+		name := "default:" + c.DefaultRoutes[i].Cluster
+		c.DefaultRoutes[i].Cluster = name
+		x := up
+		c.Clusters[name] = &x
+	}
 }

@@ -2,6 +2,8 @@ package envoysim
 
 import (
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
@@ -65,5 +67,32 @@ func TestStreamsSpreadOverReplicas(t *testing.T) {
 	waitFor(t, "four entries", func() bool { return len(alsA.got())+len(alsB.got()) == 4 })
 	if len(alsA.got()) != 2 || len(alsB.got()) != 2 {
 		t.Fatalf("entries per replica: %d and %d (one worker stream to each)", len(alsA.got()), len(alsB.got()))
+	}
+}
+
+// Routes are matched in order: without the cluster header (fusebox down,
+// or no model) a request whose :path has a default route's prefix goes to
+// that route's cluster, every other one to the catch-all's.
+func TestDefaultRoutesByPrefix(t *testing.T) {
+	anth := newUpstream(t, nil)
+	r := newRig(t, plain, func(c *Config) {
+		c.ExtProc.Addr = "127.0.0.1:1" // fusebox down
+		c.ExtProc.FailureModeAllow = true
+		c.Clusters["anth"] = &Cluster{Addr: strings.TrimPrefix(anth.srv.URL, "http://")}
+		c.DefaultRoutes = []PrefixRoute{{Prefix: "/v1/messages", Cluster: "anth"}}
+	})
+	post := func(path string) {
+		req, _ := http.NewRequest("POST", r.proxy.URL()+path, strings.NewReader(`{}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	post("/v1/messages")
+	post("/v1/chat/completions")
+	hits := func(u *upstream) int { u.mu.Lock(); defer u.mu.Unlock(); return u.hits }
+	if hits(anth) != 1 || hits(r.def) != 1 {
+		t.Fatalf("anthropic default %d, catch-all %d: want 1 and 1", hits(anth), hits(r.def))
 	}
 }

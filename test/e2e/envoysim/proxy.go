@@ -152,12 +152,19 @@ type route struct {
 	cluster   string
 }
 
-// computeRoute matches the two routes of the shipped config: (a) requests
-// that carry the cluster header → cluster_header (its first value); (b)
-// everything else → the default cluster.
+// computeRoute matches the routes of the shipped config in order: (a)
+// requests that carry the cluster header → cluster_header (its first
+// value); (b) everything else → the first default route whose prefix the
+// :path has, else the catch-all's cluster.
 func (p *Proxy) computeRoute(h headers) route {
 	if v, ok := h.get(p.cfg.ClusterHeader); ok {
 		return route{viaHeader: true, cluster: v}
+	}
+	path, _ := h.get(":path")
+	for _, r := range p.cfg.DefaultRoutes {
+		if strings.HasPrefix(path, r.Prefix) {
+			return route{cluster: r.Cluster}
+		}
 	}
 	return route{cluster: p.cfg.DefaultCluster}
 }

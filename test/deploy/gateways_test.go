@@ -1,0 +1,138 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	istionet "istio.io/client-go/pkg/apis/networking/v1alpha3"
+	"sigs.k8s.io/yaml"
+)
+
+// envoyProto decodes a patch value (JSON) into the Envoy type it stands
+// for, strictly (unknown fields and unresolvable @types fail), and
+// validates it with the type's own rules.
+func envoyProto(t *testing.T, what string, v any, into proto.Message) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := protojson.Unmarshal(b, into); err != nil {
+		t.Fatalf("%s: not a %T: %v\n%s", what, into, err, b)
+	}
+	if val, ok := into.(interface{ ValidateAll() error }); ok {
+		if err := val.ValidateAll(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+// deploy/envoy-gateway decodes strictly as Envoy Gateway's own API types:
+// the route role's ext_proc (buffered request body, streamed response,
+// mode override, the fusebox metadata namespace, fail open), the access log
+// channel as an ALS sink to fusebox, and patches whose values are the
+// Envoy route and early header mutation they claim to be.
+func TestEnvoyGatewayPolicies(t *testing.T) {
+	raw := read(t, "deploy/envoy-gateway/fusebox.yaml")
+	byKind := docs(t, map[string]string{"fusebox.yaml": string(raw)})
+	var ext egv1a1.EnvoyExtensionPolicy
+	strict(t, byKind["EnvoyExtensionPolicy"][0], &ext)
+	ep := ext.Spec.ExtProc[0]
+	pm := ep.ProcessingMode
+	if pm == nil || !pm.AllowModeOverride || pm.Request == nil || *pm.Request.Body != egv1a1.BufferedExtProcBodyProcessingMode ||
+		pm.Response == nil || *pm.Response.Body != egv1a1.StreamedExtProcBodyProcessingMode || ep.FailOpen == nil || !*ep.FailOpen ||
+		ep.Metadata == nil || strings.Join(ep.Metadata.WritableNamespaces, ",") != "fusebox" ||
+		strings.Join(pm.Response.Attributes, ",") != "response.flags,response.code_details" {
+		t.Errorf("ext_proc %+v", ep)
+	}
+	var proxy egv1a1.EnvoyProxy
+	strict(t, byKind["EnvoyProxy"][0], &proxy)
+	sink := proxy.Spec.Telemetry.AccessLog.Settings[0].Sinks[0]
+	if sink.Type != egv1a1.ProxyAccessLogSinkTypeALS || sink.ALS == nil || sink.ALS.BackendRefs[0].Name != "gw-fusebox" {
+		t.Errorf("access log sink %+v", sink)
+	}
+	var patch egv1a1.EnvoyPatchPolicy
+	strict(t, byKind["EnvoyPatchPolicy"][0], &patch)
+	for _, p := range patch.Spec.JSONPatches {
+		var v any
+		if err := json.Unmarshal(p.Operation.Value.Raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		switch p.Type {
+		case "type.googleapis.com/envoy.config.route.v3.RouteConfiguration":
+			var r routev3.Route
+			envoyProto(t, "the cluster_header route", v, &r)
+			if r.GetRoute().GetClusterHeader() != "x-fusebox-cluster" {
+				t.Errorf("route %v", &r)
+			}
+		case "type.googleapis.com/envoy.config.listener.v3.Listener":
+			for _, e := range v.([]any) {
+				var ext corev3.TypedExtensionConfig
+				envoyProto(t, "early header mutation", e, &ext)
+			}
+		default:
+			t.Errorf("unexpected patch type %s", p.Type)
+		}
+	}
+	// A misspelt field fails the strict decode.
+	bad := bytes.Replace(byKind["EnvoyExtensionPolicy"][0], []byte("failOpen: true"), []byte("failOpn: true"), 1)
+	if err := yaml.UnmarshalStrict(bad, &egv1a1.EnvoyExtensionPolicy{}); err == nil {
+		t.Error("a misspelt field was accepted")
+	}
+}
+
+// deploy/istio decodes as Istio's EnvoyFilter type, and each patch value
+// as the Envoy type it inserts or merges: the route role's ext_proc (the
+// shipped envoy.yaml's modes), the cluster_header route inserted first, and
+// the connection manager's header stripping and access log channel.
+func TestIstioEnvoyFilter(t *testing.T) {
+	var ef istionet.EnvoyFilter
+	strict(t, read(t, "deploy/istio/envoyfilter.yaml"), &ef)
+	patches := ef.Spec.GetConfigPatches()
+	if len(patches) != 3 {
+		t.Fatalf("%d patches", len(patches))
+	}
+	for _, p := range patches {
+		v := p.GetPatch().GetValue().AsMap()
+		switch p.GetApplyTo().String() {
+		case "HTTP_FILTER":
+			var f hcmv3.HttpFilter
+			envoyProto(t, "ext_proc filter", v, &f)
+			if p.GetPatch().GetOperation().String() != "INSERT_BEFORE" || f.GetName() != "envoy.filters.http.ext_proc" {
+				t.Errorf("filter patch %v", p)
+			}
+		case "HTTP_ROUTE":
+			var r routev3.Route
+			envoyProto(t, "cluster_header route", v, &r)
+			if p.GetPatch().GetOperation().String() != "INSERT_FIRST" || r.GetRoute().GetClusterHeader() != "x-fusebox-cluster" {
+				t.Errorf("route patch %v", p)
+			}
+		case "NETWORK_FILTER":
+			// A partial connection manager (a merge): decoded strictly,
+			// not validated as a whole one.
+			var a anypb.Any
+			envoyProto(t, "connection manager merge", v["typed_config"], &a)
+			var hcm hcmv3.HttpConnectionManager
+			if err := a.UnmarshalTo(&hcm); err != nil {
+				t.Fatal(err)
+			}
+			if len(hcm.GetAccessLog()) != 1 || len(hcm.GetEarlyHeaderMutationExtensions()) != 1 {
+				t.Errorf("connection manager merge %v", &hcm)
+			}
+		default:
+			t.Errorf("unexpected applyTo %s", p.GetApplyTo())
+		}
+	}
+}
