@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/test/e2e/simulate"
 )
 
 func main() {
@@ -27,6 +28,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "extproc: second signal (%v): exiting now\n", s)
 		os.Exit(1)
 	}()
+	if len(os.Args) > 1 && os.Args[1] == "simulate" {
+		// Try a config without Envoy: the real fusebox, envoysim playing
+		// envoy/envoy.yaml, a scripted outage (test/e2e/simulate).
+		if err := simulate.Main(os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "extproc simulate:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := mainlib.Main(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "extproc:", err)
 		os.Exit(1)

@@ -100,6 +100,7 @@ type ExtProcConfig struct {
 // reached it without fusebox (fusebox down, no model).
 func (c *Config) ServeDefaultsFrom(up Cluster) {
 	d := up
+	c.DefaultCluster = "default:" + c.DefaultCluster
 	c.Clusters[c.DefaultCluster] = &d
 	for i := range c.DefaultRoutes {
 		name := "default:" + c.DefaultRoutes[i].Cluster
