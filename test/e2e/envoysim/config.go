@@ -29,7 +29,7 @@ type Config struct {
 	// request without the cluster header whose :path starts with Prefix
 	// goes to Cluster (envoy.yaml: Anthropic's Messages API to Anthropic).
 	DefaultRoutes []PrefixRoute
-	Clusters       map[string]*Cluster
+	Clusters      map[string]*Cluster
 	// RequestHeadersToRemove are removed before a request goes upstream.
 	RequestHeadersToRemove []string
 	RouteTimeout           time.Duration
