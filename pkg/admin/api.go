@@ -26,6 +26,8 @@ type API struct {
 	History *breaker.History
 	// Baseline reports a route's latency baseline (may be nil).
 	Baseline func(breaker.ID, int64) int64
+	// Journal is this replica's recent transitions (may be nil).
+	Journal *breaker.Journal
 }
 
 // Register adds the API's routes to s.
@@ -33,6 +35,8 @@ func (a *API) Register(s *Server) {
 	s.HandleAPI("GET /admin/v1/gateways/{id}/circuit-breaker", a.gatewayCircuitBreaker)
 	s.HandleAPI("GET /admin/v1/gateways/{id}/routes", a.gatewayRoutes)
 	s.HandleAPI("POST /admin/v1/gateways/{id}/routes/{route}/{action}", a.routeOverride)
+	s.HandleAPI("GET /admin/v1/summary", a.summary)
+	s.HandleAPI("GET /admin/v1/transitions", a.transitions)
 	s.HandleAPI("GET /admin/v1/fleets", a.fleets)
 	s.HandleAPI("GET /admin/v1/fleets/{name}/circuit-breaker", a.fleetCircuitBreaker)
 	s.HandleAPI("POST /admin/v1/fleets/{name}/{action}", a.fleetOverride)

@@ -84,6 +84,7 @@ func (st *stream) decide() decision {
 
 	if sel.FailFast {
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionFailFast).Inc()
+		st.journalDecided(m, cands, nil, ActionFailFast, now)
 		hdrs := []*corev3.HeaderValueOption{setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
 		if !pol.FailFastClientRetry {
 			// The official SDKs otherwise sleep up to 60 s on retry-after
@@ -190,7 +191,30 @@ func (st *stream) decide() decision {
 		}
 	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
+	st.journalDecided(m, cands, st.chosen, action, now)
 	return d
+}
+
+// journalDecided tells the transition journal what handled this request
+// (R-API7: the timeline's "next request"). Nothing is built unless a
+// transition waits for it: on the healthy path it is one atomic load.
+func (st *stream) journalDecided(m *routes.Model, cands []*routes.Route, chosen *routes.Route, action string, now int64) {
+	j := st.s.journal
+	if !j.Waiting() {
+		return
+	}
+	key := ""
+	if chosen != nil {
+		key = chosen.Key
+	}
+	j.Decided(st.gw.ID, m.Name, key, action, func(k string) bool {
+		for _, r := range cands {
+			if r.Key == k {
+				return true
+			}
+		}
+		return false
+	}, now)
 }
 
 // chainOf is the failover chain (R-X1): the dispatched route first, then

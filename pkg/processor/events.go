@@ -14,11 +14,15 @@ import (
 type EventReporter struct {
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
+	// Journal, when set, keeps the transition for the dashboard's
+	// timeline.
+	Journal *breaker.Journal
 }
 
 // Report handles one transition.
 func (r *EventReporter) Report(e breaker.Event) {
 	gw := e.ID.Gateway
+	r.Journal.Add(e)
 	r.Metrics.Transitions.WithLabelValues(gw, e.ID.Route, e.Provider, string(e.ID.Scope), e.Transition(), e.Reason).Inc()
 	r.Metrics.State.WithLabelValues(gw, e.ID.Route, e.Provider, string(e.ID.Scope)).Set(float64(e.To))
 	openUntil := ""

@@ -33,7 +33,10 @@ type Server struct {
 	// (meet.go).
 	meet *meetings
 	// tokens seals the attempt token (token.go).
-	tokens  tokenSealer
+	tokens tokenSealer
+	// journal, when set, keeps the recent transitions and what handled
+	// the request after each (the dashboard's timeline).
+	journal *breaker.Journal
 	clock   breaker.Clock
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -83,6 +86,9 @@ type Options struct {
 	// OnAccessLogStreams hears how many access log streams are connected
 	// (R-AL6: /readyz says whether one is).
 	OnAccessLogStreams func(n int64)
+	// Journal, when set, hears what handled each request after a
+	// transition (R-API7).
+	Journal *breaker.Journal
 	// TokenKey keys the attempt token's seal (R-X10). Every replica of a
 	// fleet must have the same one; empty = a random key (one process).
 	TokenKey []byte
@@ -108,6 +114,7 @@ func NewServer(o Options) *Server {
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams}
 	s.meet = newMeetings(s)
 	s.tokens = newTokenSealer(o.TokenKey)
+	s.journal = o.Journal
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}

@@ -147,38 +147,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	defer conn.Close()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
-		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(profileDir(t)), chromedp.WindowSize(1280, 800))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	// This chromedp's protocol types predate some values today's Chromium
-	// sends in network events the test does not use; those decode errors
-	// are noise, anything else is reported.
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
-		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {
-			t.Logf("chromedp: %s", msg)
-		}
-	}))
-	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 90*time.Second)
-	defer tcancel()
-	// Confirmation dialogs (force-close) are accepted.
-	chromedp.ListenTarget(bctx, func(ev any) {
-		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
-			go func() { _ = chromedp.Run(bctx, page.HandleJavaScriptDialog(true)) }()
-		}
-	})
-	shot := func(name string) chromedp.Action {
-		return chromedp.ActionFunc(func(ctx context.Context) error {
-			var b []byte
-			if err := chromedp.FullScreenshot(&b, 100).Do(ctx); err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name+".png"), b, 0o644)
-		})
-	}
+	bctx, shot := newBrowser(t, ctx, exe, shots, "")
 	card := `section.gateway[data-gateway="default"]`
 	row := func(route string) string { return card + ` tr[data-route="` + route + `"]` }
 	const bad = "openai:us-east:gpt-4o-mini"
@@ -281,6 +250,46 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 	t.Logf("screenshots in %s", shots)
+}
+
+// newBrowser starts headless Chromium for one test: a fresh profile,
+// confirmation dialogs accepted, and shot(name) saving a full-page
+// screenshot as name.png in shots (prefixed).
+func newBrowser(t *testing.T, ctx context.Context, exe, shots, prefix string) (context.Context, func(string) chromedp.Action) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
+		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(profileDir(t)), chromedp.WindowSize(1280, 800))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	// This chromedp's protocol types predate some values today's Chromium
+	// sends in network events the test does not use; those decode errors
+	// are noise, anything else is reported.
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "could not unmarshal event") {
+			t.Logf("chromedp: %s", msg)
+		}
+	}))
+	t.Cleanup(bcancel)
+	bctx, tcancel := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(tcancel)
+	// Confirmation dialogs (force-close) are accepted.
+	chromedp.ListenTarget(bctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			go func() { _ = chromedp.Run(bctx, page.HandleJavaScriptDialog(true)) }()
+		}
+	})
+	shot := func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			var b []byte
+			if err := chromedp.FullScreenshot(&b, 100).Do(ctx); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, prefix+name+".png"), b, 0o644)
+		})
+	}
+	return bctx, shot
 }
 
 // pageState describes the editor for a failure message: what the field

@@ -122,7 +122,8 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		cc := breaker.NewCoarseClock(time.Millisecond)
 		in.Clock, in.stopClk = cc, cc.Stop
 	}
-	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics}
+	journal := breaker.NewJournal(256)
+	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics, Journal: journal}
 	// The store, and where admin changes are kept: a file beside the
 	// memory store, Redis beside the Redis one (R-API2a).
 	// Another replica changed an overlay: load them all again, off the
@@ -199,7 +200,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
 	procSrv := processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
-		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history, TokenKey: sw.fleetKey,
+		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history, TokenKey: sw.fleetKey, Journal: journal,
 		StreamIdle: rt.Limits.MaxStreamIdle, StreamDuration: rt.Limits.MaxStreamDuration,
 		OnAccessLogStreams: func(n int64) {
 			detail := "not connected"
@@ -237,7 +238,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
-	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs}
+	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs, Journal: journal}
 	api.Register(adm)
 	(&admin.Gateways{Manager: mgr, API: api, Refused: func(what string) { in.Metrics.Refused.WithLabelValues(what).Inc() }}).Register(adm)
 	adm.RegisterDashboard()

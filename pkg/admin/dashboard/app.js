@@ -8,7 +8,8 @@ const $ = (sel, root = document) => root.querySelector(sel);
 function token() { return sessionStorage.getItem("fusebox-token") || ""; }
 
 async function api(method, path, body) {
-  const headers = { "Authorization": "Bearer " + token() };
+  // No token: a loopback admin listener without one serves the API as is.
+  const headers = token() ? { "Authorization": "Bearer " + token() } : {};
   const init = { method, headers };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
@@ -43,14 +44,73 @@ function recovery(row, now) {
   return parts.join("; ") || "—";
 }
 
-function stateCell(row, now) {
+// wouldSkip holds "gateway|route" of shadow breakers that are not closed:
+// they take traffic as usual, so they are drawn apart from real ejections
+// (R-API7), never as a red "open".
+let wouldSkip = new Set();
+
+function stateCell(row, now, shadowKey) {
   const td = document.createElement("td");
   const blocked = row.blocked_until != null && row.blocked_until > now;
+  td.dataset.state = row.state;
+  if (shadowKey && wouldSkip.has(shadowKey)) {
+    td.className = "state state-would";
+    td.textContent = "would skip (shadow: " + row.state + ")";
+    return td;
+  }
   const key = row.state === "closed" && blocked ? "blocked" : row.state;
   td.className = "state state-" + key;
   td.textContent = row.state + (row.forced ? " (forced)" : "") + (blocked && row.state === "closed" ? " (blocked)" : "");
-  td.dataset.state = row.state;
   return td;
+}
+
+const degradationText = {
+  "": "routing as usual",
+  try_all: "every route unhealthy: try_all (sending to unhealthy routes)",
+  fail_fast: "every route unhealthy: fail_fast (answering 503)",
+  floor: "capacity floor (max_ejection_percent) keeps unhealthy routes in",
+};
+
+function renderSummary(rows) {
+  $("#summary-section").hidden = rows.length === 0;
+  const tbody = $("#summary tbody");
+  tbody.replaceChildren();
+  wouldSkip = new Set();
+  const unhealthyGateways = new Set();
+  for (const r of rows) {
+    for (const k of r.would_skip) wouldSkip.add(r.gateway + "|" + k);
+    if (r.unhealthy.length > 0) unhealthyGateways.add(r.gateway);
+    const tr = document.createElement("tr");
+    tr.dataset.gateway = r.gateway;
+    tr.dataset.model = r.model;
+    tr.className = r.unhealthy.length > 0 ? "degraded" : "";
+    const degr = cell(degradationText[r.degradation] || r.degradation);
+    degr.dataset.degradation = r.degradation;
+    tr.append(cell(r.gateway), cell(r.model), cell(`${r.healthy} / ${r.total}`), degr,
+      cell(r.unhealthy.join(", ") || "—"), cell(r.would_skip.join(", ") || "—"));
+    tbody.appendChild(tr);
+  }
+  return unhealthyGateways;
+}
+
+function renderTimeline(entries) {
+  $("#timeline-section").hidden = entries.length === 0;
+  const ol = $("#timeline");
+  ol.replaceChildren();
+  for (const e of entries) {
+    const li = document.createElement("li");
+    li.dataset.route = e.route;
+    li.dataset.transition = e.transition;
+    const who = e.scope === "global" ? `fleet ${e.route}` : `${e.gateway} / ${e.route}`;
+    const evidence = `reason ${e.reason}; window ${e.window_calls} calls, ${e.window_failures} failures` +
+      (e.threshold ? ` (threshold ${e.threshold})` : "") + `; policy ${e.policy_version || "—"}`;
+    let next = "next request: not yet";
+    if (e.next) {
+      next = `next request: model ${e.next.model} → ` + (e.next.route ? `${e.next.route} (${e.next.action})` : e.next.action);
+    }
+    li.textContent = `${fmtTime(e.at)} ${who}: ${e.transition} — ${evidence} — ${next}`;
+    ol.appendChild(li);
+  }
 }
 
 function sparkline(history) {
@@ -90,7 +150,7 @@ function renderRoutes(card, gw, rows) {
   for (const row of rows) {
     const tr = document.createElement("tr");
     tr.dataset.route = row.route;
-    tr.append(cell(row.route), stateCell(row, now), cell(row.reason || "—"),
+    tr.append(cell(row.route), stateCell(row, now, gw + "|" + row.route), cell(row.reason || "—"),
       cell(row.failures + " / " + row.failure_threshold), cell(fmtTime(row.opened_at)),
       cell(recovery(row, now)), cell(String(row.probes_in_flight)), cell(String(row.generation)));
     const spark = document.createElement("td");
@@ -200,16 +260,27 @@ function cardFor(gw) {
 
 let busy = false;
 let saves = 0;
+// expanded: gateways whose card was opened because a route went unhealthy
+// (once: the operator may close it again).
+const expanded = new Set();
+
 async function refresh() {
-  if (busy || !token()) return;
+  if (busy) return;
   busy = true;
   try {
     const seen = saves;
+    const unhealthy = renderSummary(await api("GET", "/summary"));
+    renderTimeline(await api("GET", "/transitions?limit=20"));
     const gateways = await api("GET", "/gateways");
     showMessage("");
     for (const doc of gateways) {
       const card = cardFor(doc.id);
       if (seen === saves) fillEditor(card, doc);
+      if (unhealthy.has(doc.id) && !expanded.has(doc.id)) {
+        expanded.add(doc.id);
+        $("details", card).open = true;
+      }
+      if (!unhealthy.has(doc.id)) expanded.delete(doc.id);
       if ($("details", card).open) {
         renderRoutes(card, doc.id, await api("GET", `/gateways/${encodeURIComponent(doc.id)}/routes`));
       }
@@ -230,7 +301,7 @@ async function refresh() {
     }
     $("#token-status").textContent = "connected";
   } catch (e) {
-    if (e.status === 401) $("#token-status").textContent = "token refused";
+    if (e.status === 401 || e.status === 403) $("#token-status").textContent = token() ? "token refused" : "token needed";
     else showMessage(e.message);
   } finally {
     busy = false;

@@ -1,0 +1,169 @@
+package browser
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+const incidentConfig = `
+gateways:
+  - id: default
+    circuit_breaker: {enabled: true, failure_threshold: 3, window_sec: 60, cooldown_ms: 600000}
+    models:
+      - {name: gpt-4o-mini, routes: [openai:us-east:gpt-4o-mini, azure:eu-west:gpt-4o-mini]}
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us_east}
+      - {key: azure:eu-west:gpt-4o-mini, cluster: azure_eu_west}
+  - id: trial
+    circuit_breaker: {enabled: true, mode: shadow, failure_threshold: 3, window_sec: 60, cooldown_ms: 600000}
+    models:
+      - {name: gpt-4o-mini, routes: [openai:us-east:gpt-4o-mini, azure:eu-west:gpt-4o-mini]}
+    routes:
+      - {key: openai:us-east:gpt-4o-mini, cluster: openai_us_east}
+      - {key: azure:eu-west:gpt-4o-mini, cluster: azure_eu_west}
+`
+
+// answer sends one request of gateway gw through the ext_proc stream; the
+// upstream answers status.
+func answer(t *testing.T, conn *grpc.ClientConn, gw, status string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(kv ...string) *corev3.HeaderMap {
+		m := &corev3.HeaderMap{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+		}
+		return m
+	}
+	_ = s.Send(&extprocv3.ProcessingRequest{
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: h(":method", "POST", "x-fusebox-gateway", gw, "x-fusebox-model", "gpt-4o-mini"), EndOfStream: true}},
+	})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h(":status", status), EndOfStream: true}}})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.CloseSend()
+	_, _ = s.Recv()
+}
+
+// TestIncidentView (R-API7): the dashboard loads with no token on a
+// loopback listener; its summary says per gateway and model how many
+// routes are healthy and which degradation is in force; a card with an
+// unhealthy route opens by itself; a shadow breaker is drawn "would skip",
+// never red; the timeline says which route changed, on what evidence, and
+// what handled the next request.
+func TestIncidentView(t *testing.T) {
+	exe := chromium(t)
+	shots := artifacts(t)
+	t.Setenv("FUSEBOX_ADMIN_TOKEN", "")
+	cfg := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(cfg, []byte(incidentConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, err := mainlib.Start(ctx, []string{"-config", cfg, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-log-level", "warn"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = in.Wait() }()
+	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bctx, shot := newBrowser(t, ctx, exe, shots, "incident-")
+	summary := func(gw string) string { return `#summary tr[data-gateway="` + gw + `"]` }
+	const bad, good = "openai:us-east:gpt-4o-mini", "azure:eu-west:gpt-4o-mini"
+
+	// No token: the page works at once.
+	var healthy string
+	must(t, chromedp.Run(bctx,
+		chromedp.Navigate("http://"+in.AdminAddr()+"/dashboard"),
+		chromedp.WaitVisible(summary("default"), chromedp.ByQuery),
+		chromedp.Text(summary("default")+` td:nth-child(3)`, &healthy, chromedp.ByQuery),
+		shot("1-healthy"),
+	), "load without a token")
+	if healthy != "2 / 2" {
+		t.Fatalf("healthy routes %q, want 2 / 2", healthy)
+	}
+
+	// An outage of the first route: 3 failures open it; the next request
+	// goes to azure.
+	for range 3 {
+		answer(t, conn, "default", "503")
+		answer(t, conn, "trial", "503")
+	}
+	answer(t, conn, "default", "200")
+	card := `section.gateway[data-gateway="default"]`
+	var open bool
+	var inForce, stateText, shadowText, timeline string
+	must(t, chromedp.Run(bctx,
+		chromedp.Poll(`document.querySelector('`+summary("default")+` td:nth-child(3)').textContent === "1 / 2"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.WaitVisible(card+` tr[data-route="`+bad+`"] td.state[data-state="open"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector('`+card+` details').open`, &open),
+		chromedp.Text(summary("default")+` td:nth-child(4)`, &inForce, chromedp.ByQuery),
+		chromedp.Text(card+` tr[data-route="`+bad+`"] td.state`, &stateText, chromedp.ByQuery),
+		chromedp.Click(`section.gateway[data-gateway="trial"] summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`section.gateway[data-gateway="trial"] tr[data-route="`+bad+`"] td.state-would`, chromedp.ByQuery),
+		chromedp.Text(`section.gateway[data-gateway="trial"] tr[data-route="`+bad+`"] td.state`, &shadowText, chromedp.ByQuery),
+		chromedp.Poll(`[...document.querySelectorAll('#timeline li')].some(li => li.textContent.includes("next request: model gpt-4o-mini → `+good+`"))`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text(`#timeline`, &timeline, chromedp.ByQuery),
+		shot("2-outage"),
+	), "the outage")
+	if !open {
+		t.Error("the card with an unhealthy route was not expanded")
+	}
+	if !strings.Contains(inForce, "routing as usual") {
+		t.Errorf("in force with one route left: %q", inForce)
+	}
+	if !strings.Contains(stateText, "open") || strings.Contains(stateText, "would") {
+		t.Errorf("the prod breaker reads %q", stateText)
+	}
+	if !strings.Contains(shadowText, "would skip") {
+		t.Errorf("the shadow breaker reads %q, want would skip", shadowText)
+	}
+	for _, want := range []string{"default / " + bad + ": closed->open", "reason provider_5xx", "window 3 calls, 3 failures", "policy "} {
+		if !strings.Contains(timeline, want) {
+			t.Errorf("the timeline lacks %q:\n%s", want, timeline)
+		}
+	}
+	var trialHealthy string
+	must(t, chromedp.Run(bctx, chromedp.Text(summary("trial")+` td:nth-child(3)`, &trialHealthy, chromedp.ByQuery)), "trial summary")
+	if trialHealthy != "2 / 2" {
+		t.Errorf("a shadow breaker counted as unhealthy: %q", trialHealthy)
+	}
+
+	// The second route fails too: every route unhealthy, try_all in force.
+	for range 3 {
+		answer(t, conn, "default", "503")
+	}
+	must(t, chromedp.Run(bctx,
+		chromedp.Poll(`document.querySelector('`+summary("default")+` td:nth-child(4)').dataset.degradation === "try_all"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		shot("3-all-open"),
+	), "all open")
+	t.Logf("screenshots in %s", shots)
+}
