@@ -70,7 +70,7 @@ func decodeFile(data []byte, opt Options) (*File, error) {
 			}
 			return nil, &ConfigError{Problems: append(problems, locateProblems(compileProblems(&f, opt), data)...)}
 		default:
-			return nil, &ConfigError{Problems: []string{friendlyYAMLError(err.Error())}}
+			return nil, &ConfigError{Problems: []string{pinpointIndent(friendlyYAMLError(err.Error()), data)}}
 		}
 	}
 	return &f, nil

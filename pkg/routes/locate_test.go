@@ -62,3 +62,19 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+// Bad indentation is reported at the line that has it, not at the start of
+// the block go-yaml gave up on (before: "line 2: did not find expected
+// key" for a stray indent on line 6).
+func TestBadIndentationLine(t *testing.T) {
+	cases := []struct{ doc, want string }{
+		{"gateways:\n  - id: default\n    models:\n      - name: gpt\n        routes: [a:b:c]\n     routes:\n      - {key: a:b:c, cluster: c1}\n", "line 6: bad indentation"},
+		{"gateways:\n  - id: default\n    models:\n      - name: gpt\n          routes: [a:b:c]\n", "line 5: bad indentation"},
+	}
+	for _, tc := range cases {
+		_, err := Parse([]byte(tc.doc), Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+}

@@ -178,3 +178,46 @@ func pathAtLine(n *yaml.Node, path string, line int) string {
 func unknownField(got, section string, known []string) string {
 	return fmt.Sprintf("unknown field %q in %s (known: %s%s)", got, section, strings.Join(known, ", "), didYouMean(got, known))
 }
+
+var reParserAt = regexp.MustCompile(`^yaml: line (\d+): (did not find expected key|mapping values are not allowed in this context|did not find expected '-' indicator)`)
+
+// pinpointIndent names the line a block-structure error really comes from.
+// go-yaml reports where the enclosing block began ("line 2: did not find
+// expected key") rather than the line whose indentation broke it: the first
+// line indented deeper than its block's level without the line before it
+// opening a block (a key with no value).
+func pinpointIndent(msg string, data []byte) string {
+	m := reParserAt.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	from, _ := strconv.Atoi(m[1])
+	var levels []int
+	prev := ""
+	for i, raw := range strings.Split(string(data), "\n") {
+		line := strings.TrimRight(raw, " \t\r")
+		trimmed := strings.TrimLeft(line, " ")
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		indent := len(line) - len(trimmed)
+		for len(levels) > 0 && levels[len(levels)-1] > indent {
+			levels = levels[:len(levels)-1]
+		}
+		if len(levels) > 0 && indent > levels[len(levels)-1] && !strings.HasSuffix(prev, ":") {
+			if i+1 >= from {
+				return fmt.Sprintf("yaml: line %d: bad indentation: indented %d spaces, which matches no enclosing block (the parser gave up at line %d: %s)",
+					i+1, indent, from, m[2])
+			}
+		}
+		if len(levels) == 0 || indent > levels[len(levels)-1] {
+			levels = append(levels, indent)
+		}
+		// A sequence item's content is a level of its own ("- key: v").
+		if strings.HasPrefix(trimmed, "- ") {
+			levels = append(levels, indent+2)
+		}
+		prev = trimmed
+	}
+	return msg
+}
