@@ -185,6 +185,8 @@ func (st *stream) decide() decision {
 	}
 	if st.tracked {
 		d.stage = withDecision(d.stage, st.decisionID)
+		// The model, for the access log line a replay reads (R-R1).
+		d.stage.Fields["fusebox"].GetStructValue().Fields["model"] = structpb.NewStringValue(m.Name)
 		if !st.handedOver {
 			st.s.decisions.add(st)
 			st.kept = true

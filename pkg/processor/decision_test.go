@@ -17,8 +17,8 @@ func stageOf(r *extprocv3.ProcessingResponse) (action, routes string) {
 		return "", ""
 	}
 	fb := md.Fields["fusebox"].GetStructValue()
-	if fb != nil && fb.Fields["stage"] == nil && len(fb.Fields) == 1 && fb.Fields["decision"] != nil {
-		return "", "" // only the decision id (R-AL2): no stage
+	if fb != nil && fb.Fields["stage"] == nil && fb.Fields["decision"] != nil {
+		return "", "" // only the decision id (R-AL2) and the model (R-R1): no stage
 	}
 	if fb == nil || fb.Fields["stage"].GetStringValue() != "circuit_breaker" {
 		return "?", ""

@@ -61,6 +61,9 @@ type stream struct {
 	// Response side.
 	respStarted bool
 	recorded    bool
+	// outcomeClass and outcomeReason are what record judged, until a
+	// reply carries them to Envoy's dynamic metadata (outcome.go).
+	outcomeClass, outcomeReason string
 	wait        evidence       // what the result still needs after the headers
 	head        breaker.Result // the result as the headers gave it
 	sniff       []byte
@@ -123,8 +126,13 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 }
 
 // onResponse is the judging component's response side, shared by both
-// roles: it judges the attempt from its response and records it.
+// roles: it judges the attempt from its response and records it; the reply
+// that follows the record carries the outcome to the access log.
 func (st *stream) onResponse(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	return st.withOutcome(st.judgeResponse(req))
+}
+
+func (st *stream) judgeResponse(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		if st.respStarted {

@@ -9,6 +9,7 @@ import (
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // startProcessor serves a scripted processor and an access log service
@@ -94,5 +95,35 @@ func TestDefaultRoutesByPrefix(t *testing.T) {
 	hits := func(u *upstream) int { u.mu.Lock(); defer u.mu.Unlock(); return u.hits }
 	if hits(anth) != 1 || hits(r.def) != 1 {
 		t.Fatalf("anthropic default %d, catch-all %d: want 1 and 1", hits(anth), hits(r.def))
+	}
+}
+
+// Dynamic metadata is taken from the reply of every message kind and
+// merged into its namespace (StreamInfoImpl::setDynamicMetadata:
+// MergeFrom): the decision's fields from the request phase and the
+// outcome's from the response phase both reach the access log.
+func TestDynamicMetadataMerges(t *testing.T) {
+	md := func(kv ...string) *structpb.Struct {
+		f := map[string]*structpb.Value{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			f[kv[i]] = structpb.NewStringValue(kv[i+1])
+		}
+		return &structpb.Struct{Fields: map[string]*structpb.Value{"fusebox": structpb.NewStructValue(&structpb.Struct{Fields: f})}}
+	}
+	r := newRig(t, func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		resp := plain(req)
+		switch {
+		case req.GetRequestBody() != nil:
+			resp.DynamicMetadata = md("decision", "d-1", "action", "routed")
+		case req.GetResponseHeaders() != nil:
+			resp.DynamicMetadata = md("outcome", "success", "action", "kept")
+		}
+		return resp
+	})
+	r.post(`{}`)
+	log := r.proxy.Log()
+	got := log[len(log)-1].FuseboxStage()
+	if got["decision"] != "d-1" || got["outcome"] != "success" || got["action"] != "kept" {
+		t.Fatalf("fusebox namespace %v, want the request's and the response's fields merged", got)
 	}
 }

@@ -383,15 +383,26 @@ func (p *Proxy) clearRouteCache(cr *extprocv3.CommonResponse, h *headers, rt *ro
 	*rt = p.computeRoute(*h)
 }
 
-// keepMetadata keeps the dynamic metadata of the receiving namespaces.
+// keepMetadata keeps the dynamic metadata of the receiving namespaces, as
+// StreamInfoImpl::setDynamicMetadata does: merged into what the namespace
+// holds (a later reply's fields replace the same fields, and add others).
 func (p *Proxy) keepMetadata(e *Entry, resp *extprocv3.ProcessingResponse) {
 	md := resp.GetDynamicMetadata()
 	if md == nil {
 		return
 	}
 	for _, ns := range p.cfg.ExtProc.ReceivingNamespaces {
-		if v, ok := md.Fields[ns]; ok && v.GetStructValue() != nil {
-			e.Metadata[ns] = v.GetStructValue()
+		v, ok := md.Fields[ns]
+		if !ok || v.GetStructValue() == nil {
+			continue
+		}
+		cur := e.Metadata[ns]
+		if cur == nil {
+			cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			e.Metadata[ns] = cur
+		}
+		for k, f := range v.GetStructValue().Fields {
+			cur.Fields[k] = f
 		}
 	}
 }
