@@ -23,6 +23,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return validate(args[1:], stdout, stderr)
 		case "config":
 			return printConfig(args[1:], stdout, stderr)
+		case "replay":
+			return replayCmd(args[1:], stdout, stderr)
+		case "record-log":
+			return recordLogCmd(args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, versionString())
 			return nil

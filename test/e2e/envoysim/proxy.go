@@ -138,6 +138,10 @@ func (p *Proxy) ResetLog() {
 // record ends a request: its access log entry, kept and, with the
 // http_grpc logger configured, sent to it.
 func (p *Proxy) record(e *Entry) {
+	e.Duration = time.Since(e.Start)
+	if e.Gateway == "" {
+		e.Gateway = p.cfg.Gateway
+	}
 	p.mu.Lock()
 	p.log = append(p.log, *e)
 	p.mu.Unlock()

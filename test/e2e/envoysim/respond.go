@@ -100,6 +100,8 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	}
 	w.WriteHeader(status)
 	e.Status = status
+	e.FuseboxRoute = w.Header().Get("x-fusebox-route")
+	e.FirstByte = time.Since(e.Start)
 	flush := func() {
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()

@@ -78,6 +78,12 @@ type Entry struct {
 	Metadata map[string]*structpb.Struct // dynamic metadata, by namespace
 	Reset    bool                        // the downstream stream was reset
 	Attempts int                         // upstream attempts made (0: none)
+	// Gateway is the virtual host's gateway header; FuseboxRoute the
+	// x-fusebox-route response header; FirstByte and Duration are
+	// %RESPONSE_DURATION% and %DURATION%.
+	Gateway             string
+	FuseboxRoute        string
+	FirstByte, Duration time.Duration
 }
 
 // FuseboxStage returns the fusebox namespace's fields as strings.

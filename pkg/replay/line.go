@@ -1,0 +1,107 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Line is one request as the access log line holds it.
+type Line struct {
+	At         int64 // start, unix ns
+	DurationMs int64
+	TTFBMs     int64
+	Code       int
+	Flags      string
+	Details    string
+	Cluster    string
+	Gateway    string
+	Route      string // the route fusebox chose (x-fusebox-route), if any
+	Model      string
+	Decision   string
+	Action     string
+	Outcome    string // class fusebox recorded: success, failure, neither
+	Reason     string
+}
+
+// maxLineBytes bounds one line: Envoy's lines are far smaller; anything
+// bigger is not one.
+const maxLineBytes = 64 << 10
+
+var errLine = errors.New("not an access log line")
+
+// ParseLine reads one JSON access log line (the shipped json_format, or
+// record-log's). Missing fields are zero: lines of another Envoy's format
+// are read where the fields exist. Envoy writes "-" for an absent value.
+func ParseLine(b []byte) (Line, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || len(b) > maxLineBytes || b[0] != '{' {
+		return Line{}, errLine
+	}
+	var raw struct {
+		StartTime  json.RawMessage `json:"start_time"`
+		DurationMs json.RawMessage `json:"duration_ms"`
+		TTFBMs     json.RawMessage `json:"ttfb_ms"`
+		Code       json.RawMessage `json:"code"`
+		Flags      string          `json:"flags"`
+		Details    string          `json:"details"`
+		Cluster    string          `json:"cluster"`
+		Gateway    string          `json:"gateway"`
+		Route      string          `json:"route"`
+		Fusebox    json.RawMessage `json:"fusebox"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Line{}, errLine
+	}
+	at, ok := seconds(raw.StartTime)
+	if !ok {
+		return Line{}, errLine
+	}
+	l := Line{At: at, DurationMs: whole(raw.DurationMs), TTFBMs: whole(raw.TTFBMs), Code: int(whole(raw.Code)),
+		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route)}
+	if len(raw.Fusebox) > 0 && raw.Fusebox[0] == '{' {
+		var fb struct {
+			Model    string `json:"model"`
+			Decision string `json:"decision"`
+			Action   string `json:"action"`
+			Outcome  string `json:"outcome"`
+			Reason   string `json:"reason"`
+		}
+		if json.Unmarshal(raw.Fusebox, &fb) == nil {
+			l.Model, l.Decision, l.Action, l.Outcome, l.Reason = fb.Model, fb.Decision, fb.Action, fb.Outcome, fb.Reason
+		}
+	}
+	return l, nil
+}
+
+func dash(s string) string {
+	if s == "-" {
+		return ""
+	}
+	return s
+}
+
+// seconds reads "1764590400.123" (a string or a number) as unix ns.
+func seconds(raw json.RawMessage) (int64, bool) {
+	s := strings.Trim(string(raw), `"`)
+	if s == "" || s == "-" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f > 9e9 { // 9e9 s (year 2255) × 1e9 still fits an int64
+		return 0, false
+	}
+	return int64(f * 1e9), true
+}
+
+// whole reads a number or a numeric string; anything else is 0.
+func whole(raw json.RawMessage) int64 {
+	s := strings.Trim(string(raw), `"`)
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || v > 1e15 {
+		return 0
+	}
+	return int64(v)
+}

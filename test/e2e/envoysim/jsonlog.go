@@ -1,0 +1,49 @@
+package envoysim
+
+import (
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// WriteJSONLog writes every access log entry as the shipped configs'
+// json_format line (envoy/envoy.yaml: start_time, duration_ms, ttfb_ms,
+// method, path, code, flags, details, cluster, attempts, gateway, route,
+// fusebox), the lines `extproc replay` reads. Times are the entries' own
+// (wall clock), or, with at, the harness's simulated clock per entry.
+func (p *Proxy) WriteJSONLog(w io.Writer, at func(Entry) float64) error {
+	enc := json.NewEncoder(w)
+	for _, e := range p.Log() {
+		start := float64(e.Start.UnixNano()) / 1e9
+		if at != nil {
+			start = at(e)
+		}
+		line := map[string]any{
+			"start_time": strconv.FormatFloat(start, 'f', 3, 64), "duration_ms": e.Duration.Milliseconds(), "ttfb_ms": e.FirstByte.Milliseconds(),
+			"method": e.Method, "path": e.Path, "code": e.Status, "flags": flagList(e.Flags), "details": e.Details,
+			"cluster": e.Cluster, "attempts": e.Attempts, "gateway": e.Gateway, "route": e.FuseboxRoute,
+		}
+		if md := e.Metadata["fusebox"]; md != nil {
+			line["fusebox"] = md.AsMap()
+		}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flagList is %RESPONSE_FLAGS%: the short names, comma-separated, "-" for none.
+func flagList(f uint64) string {
+	var out []string
+	for _, n := range []string{"UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DC", "URX", "UPE", "NC"} {
+		if f&flagNames[n] != 0 {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
