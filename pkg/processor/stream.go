@@ -64,10 +64,10 @@ type stream struct {
 	// outcomeClass and outcomeReason are what record judged, until a
 	// reply carries them to Envoy's dynamic metadata (outcome.go).
 	outcomeClass, outcomeReason string
-	wait        evidence       // what the result still needs after the headers
-	head        breaker.Result // the result as the headers gave it
-	sniff       []byte
-	classifier  *classify.Classifier
+	wait                        evidence       // what the result still needs after the headers
+	head                        breaker.Result // the result as the headers gave it
+	sniff                       []byte
+	classifier                  *classify.Classifier
 
 	// stall is the stream's entry in the server's stall watch (R-T5);
 	// stallState settles who counts the attempt's call: the stall watch
