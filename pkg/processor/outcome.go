@@ -22,6 +22,11 @@ func (st *stream) withOutcome(resp *extprocv3.ProcessingResponse) *extprocv3.Pro
 		"outcome": structpb.NewStringValue(st.outcomeClass),
 		"reason":  structpb.NewStringValue(st.outcomeReason),
 	}
+	// The tokens the provider reported, when it did (replay's cost).
+	if u := st.outcomeUsage; u.InputTokens > 0 || u.OutputTokens > 0 {
+		fields["tokens_in"] = structpb.NewNumberValue(float64(u.InputTokens))
+		fields["tokens_out"] = structpb.NewNumberValue(float64(u.OutputTokens))
+	}
 	st.outcomeClass = ""
 	md := resp.DynamicMetadata
 	if md == nil {

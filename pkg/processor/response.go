@@ -227,6 +227,9 @@ func (st *stream) record(res breaker.Result, now int64) {
 		// The outcome goes into the access log line too (R-R1): the reply
 		// to the message that settled it carries it (outcome.go).
 		st.outcomeClass, st.outcomeReason = route.Outcome.Class.String(), route.Outcome.Reason
+		if st.classifier != nil {
+			st.outcomeUsage = st.classifier.Usage()
+		}
 		m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
 		st.s.history.Add(st.target.Route.ID(), route.Outcome.Class, now)
 	}

@@ -64,6 +64,7 @@ type stream struct {
 	// outcomeClass and outcomeReason are what record judged, until a
 	// reply carries them to Envoy's dynamic metadata (outcome.go).
 	outcomeClass, outcomeReason string
+	outcomeUsage                classify.Usage
 	wait                        evidence       // what the result still needs after the headers
 	head                        breaker.Result // the result as the headers gave it
 	sniff                       []byte

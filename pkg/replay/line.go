@@ -24,6 +24,8 @@ type Line struct {
 	Action     string
 	Outcome    string // class fusebox recorded: success, failure, neither
 	Reason     string
+	// Tokens is what the provider reported (0 when it did not).
+	Tokens int64
 }
 
 // maxLineBytes bounds one line: Envoy's lines are far smaller; anything
@@ -66,11 +68,16 @@ func ParseLine(b []byte) (Line, error) {
 			Model    string `json:"model"`
 			Decision string `json:"decision"`
 			Action   string `json:"action"`
-			Outcome  string `json:"outcome"`
-			Reason   string `json:"reason"`
+			Outcome  string  `json:"outcome"`
+			Reason   string  `json:"reason"`
+			In       float64 `json:"tokens_in"`
+			Out      float64 `json:"tokens_out"`
 		}
 		if json.Unmarshal(raw.Fusebox, &fb) == nil {
 			l.Model, l.Decision, l.Action, l.Outcome, l.Reason = fb.Model, fb.Decision, fb.Action, fb.Outcome, fb.Reason
+			if fb.In >= 0 && fb.Out >= 0 && fb.In+fb.Out < 1e12 {
+				l.Tokens = int64(fb.In + fb.Out)
+			}
 		}
 	}
 	return l, nil

@@ -27,6 +27,11 @@ type RouteReport struct {
 	// estimated when the route did not serve them live).
 	MetFailing          int `json:"met_failing"`
 	MetFailingEstimated int `json:"met_failing_estimated"`
+	// Cost is what the requests the config sent here cost, from the
+	// tokens the log holds and the route's cost_per_mtok (estimated for
+	// requests it did not serve live: their tokens were another route's).
+	Cost          float64 `json:"cost"`
+	CostEstimated float64 `json:"cost_estimated"`
 	// Transitions lists every transition with its time (unix seconds).
 	Transitions []Transition `json:"transitions"`
 	openedAt    int64
@@ -46,7 +51,14 @@ type Report struct {
 	// (an error status, or fail_fast); Estimated those of them whose
 	// outcome was estimated.
 	ClientErrors, ClientErrorsEstimated int
-	Routes                              []*RouteReport
+	// Live is what happened: the client errors the log shows, and the cost
+	// of the tokens it holds on the routes that served them.
+	LiveClientErrors int     `json:"live_client_errors"`
+	LiveCost         float64 `json:"live_cost"`
+	// Avoided and Added compare the config with what happened, request by
+	// request (estimated where the config changed the route).
+	Avoided, Added int
+	Routes         []*RouteReport
 	byKey                               map[string]*RouteReport
 }
 
@@ -105,8 +117,13 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 		cands := m.Candidates(nil)
 		live := liveRoute(cands, l)
 		res := resultOf(l)
+		liveErr := clientError(res)
+		if liveErr {
+			e.rep.LiveClientErrors++
+		}
 		if live != nil {
 			e.observed[gwID+"|"+live.Key] = res
+			e.rep.LiveCost += float64(l.Tokens) * live.CostPerMtok / 1e6
 		}
 		vbuf = vbuf[:0]
 		for _, c := range cands {
@@ -116,6 +133,9 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 		obuf, sbuf = sel.Order, sel.Skipped
 		if sel.FailFast || len(sel.Order) == 0 {
 			e.rep.ClientErrors++
+			if !liveErr {
+				e.rep.Added++
+			}
 			if live != nil {
 				e.rep.route(gwID, m.Name, live.Key).Rerouted++
 			}
@@ -144,11 +164,23 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 				rr.MetFailingEstimated++
 			}
 		}
-		if clientError(res) {
+		cost := float64(l.Tokens) * chosen.CostPerMtok / 1e6
+		rr.Cost += cost
+		if estimated {
+			rr.CostEstimated += cost
+		}
+		candErr := clientError(res)
+		if candErr {
 			e.rep.ClientErrors++
 			if estimated {
 				e.rep.ClientErrorsEstimated++
 			}
+		}
+		switch {
+		case liveErr && !candErr:
+			e.rep.Avoided++
+		case !liveErr && candErr:
+			e.rep.Added++
 		}
 	}
 	// Breakers still open at the end count their time up to the last line.

@@ -116,3 +116,28 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*100000)/b.Elapsed().Seconds(), "lines/s")
 }
+
+// Cost: the tokens each line holds times the cost_per_mtok of the route
+// the config sends it to; next to the live cost, and estimated where the
+// route changed. Client errors avoided and added are counted per request.
+func TestCostAndAvoided(t *testing.T) {
+	raw := bytes.ReplaceAll(synthetic(20, 10), []byte(`"reason":"`), []byte(`"tokens_in":600000,"tokens_out":400000,"reason":"`))
+	log := &Log{}
+	if err := log.read(bytes.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	priced := strings.Replace(strings.Replace(cfg, `cluster: ca}`, `cluster: ca, cost_per_mtok: 1}`, 1), `cluster: cb}`, `cluster: cb, cost_per_mtok: 3}`, 1)
+	rt, err := routes.Parse([]byte(priced), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Run(rt, log)
+	// Live: 20 requests of a million tokens on a (1 per million).
+	if rep.LiveCost != 20 || rep.LiveClientErrors != 10 {
+		t.Fatalf("live cost %v, errors %d", rep.LiveCost, rep.LiveClientErrors)
+	}
+	b := rep.byKey["default|b:r:m"]
+	if b.Cost != 3*float64(b.Served) || b.CostEstimated != b.Cost || rep.Avoided != b.Served || rep.Added != 0 {
+		t.Fatalf("b %+v, avoided %d, added %d", b, rep.Avoided, rep.Added)
+	}
+}

@@ -29,10 +29,12 @@ func (r *Result) WriteText(w io.Writer) {
 		rep := part.rep
 		fmt.Fprintf(w, "%s: %d lines (%d malformed, skipped; %d for a gateway or model it lacks), %d client errors (%d of them estimated)\n",
 			part.name, rep.Lines, rep.Malformed, rep.Skipped, rep.ClientErrors, rep.ClientErrorsEstimated)
+		fmt.Fprintf(w, "  next to what happened (%d client errors, cost %.4f): %d client errors avoided, %d added\n",
+			rep.LiveClientErrors, rep.LiveCost, rep.Avoided, rep.Added)
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  gateway\tmodel\troute\topens\topen s\tserved\trouted elsewhere\tmet a failing route (estimated)")
+		fmt.Fprintln(tw, "  gateway\tmodel\troute\topens\topen s\tserved\trouted elsewhere\tmet a failing route (estimated)\tcost (estimated)")
 		for _, rr := range rep.Routes {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.0f\t%d\t%d\t%d (%d)\n", rr.Gateway, rr.Model, rr.Route, rr.Opens, rr.OpenSec, rr.Served, rr.Rerouted, rr.MetFailing, rr.MetFailingEstimated)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.0f\t%d\t%d\t%d (%d)\t%.4f (%.4f)\n", rr.Gateway, rr.Model, rr.Route, rr.Opens, rr.OpenSec, rr.Served, rr.Rerouted, rr.MetFailing, rr.MetFailingEstimated, rr.Cost, rr.CostEstimated)
 		}
 		tw.Flush()
 		for _, rr := range rep.Routes {
@@ -43,7 +45,7 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, `"estimated": a request the config sent to a route that did not serve it live has no recorded outcome there;`)
-	fmt.Fprintln(w, `it is given that route's latest logged outcome before it (else a success). Token cost needs usage in the log.`)
+	fmt.Fprintln(w, `it is given that route's latest logged outcome before it (else a success), and the tokens it used where it did go.`)
 }
 
 // WriteJSON writes the result as one JSON document.

@@ -74,6 +74,7 @@ type tally struct {
 	parseErrs    int
 	events       int
 	notLLM       bool // a whole JSON body of another shape
+	usage        Usage
 }
 
 func (t *tally) sawVisible(now int64) {

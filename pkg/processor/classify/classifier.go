@@ -65,6 +65,7 @@ func NewForRoute(api, ct string, selfHosted bool) *Classifier {
 func (c *Classifier) Streaming() bool { return c.format == formatSSE }
 
 func (c *Classifier) onEvent(event, data []byte) {
+	c.t.noteUsage(data)
 	if (c.t.visible || c.t.toolCall) && c.skippable(event, data) {
 		c.t.events++
 		if c.TrackGaps && c.tokenDelta(event, data) {
@@ -163,6 +164,7 @@ func (c *Classifier) Finish(now int64) Body {
 		} else {
 			c.t.openaiJSON(c.buf, now)
 		}
+		c.t.noteUsage(c.buf)
 		c.buf = nil
 		return c.t.body(false)
 	}

@@ -233,3 +233,27 @@ func TestGapsBetweenTokens(t *testing.T) {
 		}
 	}
 }
+
+// Token usage is read where each API reports it: a chat completion's body,
+// the last chunk of a chat stream, the Responses API's completed event and
+// Anthropic's message_start and message_delta.
+func TestUsage(t *testing.T) {
+	cases := []struct {
+		name, api, ct, body string
+		in, out             int64
+	}{
+		{"chat body", "openai", "application/json", `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5}}`, 12, 5},
+		{"chat stream", "openai", "text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n", 7, 3},
+		{"responses", "openai", "text/event-stream", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}}\n\n", 9, 4},
+		{"anthropic stream", "anthropic", "text/event-stream", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", 20, 15},
+		{"none", "openai", "application/json", `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}`, 0, 0},
+	}
+	for _, tc := range cases {
+		c := New(tc.api, tc.ct)
+		c.Write([]byte(tc.body), 1)
+		c.Finish(2)
+		if u := c.Usage(); u.InputTokens != tc.in || u.OutputTokens != tc.out {
+			t.Errorf("%s: %+v, want %d in, %d out", tc.name, u, tc.in, tc.out)
+		}
+	}
+}
