@@ -32,9 +32,36 @@ type RouteReport struct {
 	// requests it did not serve live: their tokens were another route's).
 	Cost          float64 `json:"cost"`
 	CostEstimated float64 `json:"cost_estimated"`
-	// Transitions lists every transition with its time (unix seconds).
+	// Transitions lists every transition with its time (unix seconds);
+	// Bands the spans the breaker was open (or half-open), and Failures
+	// when requests met it failing (at most maxMarks), for the timeline.
 	Transitions []Transition `json:"transitions"`
+	Bands       []Band       `json:"bands"`
+	Failures    []float64    `json:"failures"`
 	openedAt    int64
+}
+
+// Band is a span in one state.
+type Band struct {
+	From, To float64
+	State    string
+}
+
+// maxMarks bounds the failures kept per route for the timeline.
+const maxMarks = 2000
+
+func (rr *RouteReport) bands(end float64) {
+	for i, t := range rr.Transitions {
+		_, to, _ := strings.Cut(t.Change, "->")
+		if to == "closed" {
+			continue
+		}
+		until := end
+		if i+1 < len(rr.Transitions) {
+			until = rr.Transitions[i+1].At
+		}
+		rr.Bands = append(rr.Bands, Band{From: t.At, To: until, State: to})
+	}
 }
 
 // Transition is one state change in the replay.
@@ -70,7 +97,7 @@ func (r *Report) route(gw, model, key string) *RouteReport {
 		}
 		return rr
 	}
-	rr := &RouteReport{Gateway: gw, Model: model, Route: key, Transitions: []Transition{}}
+	rr := &RouteReport{Gateway: gw, Model: model, Route: key, Transitions: []Transition{}, Bands: []Band{}, Failures: []float64{}}
 	r.byKey[k] = rr
 	r.Routes = append(r.Routes, rr)
 	return rr
@@ -160,6 +187,9 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 		route, _, _ := t.Record(ctx, e.st, l.At, adm, res)
 		if route.Applied && route.Outcome.Class == breaker.Failure {
 			rr.MetFailing++
+			if len(rr.Failures) < maxMarks {
+				rr.Failures = append(rr.Failures, float64(l.At)/1e9)
+			}
 			if estimated {
 				rr.MetFailingEstimated++
 			}
@@ -185,6 +215,7 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 	}
 	// Breakers still open at the end count their time up to the last line.
 	for _, rr := range e.rep.Routes {
+		rr.bands(float64(e.now) / 1e9)
 		if rr.openedAt != 0 {
 			rr.OpenSec += float64(e.now-rr.openedAt) / 1e9
 			rr.openedAt = 0

@@ -60,6 +60,12 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 		_, to, _ := strings.Cut(change, "->")
 		return to
 	},
+	"width": func(a, b, from, to float64) float64 {
+		if to <= from {
+			return 0
+		}
+		return 100 * (b - a) / (to - from)
+	},
 	"pct": func(t, from, to float64) float64 {
 		if to <= from {
 			return 0
@@ -69,13 +75,14 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 }).Parse(`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>fusebox replay</title>
 <style>body{font:14px system-ui,sans-serif;margin:1.5rem}table{border-collapse:collapse}td,th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:left}
 .band{position:relative;height:14px;background:#e8f5e9;width:900px;margin:.2rem 0 1rem}.mark{position:absolute;top:0;width:2px;height:14px}
+.span{position:absolute;top:0;height:14px;opacity:.35}.fail{position:absolute;top:9px;width:1px;height:5px;background:#b00020}
 .open{background:#b00020}.half_open{background:#b35900}.closed{background:#1a7f37}</style></head><body>
 <h1>fusebox replay</h1>
 {{range $name, $rep := .Parts}}{{if $rep}}<h2>{{$name}}</h2>
 <p>{{$rep.Lines}} lines, {{$rep.Malformed}} malformed, {{$rep.ClientErrors}} client errors ({{$rep.ClientErrorsEstimated}} estimated).</p>
 <table><tr><th>gateway</th><th>model</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>routed elsewhere</th><th>met failing (estimated)</th></tr>
 {{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Model}}</td><td>{{.Route}}</td><td>{{.Opens}}</td><td>{{printf "%.0f" .OpenSec}}</td><td>{{.Served}}</td><td>{{.Rerouted}}</td><td>{{.MetFailing}} ({{.MetFailingEstimated}})</td></tr>{{end}}</table>
-{{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Transitions}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}</div>{{end}}
+{{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Bands}}<span class="span {{.State}}" style="left:{{pct .From $.From $.To}}%;width:{{width .From .To $.From $.To}}%"></span>{{end}}{{range .Failures}}<span class="fail" style="left:{{pct . $.From $.To}}%"></span>{{end}}{{range .Transitions}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}</div>{{end}}
 {{end}}{{end}}
 <p>"estimated": a request sent to a route that did not serve it live is given that route's latest logged outcome before it.</p>
 </body></html>`))
