@@ -65,9 +65,9 @@ func ParseLine(b []byte) (Line, error) {
 		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route)}
 	if len(raw.Fusebox) > 0 && raw.Fusebox[0] == '{' {
 		var fb struct {
-			Model    string `json:"model"`
-			Decision string `json:"decision"`
-			Action   string `json:"action"`
+			Model    string  `json:"model"`
+			Decision string  `json:"decision"`
+			Action   string  `json:"action"`
 			Outcome  string  `json:"outcome"`
 			Reason   string  `json:"reason"`
 			In       float64 `json:"tokens_in"`

@@ -86,7 +86,7 @@ type Report struct {
 	// request (estimated where the config changed the route).
 	Avoided, Added int
 	Routes         []*RouteReport
-	byKey                               map[string]*RouteReport
+	byKey          map[string]*RouteReport
 }
 
 func (r *Report) route(gw, model, key string) *RouteReport {
