@@ -19,6 +19,9 @@ type Event struct {
 	WindowCalls    int64
 	WindowFailures int64
 	Generation     uint64
+	// RampUntil is when the recovery ramp a half_open→closed began ends
+	// (R-D8), unix ns; 0 = no ramp.
+	RampUntil int64
 }
 
 // Transition is the transition label, e.g. "closed->open".
@@ -71,6 +74,9 @@ func (m *machine) event(now int64, p *Policy, from State, reason string) Event {
 		if m.forced && m.forcedUntil == 0 {
 			ev.OpenUntil = Never
 		}
+	}
+	if m.closedAt != 0 && p.RecoveryRampSec > 0 {
+		ev.RampUntil = m.closedAt + int64(p.RecoveryRampSec)*1e9
 	}
 	return ev
 }

@@ -13,8 +13,9 @@ const (
 	hotNotClosed uint64 = 1 << iota
 	hotBlocked
 	hotForced
-	hotOff    // the installed policy is off or disabled (R-M1, R-M4)
-	hotShadow // the installed policy is shadow (R-M4)
+	hotOff     // the installed policy is off or disabled (R-M1, R-M4)
+	hotShadow  // the installed policy is shadow (R-M4)
+	hotRamping // closed, on its recovery ramp (R-D8): the decision needs its share
 
 	hotUnhealthy = hotNotClosed | hotBlocked | hotForced
 	genShift     = 8
@@ -53,6 +54,10 @@ type machine struct {
 	rateWin      sliding // R-T2/R-T4 over rate_window_sec
 	leases       []lease
 	nextLease    uint64
+	// closedAt is the half_open→closed that began the recovery ramp
+	// (R-D8), unix ns; 0 = not ramping. On a shared store it is the close
+	// the store holds, so every replica ramps from the same time.
+	closedAt int64
 
 	// emitMu orders transition events: it is taken before mu is released
 	// by whoever made a transition, so listeners see a breaker's events in
@@ -129,6 +134,9 @@ func (m *machine) publish() {
 	} else if m.policy.Mode == ModeShadow {
 		h |= hotShadow
 	}
+	if m.closedAt != 0 && m.state == Closed && m.policy.RecoveryRampSec > 0 {
+		h |= hotRamping
+	}
 	if m.word.Load() != h { // a store on every Record would bounce the readers' cache line
 		m.word.Store(h)
 	}
@@ -159,7 +167,7 @@ var (
 // it reads one atomic word.
 func (m *machine) peek(now int64) Verdict {
 	w := m.word.Load()
-	if w&(hotUnhealthy|hotOff) == 0 {
+	if w&(hotUnhealthy|hotOff|hotRamping) == 0 {
 		// Copies of prebuilt values: building a Verdict field by field
 		// here costs a store-forwarding stall that doubles the decision.
 		if w&hotShadow != 0 {
@@ -203,7 +211,42 @@ func (m *machine) verdictLocked(now int64) Verdict {
 	}
 	v.RecoveryAt = rec
 	v.Allowed = rec == 0
+	v.RampPermille = m.rampLocked(now)
 	return v
+}
+
+// rampLocked is the closed route's share of its traffic on the recovery
+// ramp (R-D8), in per mille: start + (1000 − start) × elapsed / ramp; 0
+// when not ramping. A ramp that ended is forgotten (the fast path again).
+func (m *machine) rampLocked(now int64) uint16 {
+	if m.closedAt == 0 || m.state != Closed {
+		return 0
+	}
+	r := RampShare(m.policy, m.closedAt, now)
+	if r == 0 {
+		m.closedAt = 0 // over: the fast path again
+		m.publish()
+	}
+	return r
+}
+
+// RampShare is a closed route's share of its traffic (per mille) at now on
+// a recovery ramp begun at closedAt (R-D8); 0 when there is none or it is
+// over.
+func RampShare(p *Policy, closedAt, now int64) uint16 {
+	if closedAt == 0 || p.RecoveryRampSec <= 0 {
+		return 0
+	}
+	ramp := int64(p.RecoveryRampSec) * 1e9
+	elapsed := now - closedAt
+	if elapsed >= ramp {
+		return 0
+	}
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	start := int64(p.RecoveryRampStartPercent * 10)
+	return uint16(start + (1000-start)*elapsed/ramp)
 }
 
 func (m *machine) earliestLease() int64 {
@@ -460,6 +503,7 @@ func cooldownFor(p *Policy, k int) int64 {
 func (m *machine) open(now int64, p *Policy, reason string, evs *events) {
 	from := m.state
 	m.state, m.reason = Open, reason
+	m.closedAt = 0 // an open ends the ramp
 	m.openedAt, m.reopenedAt, m.reopens = now, 0, 0
 	m.openUntil = now + cooldownFor(p, 1)
 	m.bump()
@@ -491,6 +535,10 @@ func (m *machine) close(now int64, p *Policy, reason string, evs *events) {
 	m.failWin.reset()
 	m.rateWin.reset()
 	m.leases = m.leases[:0]
+	m.closedAt = 0
+	if from == HalfOpen && reason == ReasonProbeSuccess && p.RecoveryRampSec > 0 {
+		m.closedAt = now // the recovery ramp begins (R-D8)
+	}
 	if from != Closed {
 		m.bump()
 		evs.add(m.event(now, p, from, reason))

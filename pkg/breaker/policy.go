@@ -70,6 +70,11 @@ type Policy struct {
 	// FailFastClientRetry lets clients' SDKs retry a fail_fast answer after
 	// its retry-after (no x-should-retry: false, R-F3).
 	FailFastClientRetry bool `json:"fail_fast_client_retry"`
+	// RecoveryRampSec and RecoveryRampStartPercent: after half_open→closed
+	// the route earns its traffic back over this time, from this share
+	// (R-D8); 0 = off.
+	RecoveryRampSec          int     `json:"recovery_ramp_sec"`
+	RecoveryRampStartPercent float64 `json:"recovery_ramp_start_percent"`
 
 	// Version is the first 8 hex characters of the SHA-256 of the canonical
 	// JSON above (R-P4). Set by Finish.
@@ -106,6 +111,8 @@ func DefaultPolicy() Policy {
 		MaxRetryAfterSec:    300,
 		MaxEjectionPercent:  100,
 		WhenAllOpen:         WhenAllOpenTryAll,
+
+		RecoveryRampStartPercent: 10,
 	}
 }
 

@@ -21,6 +21,9 @@ type Snapshot struct {
 	// local view answer "probes full" without asking.
 	Probes      int
 	ProbesUntil int64
+	// ClosedAt is the half_open→closed a recovery ramp runs from (R-D8);
+	// 0 = none.
+	ClosedAt int64
 }
 
 // Restore makes the breaker's decision state s, as another replica (through
@@ -53,6 +56,7 @@ func SnapshotOf(s *Memory, k Key, now int64) (Snapshot, error) {
 	snap := Snapshot{
 		State: m.state, Generation: m.gen, Reason: m.reason, OpenedAt: m.openedAt, ReopenedAt: m.reopenedAt,
 		Reopens: m.reopens, OpenUntil: m.openUntil, Forced: m.forced, ForcedUntil: m.forcedUntil, BlockedUntil: m.blockedUntil,
+		ClosedAt: m.closedAt,
 	}
 	m.unlock(&evs)
 	return snap, nil
@@ -72,6 +76,7 @@ func (m *machine) restore(s Snapshot) {
 	m.state, m.gen, m.reason = s.State, s.Generation, s.Reason
 	m.openedAt, m.reopenedAt, m.reopens, m.openUntil = s.OpenedAt, s.ReopenedAt, s.Reopens, s.OpenUntil
 	m.forced, m.forcedUntil, m.blockedUntil = s.Forced, s.ForcedUntil, s.BlockedUntil
+	m.closedAt = s.ClosedAt
 	// The shared store holds the slots; the view keeps placeholders (lease
 	// id 0, never released by id) that expire with the earliest of them.
 	m.leases = m.leases[:0]

@@ -22,6 +22,9 @@ type Status struct {
 	WindowSlowCalls     int64    `json:"window_slow_calls"`
 	ConsecutiveFailures int      `json:"consecutive_failures"`
 	Generation          uint64   `json:"generation"`
+	// RampPercent is the share of its traffic a closed route takes on its
+	// recovery ramp (R-D8); null when not ramping.
+	RampPercent *float64 `json:"ramp_percent"`
 
 	// Notable: open, half-open or Retry-After-blocked; only these appear
 	// in R-API1.
@@ -53,6 +56,10 @@ func (m *machine) status(now int64) Status {
 	}
 	if m.state == Open {
 		s.OpenUntil = unixSec(m.openUntil)
+	}
+	if r := m.rampLocked(now); r > 0 {
+		v := float64(r) / 10
+		s.RampPercent = &v
 	}
 	s.Notable = m.state != Closed || m.blockedUntil > now
 	m.unlock(&evs)

@@ -44,6 +44,10 @@ func (tv *TargetVerdict) merge(v Verdict) {
 		return
 	}
 	tv.Off = false
+	if v.RampPermille > 0 && !v.Shadow && (tv.RampPermille == 0 || v.RampPermille < tv.RampPermille) {
+		// The smaller share of the two breakers (route, fleet) holds.
+		tv.RampPermille = v.RampPermille
+	}
 	if v.Allowed {
 		return
 	}

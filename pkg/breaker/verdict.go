@@ -18,6 +18,9 @@ type Verdict struct {
 	// RecoveryAt is when the breaker may admit again (R-D6), unix ns;
 	// Never for a route forced open without a duration; 0 when allowed.
 	RecoveryAt int64
+	// RampPermille is the share of its traffic a closed route takes on its
+	// recovery ramp (R-D8), per mille; 0 = not ramping (all of it).
+	RampPermille uint16
 }
 
 // Admission is what a dispatched request carries until its outcome is

@@ -101,7 +101,21 @@ func (st *stream) decide() decision {
 	// last slot was taken by a concurrent request is passed over.
 	skipped := sel.Skipped
 	chosenAt := -1
+	var ramped []int
 	for i, idx := range sel.Order {
+		// R-D8: a route on its recovery ramp takes this request with its
+		// share's probability, drawn from the decision id (deterministic
+		// for replay); passed over, the next candidate takes it. Never the
+		// last one left.
+		if r := verdicts[idx].RampPermille; r > 0 && i < len(sel.Order)-1 && !sel.TryAll {
+			if st.decisionID == "" {
+				st.decisionID = newDecisionID()
+			}
+			if rampDraw(st.decisionID, cands[idx].Key) >= r {
+				ramped = append(ramped, idx)
+				continue
+			}
+		}
 		t := st.comp.targets[cands[idx]]
 		adm, ok := t.Acquire(ctx, st.s.store, now, !verdicts[idx].Allowed)
 		if ok {
@@ -120,7 +134,7 @@ func (st *stream) decide() decision {
 	st.chosen = cands[idx]
 	st.target = st.comp.targets[st.chosen]
 	st.tracked = !off[idx]
-	if st.tracked {
+	if st.tracked && st.decisionID == "" {
 		st.decisionID = newDecisionID()
 	}
 
@@ -141,6 +155,9 @@ func (st *stream) decide() decision {
 	case len(skipped) > 0:
 		action = ActionSkipped
 		d.stage = stageMetadata(ActionSkipped, keys(cands, skipped), would)
+	case len(ramped) > 0:
+		action = ActionRamped
+		d.stage = stageMetadata(ActionRamped, keys(cands, ramped), would)
 	case anyWould:
 		// R-M2/R-M4: shadow breakers would have skipped these; they were
 		// not skipped.
@@ -314,4 +331,19 @@ func unhealthy(v []breaker.Verdict) []int {
 		}
 	}
 	return out
+}
+
+// rampDraw maps a decision to 0..999 for route key (FNV-1a): the same
+// decision always draws the same, and routes draw independently.
+func rampDraw(decision, key string) uint16 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(decision); i++ {
+		h ^= uint64(decision[i])
+		h *= 1099511628211
+	}
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return uint16(h % 1000)
 }

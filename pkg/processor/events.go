@@ -46,6 +46,7 @@ func (r *EventReporter) Report(e breaker.Event) {
 		"window_failures", e.WindowFailures,
 		"reopens", e.Reopens,
 		"generation", e.Generation,
+		"ramp_until", rampUntil(e),
 	)
 }
 
@@ -54,4 +55,13 @@ func (r *EventReporter) Report(e breaker.Event) {
 // it; this one only shows where it stands).
 func (r *EventReporter) View(id breaker.ID, st breaker.State) {
 	r.Metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(float64(st))
+}
+
+// rampUntil says when a recovery ramp begun by this transition ends
+// (R-D8): "" when none.
+func rampUntil(e breaker.Event) string {
+	if e.RampUntil == 0 {
+		return ""
+	}
+	return time.Unix(0, e.RampUntil).UTC().Format(time.RFC3339Nano)
 }

@@ -10,6 +10,7 @@ import (
 const (
 	ActionRouted      = "routed"
 	ActionSkipped     = "skipped"
+	ActionRamped      = "ramped" // a route on its recovery ramp passed over (R-D8)
 	ActionWouldSkip   = "would_skip"
 	ActionTryAll      = "try_all"
 	ActionFailFast    = "fail_fast"

@@ -30,6 +30,8 @@ type PolicySpec struct {
 	SlowCallRatePercent *float64
 	StallMs             *int64
 	BaselineMultiplier  *float64
+	RecoveryRampSec     *int64
+	RecoveryRampStart   *float64
 	HalfOpenMaxProbes   *int64
 	ProbeTimeoutMs      *int64
 	BackoffMultiplier   *float64
@@ -172,6 +174,8 @@ var policyFields = func() map[string]policyField {
 		intField("max_retry_after_sec", 1, 86400, func(s *PolicySpec) **int64 { return &s.MaxRetryAfterSec }),
 		intField("max_ejection_percent", 0, 100, func(s *PolicySpec) **int64 { return &s.MaxEjectionPercent }),
 		enumField("when_all_open", []string{breaker.WhenAllOpenTryAll, breaker.WhenAllOpenFailFast}, func(s *PolicySpec) **string { return &s.WhenAllOpen }),
+		intField("recovery_ramp_sec", 0, 3600, func(s *PolicySpec) **int64 { return &s.RecoveryRampSec }),
+		floatField("recovery_ramp_start_percent", 1, 100, func(s *PolicySpec) **float64 { return &s.RecoveryRampStart }),
 		{"policy", func(s *PolicySpec, n *yaml.Node) error {
 			if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
 				return fmt.Errorf("must be a policy name, got %s", nodeKind(n))
@@ -293,6 +297,8 @@ func (s *PolicySpec) applyTo(p *breaker.Policy) {
 	if s.FailFastClientRetry != nil {
 		p.FailFastClientRetry = *s.FailFastClientRetry
 	}
+	setInt(&p.RecoveryRampSec, s.RecoveryRampSec)
+	setFloat(&p.RecoveryRampStartPercent, s.RecoveryRampStart)
 }
 
 // boolField decodes a true/false field.

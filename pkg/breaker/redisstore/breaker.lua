@@ -195,7 +195,7 @@ end
 
 local function open(reason)
   local from = s.st
-  s.st = 1; s.reason = reason; s.oa = now; s.ra = 0; s.rc = 0
+  s.st = 1; s.reason = reason; s.oa = now; s.ra = 0; s.rc = 0; s.ca = 0
   s.ou = now + cooldown_for(1)
   s.gen = s.gen + 1
   emit(from, reason)
@@ -213,6 +213,10 @@ end
 local function close(reason)
   local from = s.st
   s.st = 0; s.reason = ""; s.oa = 0; s.ra = 0; s.rc = 0; s.ou = 0
+  -- The close a recovery ramp is measured from (R-D8): the store holds it,
+  -- so every replica ramps from the same time.
+  s.ca = 0
+  if from == 2 and reason == "probe_success" then s.ca = now end
   s.cons = 0; s.tc = 0; s.te = 0; s.fw = {}; s.rw = {}; s.ls = {}
   if from ~= 0 then
     s.gen = s.gen + 1
@@ -406,14 +410,15 @@ for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = 
 -- lists equal.
 local REPLY = {"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
   "open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
-  "window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation"}
+  "window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
+  "closed_at"}
 local EVENT = {"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
   "window_calls", "window_failures", "gen"}
 local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.st, gen = s.gen, reason = s.reason,
   opened_at = s.oa, reopened_at = s.ra, reopens = s.rc, open_until = s.ou, forced = s.fo, forced_until = s.fu,
   blocked_until = s.bu, consecutive = s.cons, failures = failures(), window_calls = c, window_failures = f,
   window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.v, changed = changed,
-  rewritten = rewritten, incarnation = s.inc}
+  rewritten = rewritten, incarnation = s.inc, closed_at = s.ca or 0}
 local out = {}
 for _, k in ipairs(REPLY) do table.insert(out, reply[k]) end
 for _, e in ipairs(events) do

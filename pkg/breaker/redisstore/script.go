@@ -64,7 +64,7 @@ func (r *result) snapshot() breaker.Snapshot {
 	return breaker.Snapshot{
 		State: breaker.State(r.St), Generation: r.Gen, Reason: r.Reason, OpenedAt: r.OA * ms, ReopenedAt: r.RA * ms,
 		Reopens: r.RC, OpenUntil: r.OU * ms, Forced: r.FO == 1, ForcedUntil: r.FU * ms, BlockedUntil: r.BU * ms,
-		Probes: r.Leases, ProbesUntil: r.Earliest * ms,
+		Probes: r.Leases, ProbesUntil: r.Earliest * ms, ClosedAt: r.CA * ms,
 	}
 }
 
@@ -76,6 +76,8 @@ type result struct {
 	Lease, Gen                                       uint64
 	Reason                                           string
 	OA, RA, OU, FU, BU, Calls, Fails, Slow, Earliest int64
+	// CA is the half_open→closed a recovery ramp runs from (ms; 0 none).
+	CA int64
 	// V is the view sequence: it grows with every change of the decision
 	// state; Changed says this call changed it.
 	V       uint64
@@ -102,7 +104,8 @@ type event struct {
 var (
 	replyNames = []string{"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
 		"open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
-		"window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation"}
+		"window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
+		"closed_at"}
 	eventNames = []string{"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
 		"window_calls", "window_failures", "gen"}
 )
@@ -133,6 +136,7 @@ const (
 	rChanged
 	rRewritten
 	rIncarnation
+	rClosedAt
 	replyFields
 )
 
@@ -187,7 +191,7 @@ func parseReply(vals []any) (*result, error) {
 		FO: int(i(rForced)), FU: i(rForcedUntil), BU: i(rBlockedUntil), Cons: int(i(rConsecutive)),
 		Failures: int(i(rFailures)), Calls: i(rWindowCalls), Fails: i(rWindowFailures), Slow: i(rWindowSlow),
 		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), V: uint64(i(rSeq)), Changed: i(rChanged) == 1,
-		Rewritten: i(rRewritten) == 1, Inc: asString(vals[rIncarnation]),
+		Rewritten: i(rRewritten) == 1, Inc: asString(vals[rIncarnation]), CA: i(rClosedAt),
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }

@@ -634,6 +634,10 @@ func statusOf(e *entry, r *result, now int64) breaker.Status {
 	if r.St == int(breaker.Open) && !(r.FO == 1 && r.FU == 0) {
 		st.OpenUntil = sec(r.OU)
 	}
+	if share := breaker.RampShare(e.policy, r.CA*ms, now); share > 0 && r.St == int(breaker.Closed) {
+		v := float64(share) / 10
+		st.RampPercent = &v
+	}
 	st.Notable = r.St != 0 || r.BU*ms > now
 	return st
 }

@@ -42,6 +42,7 @@ func Run(t *testing.T, f Factory) {
 		{"StallCountsAtOnce", testStallCountsAtOnce},
 		{"BaselineSlowCalls", testBaselineSlowCalls},
 		{"Notes", testNotes},
+		{"RecoveryRamp", testRecoveryRamp},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
