@@ -2,6 +2,7 @@ package processor
 
 import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -28,17 +29,21 @@ func (st *stream) withOutcome(resp *extprocv3.ProcessingResponse) *extprocv3.Pro
 		fields["tokens_out"] = structpb.NewNumberValue(float64(u.OutputTokens))
 	}
 	st.outcomeClass = ""
-	md := resp.DynamicMetadata
+	// Replies may be shared, prebuilt values, and their metadata with them
+	// (a reply is encoded by gRPC while another stream builds its own):
+	// the outcome goes on a copy, never into what resp points at.
+	out := proto.Clone(resp).(*extprocv3.ProcessingResponse)
+	md := out.DynamicMetadata
 	if md == nil {
 		md = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		resp.DynamicMetadata = md
+		out.DynamicMetadata = md
 	}
 	if ns := md.Fields["fusebox"].GetStructValue(); ns != nil {
 		for k, v := range fields {
 			ns.Fields[k] = v
 		}
-		return resp
+		return out
 	}
 	md.Fields["fusebox"] = structpb.NewStructValue(&structpb.Struct{Fields: fields})
-	return resp
+	return out
 }
