@@ -1,10 +1,12 @@
 package processor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const rampConfig = `
@@ -52,6 +54,16 @@ func TestRecoveryRamp(t *testing.T) {
 	e.roundTrip("gpt", "200", attrs(0, "via_upstream"), "content-type", "application/json")
 	if s := e.status("default", "openai:us:gpt"); s.State != "closed" || s.RampPercent == nil || *s.RampPercent != 10 {
 		t.Fatalf("after the probe: %+v", s)
+	}
+	if n, err := testutil.GatherAndCount(e.metrics.Registry, "fusebox_route_ramp_ratio"); err != nil || n != 2 {
+		t.Fatalf("ramp ratio series: %d %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(e.metrics.Registry, strings.NewReader(`# HELP fusebox_route_ramp_ratio Share of the traffic a route would get that it takes (below 1 on its recovery ramp after a close).
+# TYPE fusebox_route_ramp_ratio gauge
+fusebox_route_ramp_ratio{gateway="default",route="azure:eu:gpt"} 1
+fusebox_route_ramp_ratio{gateway="default",route="openai:us:gpt"} 0.1
+`), "fusebox_route_ramp_ratio"); err != nil {
+		t.Fatal(err)
 	}
 	const n = 1000
 	cases := []struct {

@@ -115,6 +115,9 @@ func NewServer(o Options) *Server {
 	s.meet = newMeetings(s)
 	s.tokens = newTokenSealer(o.TokenKey)
 	s.journal = o.Journal
+	// Registered once per registry: a second Server on the same metrics
+	// (tests) shares the first's gauge.
+	_ = o.Metrics.Registry.Register(rampCollector{s})
 	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
 		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}

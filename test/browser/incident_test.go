@@ -14,6 +14,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -166,4 +167,50 @@ func TestIncidentView(t *testing.T) {
 		shot("3-all-open"),
 	), "all open")
 	t.Logf("screenshots in %s", shots)
+}
+
+// R-D8 in the dashboard: a route on its recovery ramp is drawn apart, with
+// its share.
+func TestRampingRouteInDashboard(t *testing.T) {
+	exe := chromium(t)
+	shots := artifacts(t)
+	t.Setenv("FUSEBOX_ADMIN_TOKEN", "")
+	cfg := filepath.Join(t.TempDir(), "fusebox.yaml")
+	ramping := strings.Replace(incidentConfig, "cooldown_ms: 600000}", "cooldown_ms: 1000, recovery_ramp_sec: 3600, recovery_ramp_start_percent: 25}", 1)
+	if err := os.WriteFile(cfg, []byte(ramping), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := breaker.NewFakeClock(time.Now())
+	in, err := mainlib.Start(ctx, []string{"-config", cfg, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-log-level", "warn"}, io.Discard,
+		mainlib.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = in.Wait() }()
+	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 3 {
+		answer(t, conn, "default", "503")
+	}
+	clk.Advance(2 * time.Second) // past the 1 s cooldown: half-open
+	answer(t, conn, "default", "200")   // the probe closes it: the ramp begins
+	bctx, shot := newBrowser(t, ctx, exe, shots, "ramp-")
+	card := `section.gateway[data-gateway="default"]`
+	var text string
+	must(t, chromedp.Run(bctx,
+		chromedp.Navigate("http://"+in.AdminAddr()+"/dashboard"),
+		chromedp.WaitVisible(card+` summary`, chromedp.ByQuery),
+		chromedp.Click(card+` summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(card+` tr[data-route="openai:us-east:gpt-4o-mini"] td.state-ramp`, chromedp.ByQuery),
+		chromedp.Text(card+` tr[data-route="openai:us-east:gpt-4o-mini"] td.state`, &text, chromedp.ByQuery),
+		shot("1-ramping"),
+	), "ramping route")
+	if !strings.Contains(text, "ramping: 25 %") {
+		t.Fatalf("the ramping route reads %q", text)
+	}
 }

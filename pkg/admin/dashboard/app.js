@@ -58,6 +58,13 @@ function stateCell(row, now, shadowKey) {
     td.textContent = "would skip (shadow: " + row.state + ")";
     return td;
   }
+  if (row.state === "closed" && row.ramp_percent != null && !blocked) {
+    // On its recovery ramp (R-D8): closed, earning its traffic back.
+    td.className = "state state-ramp";
+    td.dataset.ramp = String(row.ramp_percent);
+    td.textContent = `closed (ramping: ${Math.round(row.ramp_percent)} % of its traffic)`;
+    return td;
+  }
   const key = row.state === "closed" && blocked ? "blocked" : row.state;
   td.className = "state state-" + key;
   td.textContent = row.state + (row.forced ? " (forced)" : "") + (blocked && row.state === "closed" ? " (blocked)" : "");
