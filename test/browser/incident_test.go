@@ -197,8 +197,8 @@ func TestRampingRouteInDashboard(t *testing.T) {
 	for range 3 {
 		answer(t, conn, "default", "503")
 	}
-	clk.Advance(2 * time.Second) // past the 1 s cooldown: half-open
-	answer(t, conn, "default", "200")   // the probe closes it: the ramp begins
+	clk.Advance(2 * time.Second)      // past the 1 s cooldown: half-open
+	answer(t, conn, "default", "200") // the probe closes it: the ramp begins
 	bctx, shot := newBrowser(t, ctx, exe, shots, "ramp-")
 	card := `section.gateway[data-gateway="default"]`
 	var text string
