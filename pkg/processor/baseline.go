@@ -38,6 +38,61 @@ type baseline struct {
 	// cache is the last p50 (ms, high 32 bits) and the unix second it was
 	// computed in (low 32 bits): one atomic load on the record path.
 	cache atomic.Uint64
+	// held is the recovery ramp share (per mille, +1; 0 = none) held while
+	// the route is slower than its baseline allows (R-D8).
+	held atomic.Uint32
+}
+
+// recentMinCount is how many successes the last two minutes need before
+// their median speaks for the route's recent latency.
+const recentMinCount = 5
+
+// recentP50 is the median of the route's successes over this minute and
+// the last (ms), 0 when there are too few.
+func (x *baseline) recentP50(now int64) int64 {
+	cur := now / 60e9
+	var sum [baselineBuckets]uint64
+	var total uint64
+	for r := 0; r < baselineMinutes; r++ {
+		m := x.minute[r].Load()
+		if cur-m > 1 || m > cur {
+			continue
+		}
+		for i := range x.counts[r] {
+			c := uint64(x.counts[r][i].Load())
+			sum[i] += c
+			total += c
+		}
+	}
+	if total < recentMinCount {
+		return 0
+	}
+	half, seen := (total+1)/2, uint64(0)
+	for i, c := range sum {
+		seen += c
+		if seen >= half {
+			return int64(math.Round(math.Pow(baselineGrowth, float64(i)+0.5)))
+		}
+	}
+	return 0
+}
+
+// rampShare is the share a ramping route takes now (R-D8): the breaker's,
+// except that while the route's recent p50 is above its baseline ×
+// multiplier the share stops growing (it is held where it was when the
+// slowness began), so a provider that came back slow does not get more.
+func (x *baseline) rampShare(share uint16, mult float64, now int64) uint16 {
+	base, recent := x.p50(now), x.recentP50(now)
+	if base <= 0 || recent <= 0 || float64(recent) <= mult*float64(base) {
+		x.held.Store(0)
+		return share
+	}
+	h := x.held.Load()
+	if h == 0 {
+		x.held.CompareAndSwap(0, uint32(share)+1)
+		return share
+	}
+	return min(share, uint16(h-1))
 }
 
 func newBaselines() *baselines { return &baselines{m: map[breaker.ID]*baseline{}} }

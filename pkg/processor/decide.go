@@ -108,6 +108,9 @@ func (st *stream) decide() decision {
 		// for replay); passed over, the next candidate takes it. Never the
 		// last one left.
 		if r := verdicts[idx].RampPermille; r > 0 && i < len(sel.Order)-1 && !sel.TryAll {
+			if base := st.comp.bases[cands[idx]]; base != nil {
+				r = base.rampShare(r, cands[idx].Policy.BaselineMultiplier, now)
+			}
 			if st.decisionID == "" {
 				st.decisionID = newDecisionID()
 			}

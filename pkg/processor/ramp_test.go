@@ -114,3 +114,36 @@ func TestRampDrawIsDeterministic(t *testing.T) {
 	}
 	_ = breaker.Closed
 }
+
+// R-D8 with slow_call_baseline_multiplier: while the route's recent p50 is
+// above its baseline × multiplier, the ramp's share stops growing; once it
+// is fast again the share is the breaker's.
+func TestRampHeldWhileSlow(t *testing.T) {
+	x := &baseline{}
+	t0 := testT0.UnixNano()
+	for m := int64(0); m < 14; m++ {
+		for range 30 {
+			x.add(100, t0+m*60e9) // the baseline: 100 ms
+		}
+	}
+	now := t0 + 14*60e9
+	if got := x.rampShare(300, 2, now); got != 300 {
+		t.Fatalf("fast: %d, want the breaker's 300", got)
+	}
+	for range 40 {
+		x.add(900, now) // recently 900 ms: more than 2 × the baseline
+	}
+	if got := x.rampShare(300, 2, now); got != 300 {
+		t.Fatalf("slow, first: %d", got)
+	}
+	if got := x.rampShare(600, 2, now+1e9); got != 300 {
+		t.Fatalf("slow: the share grew to %d, want held at 300", got)
+	}
+	later := now + 3*60e9 // the slow minutes are no longer recent
+	for range 20 {
+		x.add(100, later)
+	}
+	if got := x.rampShare(800, 2, later); got != 800 {
+		t.Fatalf("fast again: %d, want 800", got)
+	}
+}
