@@ -97,6 +97,12 @@ fusebox_route_ramp_ratio{gateway="default",route="openai:us:gpt"} 0.1
 	if first, _ := e.share("solo", 50); first != 50 {
 		t.Fatalf("the only candidate took %d of 50 while ramping", first)
 	}
+	// The floor and when_all_open see a ramping route as healthy: with the
+	// other route open it is the last candidate left and takes everything.
+	e.openRoute("default", "azure:eu:gpt")
+	if first, actions := e.share("gpt", 50); first != 50 || actions[ActionRamped] != 0 {
+		t.Fatalf("with the other route open the ramping one took %d of 50 (%v)", first, actions)
+	}
 	e.openRoute("default", "openai:us:gpt")
 	if s := e.status("default", "openai:us:gpt"); s.RampPercent != nil || s.State != "open" {
 		t.Fatalf("an open did not end the ramp: %+v", s)

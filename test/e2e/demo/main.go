@@ -56,6 +56,9 @@ type summary struct {
 	transitions      []string
 	servedBy         map[string]int
 	backOnFirstRoute bool
+	// rampSeconds counts the seconds after the close in which both routes
+	// served: the first one earning its traffic back (R-D8).
+	rampSeconds int
 }
 
 func repoFile(rel string) string {
@@ -89,7 +92,9 @@ func run(out io.Writer, o options) (*summary, error) {
 // API), and prints them side by side.
 func runBoth(out io.Writer, o options) (plain, failover *summary, err error) {
 	if o.outageAt == 0 {
-		o.outageAt, o.recoverAt, o.duration, o.perSecond = 4, 20, 42, 4
+		// The close comes at about t+35 s (a 30 s cooldown); the ramp
+		// then runs 20 s.
+		o.outageAt, o.recoverAt, o.duration, o.perSecond = 4, 20, 58, 4
 	}
 	if o.envoyConfig == "" {
 		o.envoyConfig = repoFile("envoy/envoy.yaml")
@@ -107,7 +112,7 @@ func runBoth(out io.Writer, o options) (plain, failover *summary, err error) {
 	lanes := []*lane{a, b}
 
 	fmt.Fprintf(out, "fusebox demo: gateway \"default\", model gpt-4o-mini, routes openai:us-east (first) and azure:eu-west\n")
-	fmt.Fprintf(out, "breaker: failure_threshold 5 in 60 s, cooldown 30 s (the embedded default config)\n")
+	fmt.Fprintf(out, "breaker: failure_threshold 5 in 60 s, cooldown 30 s (the embedded default config), recovery ramp 20 s from 25 %%\n")
 	fmt.Fprintf(out, "outage of openai_us_east from t=%ds to t=%ds; %d requests a second to each deployment\n", o.outageAt, o.recoverAt, o.perSecond)
 	fmt.Fprintf(out, "left: envoy/envoy.yaml (no failover); right: envoy/envoy-failover.yaml with failover.max_attempts 2\n\n")
 	fmt.Fprintf(out, "%-5s | %-16s %-16s %-10s | %-16s %-16s %-10s %s\n", "t", "openai_us_east", "azure_eu_west", "breaker",
@@ -156,6 +161,9 @@ func runBoth(out io.Writer, o options) (plain, failover *summary, err error) {
 			}
 			if sec >= o.recoverAt+2 && counts["openai_us_east"][0] > 0 {
 				l.s.backOnFirstRoute = true
+				if counts["azure_eu_west"][0] > 0 {
+					l.s.rampSeconds++ // both served: the first route on its ramp
+				}
 			}
 			row += fmt.Sprintf("| %-16s %-16s %-10s ", first, fmtCount(counts["azure_eu_west"]), breakerState(l.fb.AdminAddr()))
 			var t []string
@@ -217,22 +225,26 @@ func startLane(name string, o options, envoyYAML string, failover bool) (*lane, 
 		opts = append(opts, mainlib.WithClock(l.fake))
 	}
 	args := []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}
-	if failover {
-		// The embedded default config, told that the attempt role runs
-		// (envoy.failover, R-X8).
-		dir, err := os.MkdirTemp("", "fusebox-demo")
-		if err != nil {
-			l.stop()
-			return nil, err
-		}
-		closers = append(closers, func() { os.RemoveAll(dir) })
-		path := filepath.Join(dir, "fusebox.yaml")
-		if err := os.WriteFile(path, append([]byte("envoy: {failover: true}\n"), routes.DefaultConfig()...), 0o600); err != nil {
-			l.stop()
-			return nil, err
-		}
-		args = append(args, "-config", path)
+	// The embedded default config with a recovery ramp (R-D8: after the
+	// probe closes the breaker the route earns its traffic back over 20 s
+	// from 25 %), and, with failover, told that the attempt role runs
+	// (envoy.failover, R-X8).
+	dir, err := os.MkdirTemp("", "fusebox-demo")
+	if err != nil {
+		l.stop()
+		return nil, err
 	}
+	closers = append(closers, func() { os.RemoveAll(dir) })
+	doc := strings.Replace(string(routes.DefaultConfig()), "    cooldown_ms: 30000\n", "    cooldown_ms: 30000\n    recovery_ramp_sec: 20\n    recovery_ramp_start_percent: 25\n", 1)
+	if failover {
+		doc = "envoy: {failover: true}\n" + doc
+	}
+	path := filepath.Join(dir, "fusebox.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		l.stop()
+		return nil, err
+	}
+	args = append(args, "-config", path)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.fb, err = mainlib.Start(ctx, args, l.logs, opts...)
 	if err != nil {
@@ -355,7 +367,9 @@ failure of route openai:us-east:gpt-4o-mini and, at the 5th failure in the windo
 breaker; from then on it wrote azure_eu_west into x-fusebox-cluster before Envoy dispatched, so
 clients stopped seeing errors (%d of %d requests failed in all — the five that tripped the breaker).
 After the 30 s cooldown the breaker went half-open and let one probe through; the provider had
-recovered at t=%ds, the probe succeeded and the breaker closed, so traffic returned to the first
-route (%s). Transitions: %s.`,
-		o.outageAt, s.clientErrors, s.requests, o.recoverAt, strings.Join(served, ", "), strings.Join(s.transitions, "; "))
+recovered at t=%ds, the probe succeeded and the breaker closed. Traffic then returned to the first
+route gradually (recovery_ramp_sec 20: from 25 %% of its share to all of it, the rest still on
+azure_eu_west, %d seconds with both serving), so a provider that came back half-healthy is not
+flooded at once (%s). Transitions: %s.`,
+		o.outageAt, s.clientErrors, s.requests, o.recoverAt, s.rampSeconds, strings.Join(served, ", "), strings.Join(s.transitions, "; "))
 }

@@ -32,6 +32,11 @@ func TestDemoFast(t *testing.T) {
 	if !s.backOnFirstRoute {
 		t.Error("traffic did not return to the first route")
 	}
+	// R-D8: after the close the first route earns its traffic back: for a
+	// while both routes serve.
+	if s.rampSeconds == 0 {
+		t.Error("no recovery ramp after the close: the first route took everything at once")
+	}
 	for _, w := range []string{"t+00s", "open", "What happened"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("output lacks %q", w)
