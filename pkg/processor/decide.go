@@ -114,7 +114,7 @@ func (st *stream) decide() decision {
 			if st.decisionID == "" {
 				st.decisionID = newDecisionID()
 			}
-			if rampDraw(st.decisionID, cands[idx].Key) >= r {
+			if RampDraw(st.decisionID, cands[idx].Key) >= r {
 				ramped = append(ramped, idx)
 				continue
 			}
@@ -336,9 +336,9 @@ func unhealthy(v []breaker.Verdict) []int {
 	return out
 }
 
-// rampDraw maps a decision to 0..999 for route key (FNV-1a): the same
+// RampDraw maps a decision to 0..999 for route key (FNV-1a): the same
 // decision always draws the same, and routes draw independently.
-func rampDraw(decision, key string) uint16 {
+func RampDraw(decision, key string) uint16 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(decision); i++ {
 		h ^= uint64(decision[i])

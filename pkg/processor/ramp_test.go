@@ -112,10 +112,10 @@ fusebox_route_ramp_ratio{gateway="default",route="openai:us:gpt"} 0.1
 // The draw is a function of the decision id and the route: replay gets the
 // same answer for the same decision.
 func TestRampDrawIsDeterministic(t *testing.T) {
-	if rampDraw("abc", "r") != rampDraw("abc", "r") || rampDraw("abc", "r") == rampDraw("abc", "s") && rampDraw("abd", "r") == rampDraw("abc", "r") {
+	if RampDraw("abc", "r") != RampDraw("abc", "r") || RampDraw("abc", "r") == RampDraw("abc", "s") && RampDraw("abd", "r") == RampDraw("abc", "r") {
 		t.Fatal("the draw is not a function of decision and route")
 	}
-	if d := rampDraw("0123456789abcdef", "openai:us:gpt"); d >= 1000 {
+	if d := RampDraw("0123456789abcdef", "openai:us:gpt"); d >= 1000 {
 		t.Fatalf("draw %d out of 0..999", d)
 	}
 	_ = breaker.Closed

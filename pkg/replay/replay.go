@@ -168,7 +168,17 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 			}
 			continue
 		}
-		chosen := cands[sel.Order[0]]
+		// R-D8: a route on its recovery ramp is passed over as the live
+		// decision would have been, by the same draw of the decision id.
+		at := 0
+		for at < len(sel.Order)-1 && !sel.TryAll {
+			r := vbuf[sel.Order[at]].RampPermille
+			if r == 0 || processor.RampDraw(l.Decision, cands[sel.Order[at]].Key) < r {
+				break
+			}
+			at++
+		}
+		chosen := cands[sel.Order[at]]
 		rr := e.rep.route(gwID, m.Name, chosen.Key)
 		rr.Served++
 		estimated := chosen != live
