@@ -185,15 +185,8 @@ func (m *Manager) ChangeEntry(ctx context.Context, id, field, name string, op En
 		obj[key] = name
 	}
 	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
-		if err := m.stale(ctx, id); err != nil {
-			return nil, nil, err
-		}
-		g, ok := m.Holder.Load().Gateways[id]
-		if !ok {
-			return nil, nil, ErrNotFound
-		}
-		var doc map[string]any
-		if err := json.Unmarshal(g.Doc, &doc); err != nil {
+		doc, err := m.current(ctx, id)
+		if err != nil {
 			return nil, nil, err
 		}
 		list, _ := doc[field].([]any)
@@ -214,4 +207,22 @@ func (m *Manager) ChangeEntry(ctx context.Context, id, field, name string, op En
 		doc[field] = list
 		return m.change(ctx, id, doc)
 	})
+}
+
+// current is gateway id's document in force, for a change made under the
+// manager's lock: ErrStale when ctx's If-Match no longer holds,
+// ErrNotFound for an unknown gateway.
+func (m *Manager) current(ctx context.Context, id string) (map[string]any, error) {
+	if err := m.stale(ctx, id); err != nil {
+		return nil, err
+	}
+	g, ok := m.Holder.Load().Gateways[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(g.Doc, &doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
 }

@@ -232,15 +232,8 @@ func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway,
 		return nil, err
 	}
 	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
-		if err := m.stale(ctx, id); err != nil {
-			return nil, nil, err
-		}
-		g, ok := m.Holder.Load().Gateways[id]
-		if !ok {
-			return nil, nil, ErrNotFound
-		}
-		var base map[string]any
-		if err := json.Unmarshal(g.Doc, &base); err != nil {
+		base, err := m.current(ctx, id)
+		if err != nil {
 			return nil, nil, err
 		}
 		return m.change(ctx, id, mergeGateway(base, p))

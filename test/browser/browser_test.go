@@ -15,9 +15,6 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -55,32 +52,7 @@ func artifacts(t *testing.T) string {
 // answered 500 by the upstream.
 func fail500(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := func(kv ...string) *corev3.HeaderMap {
-		m := &corev3.HeaderMap{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
-		}
-		return m
-	}
-	_ = s.Send(&extprocv3.ProcessingRequest{
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
-		Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h(":method", "POST", "x-fusebox-model", "gpt-4o-mini", "x-fusebox-residency", "us"), EndOfStream: true}},
-	})
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h(":status", "500"), EndOfStream: true}}})
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.CloseSend()
-	_, _ = s.Recv()
+	answer(t, conn, "default", "500", "x-fusebox-residency", "us")
 }
 
 func apiGet(t *testing.T, url string) map[string]any {

@@ -37,9 +37,9 @@ gateways:
       - {key: azure:eu-west:gpt-4o-mini, cluster: azure_eu_west}
 `
 
-// answer sends one request of gateway gw through the ext_proc stream; the
-// upstream answers status.
-func answer(t *testing.T, conn *grpc.ClientConn, gw, status string) {
+// answer sends one request of gateway gw (with more request headers, kv)
+// through the ext_proc stream; the upstream answers status.
+func answer(t *testing.T, conn *grpc.ClientConn, gw, status string, kv ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -57,7 +57,7 @@ func answer(t *testing.T, conn *grpc.ClientConn, gw, status string) {
 	_ = s.Send(&extprocv3.ProcessingRequest{
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: h(":method", "POST", "x-fusebox-gateway", gw, "x-fusebox-model", "gpt-4o-mini"), EndOfStream: true}},
+			Headers: h(append([]string{":method", "POST", "x-fusebox-gateway", gw, "x-fusebox-model", "gpt-4o-mini"}, kv...)...), EndOfStream: true}},
 	})
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
@@ -70,6 +70,29 @@ func answer(t *testing.T, conn *grpc.ClientConn, gw, status string) {
 	_, _ = s.Recv()
 }
 
+// startOn runs fusebox on config with no admin token (loopback), and a gRPC
+// connection to it.
+func startOn(t *testing.T, config string, opts ...mainlib.Option) (*mainlib.Instance, *grpc.ClientConn) {
+	t.Helper()
+	t.Setenv("FUSEBOX_ADMIN_TOKEN", "")
+	cfg := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in, err := mainlib.Start(ctx, []string{"-config", cfg, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-log-level", "warn"}, io.Discard, opts...)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); cancel(); _ = in.Wait() })
+	return in, conn
+}
+
 // TestIncidentView (R-API7): the dashboard loads with no token on a
 // loopback listener; its summary says per gateway and model how many
 // routes are healthy and which degradation is in force; a card with an
@@ -79,23 +102,8 @@ func answer(t *testing.T, conn *grpc.ClientConn, gw, status string) {
 func TestIncidentView(t *testing.T) {
 	exe := chromium(t)
 	shots := artifacts(t)
-	t.Setenv("FUSEBOX_ADMIN_TOKEN", "")
-	cfg := filepath.Join(t.TempDir(), "fusebox.yaml")
-	if err := os.WriteFile(cfg, []byte(incidentConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in, err := mainlib.Start(ctx, []string{"-config", cfg, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-log-level", "warn"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = in.Wait() }()
-	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	in, conn := startOn(t, incidentConfig)
+	ctx := t.Context()
 	bctx, shot := newBrowser(t, ctx, exe, shots, "incident-")
 	summary := func(gw string) string { return `#summary tr[data-gateway="` + gw + `"]` }
 	const bad, good = "openai:us-east:gpt-4o-mini", "azure:eu-west:gpt-4o-mini"
@@ -174,26 +182,10 @@ func TestIncidentView(t *testing.T) {
 func TestRampingRouteInDashboard(t *testing.T) {
 	exe := chromium(t)
 	shots := artifacts(t)
-	t.Setenv("FUSEBOX_ADMIN_TOKEN", "")
-	cfg := filepath.Join(t.TempDir(), "fusebox.yaml")
 	ramping := strings.Replace(incidentConfig, "cooldown_ms: 600000}", "cooldown_ms: 1000, recovery_ramp_sec: 3600, recovery_ramp_start_percent: 25}", 1)
-	if err := os.WriteFile(cfg, []byte(ramping), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	clk := breaker.NewFakeClock(time.Now())
-	in, err := mainlib.Start(ctx, []string{"-config", cfg, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s", "-log-level", "warn"}, io.Discard,
-		mainlib.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = in.Wait() }()
-	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	in, conn := startOn(t, ramping, mainlib.WithClock(clk))
+	ctx := t.Context()
 	for range 3 {
 		answer(t, conn, "default", "503")
 	}

@@ -30,7 +30,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *cand == "" || fs.NArg() == 0 {
-		return errors.New("usage: extproc replay -config CANDIDATE.yaml [-baseline LIVE.yaml] [-json|-html] LOG...")
+		return errors.New("usage: extproc replay -config CANDIDATE.yaml [-baseline LIVE.yaml] [-json|-html] LOG files")
 	}
 	log, err := replay.ReadFiles(fs.Args()...)
 	if err != nil {
