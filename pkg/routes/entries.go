@@ -138,12 +138,8 @@ const (
 // Entry returns the entry of gateway id's document in field ("models" or
 // "routes") named name.
 func (m *Manager) Entry(id, field, name string) (map[string]any, error) {
-	g, ok := m.Holder.Load().Gateways[id]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(g.Doc, &doc); err != nil {
+	doc, err := m.current(context.Background(), id)
+	if err != nil {
 		return nil, err
 	}
 	_, e := findEntry(doc, field, name)
