@@ -2,10 +2,13 @@ package processor
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // waitOutcomes waits for an asynchronous outcome (a retry's arrival is
@@ -149,5 +152,40 @@ func TestMeetStep(t *testing.T) {
 				t.Fatalf("got %v %s, want %v %s", act.how, next.encode(), tc.how, tc.next.encode())
 			}
 		})
+	}
+}
+
+// countingStore counts the calls a shared store would make remotely.
+type countingStore struct {
+	breaker.Store
+	status atomic.Int32
+}
+
+func (c *countingStore) Status(ctx context.Context, k breaker.Key, now int64) (breaker.Status, error) {
+	c.status.Add(1)
+	return c.Store.Status(ctx, k, now)
+}
+
+// An install (every config load, and every overlay change a fleet's feed
+// reader applies) makes no store call per breaker: the state gauges come
+// from the local state. Before, it asked the store for each breaker's
+// status: N round trips inside the feed reader on Redis.
+func TestInstallMakesNoCallPerBreaker(t *testing.T) {
+	var cs *countingStore
+	e := newEnv(t, func(o *Options) {
+		cs = &countingStore{Store: o.Store}
+		o.Store = cs
+	})
+	e.openRoute("default", "openai:us:gpt")
+	rt, err := routes.Parse([]byte(testConfig), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.holder.Store(rt) // a reload: install again
+	if n := cs.status.Load(); n != 0 {
+		t.Fatalf("the installs asked the store for %d statuses", n)
+	}
+	if v := testutil.ToFloat64(e.metrics.State.WithLabelValues("default", "openai:us:gpt", "openai", "gateway")); v != 1 {
+		t.Fatalf("the state gauge after the reload: %v, want 1 (open)", v)
 	}
 }

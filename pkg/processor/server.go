@@ -402,17 +402,11 @@ func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 }
 
 // publishState sets the state gauge of a breaker from its current state.
+//
+// It reads the local state (Peek): an install runs inside the shared
+// store's feed reader when an overlay changes, and a remote call per
+// breaker there would stall the feed for N round trips (a fleet's view is
+// kept current by the store itself).
 func (s *Server) publishState(ctx context.Context, k breaker.Key, id breaker.ID, now int64) {
-	st, err := s.store.Status(ctx, k, now)
-	if err != nil {
-		return
-	}
-	v := 0.0
-	switch st.State {
-	case "open":
-		v = 1
-	case "half_open":
-		v = 2
-	}
-	s.metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(v)
+	s.metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(float64(s.store.Peek(ctx, k, now).State))
 }
