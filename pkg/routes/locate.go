@@ -176,10 +176,18 @@ func findNamed(seq *yaml.Node, key, name string, nth int) (int, *yaml.Node) {
 // didYouMean is `; did you mean "x"?` for the known name closest to got,
 // when one is close enough to be a typo, else "".
 func didYouMean(got string, known []string) string {
+	// Bounded: a hostile document may name a 60 KB key, and the distance
+	// costs the product of the lengths.
+	if len(got) > maxSuggestLen {
+		return ""
+	}
 	best, bestD := "", len(got)/3+2
 	sorted := append([]string(nil), known...)
 	sort.Strings(sorted)
 	for _, k := range sorted {
+		if len(k) > maxSuggestLen || abs(len(k)-len(got)) >= bestD {
+			continue
+		}
 		if d := editDistance(got, k); d < bestD && k != got {
 			best, bestD = k, d
 		}
@@ -209,4 +217,14 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// maxSuggestLen bounds the names "did you mean" compares.
+const maxSuggestLen = 128
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -78,3 +78,15 @@ func TestBadIndentationLine(t *testing.T) {
 		}
 	}
 }
+
+// "did you mean" is bounded: a 60 KB unknown name costs nothing (before,
+// the edit distance of two 60 KB names took minutes under -race).
+func TestDidYouMeanBounded(t *testing.T) {
+	long := strings.Repeat("n", 60<<10)
+	if got := didYouMean(long, []string{long + "x", "cluster"}); got != "" {
+		t.Fatalf("a suggestion for a 60 KB name: %.40q", got)
+	}
+	if got := didYouMean("clustr", []string{long, "cluster"}); got != `; did you mean "cluster"?` {
+		t.Fatalf("a long known name stopped the suggestion: %q", got)
+	}
+}
