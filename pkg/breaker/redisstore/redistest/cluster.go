@@ -1,0 +1,94 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a running three-master Redis Cluster (no replicas): three
+// redis-server --cluster-enabled on free ports, slots assigned with
+// redis-cli --cluster create, stopped at the end of the test.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster runs a Redis Cluster for t (skipped without redis-server
+// and redis-cli, unless CI=true).
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed; with CI=true the Redis Cluster tests must run (.ci/run installs it)", bin)
+			}
+			t.Skipf("%s is not installed", bin)
+		}
+	}
+	bin, _ := exec.LookPath("redis-server")
+	c := &Cluster{}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			n.Stop()
+		}
+	})
+	var addrs []string
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
+			args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
+				"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000"}}
+		if err := s.run(); err != nil {
+			t.Fatal(err)
+		}
+		c.Nodes = append(c.Nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, a := range addrs {
+		cl := redis.NewClient(&redis.Options{Addr: a})
+		for {
+			info, _ := cl.ClusterInfo(context.Background()).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("the cluster never became ok on %s: %s", a, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cl.Close()
+	}
+	return c
+}
+
+// URL is the store.redis.url of the cluster (?addrs=).
+func (c *Cluster) URL() string {
+	var addrs []string
+	for _, n := range c.Nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	return "redis://" + addrs[0] + "?addrs=" + strings.Join(addrs, ",")
+}
