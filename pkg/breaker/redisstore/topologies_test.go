@@ -1,0 +1,163 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// R-ST12 (in part): the whole contract suite on a real three-master Redis
+// Cluster, through the cluster client NewClient builds from ?addrs=: every
+// script touches one breaker's key (hash-tagged), so no call is CROSSSLOT.
+func TestRedisStoreContractOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	client, err := redisstore.NewClient(cl.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, onEvent func(breaker.Event)) breaker.Store {
+		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("c%d:", n.Add(1)),
+			OpTimeout: 2 * time.Second, OnEvent: onEvent})
+	})
+}
+
+// Replicas on a Redis Cluster: failures spread over two replicas open the
+// breaker once, and the feed (classic pub/sub, which a cluster forwards to
+// every node, so a subscriber on any node hears a publish on any other)
+// tells the replica that did not make the transition.
+func TestReplicasOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	client, err := redisstore.NewClient(cl.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 4 })
+	rs := replicas(t, client, "cl:", clk, p, 2, 2*time.Second)
+	ctx := t.Context()
+	for i := range 4 {
+		r := rs[i%2]
+		adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+		if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rs {
+		eventually(t, fmt.Sprintf("replica %d sees the open", i), func() bool {
+			return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed
+		})
+	}
+	opens := 0
+	for _, r := range rs {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if e.To == breaker.Open {
+				opens++
+			}
+		}
+		r.mu.Unlock()
+	}
+	if opens != 1 {
+		t.Fatalf("%d closed->open transitions in the fleet, want 1", opens)
+	}
+}
+
+// The whole contract suite through a Sentinel (master, replica, sentinel),
+// with the failover client NewClient builds from ?master_name=.
+func TestRedisStoreContractThroughSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master, a replica and a sentinel")
+	}
+	sn := redistest.StartSentinel(t)
+	client, err := redisstore.NewClient(sn.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, onEvent func(breaker.Event)) breaker.Store {
+		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("s%d:", n.Add(1)),
+			OpTimeout: 2 * time.Second, OnEvent: onEvent})
+	})
+}
+
+// A Sentinel failover under load: the replica is promoted, the failover
+// client follows it, and the store goes on — records reach the new master
+// and the breaker opens on the failures made before and after the
+// failover. Decisions (Peek) never wait on it. What the old master had not
+// yet replicated is lost with it (Redis replication is asynchronous);
+// the replicas' views then take the new master's state (a key whose
+// incarnation changed is taken whatever its sequence, R-ST8), and an open
+// a replica learned locally meanwhile is written back.
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master, a replica and a sentinel")
+	}
+	sn := redistest.StartSentinel(t)
+	client, err := redisstore.NewClient(sn.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 6 })
+	r := replicas(t, client, "sf:", clk, p, 1, 200*time.Millisecond)[0]
+	ctx := t.Context()
+	fail := func(n int) {
+		for range n {
+			adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+			_, _ = r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503)
+		}
+	}
+	fail(3)
+	eventually(t, "three failures in Redis", func() bool {
+		st, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+		return err == nil && st.Failures == 3
+	})
+	// Let the replica catch up, then fail over.
+	mc := redis.NewClient(&redis.Options{Addr: sn.Master.Addr})
+	defer mc.Close()
+	if err := mc.Do(ctx, "WAIT", 1, 2000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Sentinel.Addr})
+	defer sc.Close()
+	if err := sc.Failover(ctx, "fusebox").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sentinel promotes the replica", func() bool {
+		addr, err := sc.GetMasterAddrByName(ctx, "fusebox").Result()
+		return err == nil && len(addr) == 2 && "127.0.0.1:"+addr[1] == sn.Replica.Addr
+	})
+	for range 50 {
+		r.st.Peek(ctx, r.key, clk.Now().UnixNano()) // decisions go on meanwhile
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fail(1)
+		st, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+		if err == nil && st.State == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never opened after the failover: %+v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
