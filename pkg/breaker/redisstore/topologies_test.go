@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,5 +160,109 @@ func TestSentinelFailover(t *testing.T) {
 			t.Fatalf("never opened after the failover: %+v %v", st, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A reshard of a breaker's slot under load loses no outcome: while
+// records run, the slot moves to another master (SETSLOT IMPORTING /
+// MIGRATING, MIGRATE, SETSLOT NODE); go-redis follows the ASK and MOVED
+// redirects.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	client, err := redisstore.NewClient(cl.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1000000 })
+	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "rs:", OpTimeout: 2 * time.Second, Clock: clk})
+	ctx := t.Context()
+	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keys[0]
+	const n = 1500
+	var recorded atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for range n {
+			recorded.Add(1)
+			adm, _, _ := st.Acquire(ctx, k, clk.Now().UnixNano(), false)
+			if _, err := st.Record(ctx, k, clk.Now().UnixNano(), adm, fail503); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	// Move the breaker's slot to another master while the records run.
+	redisKey := st.Key(replicaID)
+	node := func(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
+	slot, err := node(cl.Nodes[0].Addr).ClusterKeySlot(ctx, redisKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to *redis.Client
+	var fromID, toID, toAddr string
+	for _, nd := range cl.Nodes {
+		c := node(nd.Addr)
+		defer c.Close()
+		id, _ := c.ClusterMyID(ctx).Result()
+		slots, _ := c.ClusterSlots(ctx).Result()
+		owner := false
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 && s.Nodes[0].ID == id {
+				owner = true
+			}
+		}
+		if owner && from == nil {
+			from, fromID = c, id
+		} else if !owner && to == nil {
+			to, toID, toAddr = c, id, nd.Addr
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // some records land before the move
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := recorded.Load()
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	host, port, _ := net.SplitHostPort(toAddr)
+	for {
+		ks, err := from.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		must(err)
+		if len(ks) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, kk := range ks {
+			args = append(args, kk)
+		}
+		must(from.Do(ctx, args...).Err())
+	}
+	for _, nd := range cl.Nodes {
+		c := node(nd.Addr)
+		must(c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+		c.Close()
+	}
+	after := recorded.Load()
+	if before == 0 || after >= n {
+		t.Fatalf("the move did not happen under load: %d records before it, %d when it ended, of %d", before, after, n)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a record failed during the reshard: %v", err)
+	}
+	s, err := st.Status(ctx, k, clk.Now().UnixNano())
+	if err != nil || s.Failures != n {
+		t.Fatalf("%d of %d failures in Redis after the reshard (%v)", s.Failures, n, err)
 	}
 }
