@@ -104,3 +104,29 @@ func AcquireHealthy(s *Memory, k Key) (Admission, bool) {
 	}
 	return Admission{}, false
 }
+
+// AcquireForced admits a request sent to an unhealthy route anyway (by
+// try_all or the capacity floor) on the local state alone, when no probe
+// slot is at stake: the route is open, forced open, blocked by a
+// Retry-After, or half-open with every slot taken. It reports false when
+// the route is half-open with a slot free (the forced request would take
+// it as a probe, and a shared store must take that slot where the bound
+// holds for every replica) or when the breaker is not installed. A forced
+// admission of an unhealthy route takes no slot in any store, so this
+// answer is the one the backend would give; its generation is the local
+// state's, after its due transitions.
+func AcquireForced(s *Memory, k Key, now int64) (Admission, bool) {
+	m, err := s.get(k)
+	if err != nil {
+		return Admission{}, false
+	}
+	var evs events
+	m.mu.Lock()
+	m.advance(now, &evs)
+	p := m.policy
+	adm := Admission{Gen: m.gen}
+	slot := p.Active() && p.Mode != ModeShadow && m.state == HalfOpen && !m.forced && p.HalfOpenMaxProbes > 0 &&
+		m.blockedUntil <= now && len(m.leases) < p.HalfOpenMaxProbes
+	m.unlock(&evs)
+	return adm, !slot
+}

@@ -389,6 +389,17 @@ func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force boo
 	if !s.remote(e) || e.policy.Mode == breaker.ModeShadow {
 		return s.acquireLocal(ctx, k, now, force)
 	}
+	if force {
+		// try_all and the capacity floor send to an open route anyway:
+		// no slot is at stake, so the view answers with no round trip (a
+		// Redis stall never holds such a decision). Only a forced request
+		// that would take a free probe slot asks Redis, as any probe does.
+		// A view that lags Redis gives an older generation: the outcome is
+		// then stale in the script (not counted), never misapplied.
+		if adm, ok := breaker.AcquireForced(s.local, k, now); ok {
+			return adm, true, nil
+		}
+	}
 	r, err := s.run(ctx, e, "acq", now, b01(force))
 	if err != nil {
 		adm, ok, _ := s.acquireLocal(ctx, k, now, force)

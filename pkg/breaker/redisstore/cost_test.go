@@ -1,0 +1,129 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// cmdCounter counts the commands a client sends, by name (a pipeline's
+// commands one by one): what a replica costs Redis.
+type cmdCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func countCommands(c redis.UniversalClient) *cmdCounter {
+	cc := &cmdCounter{n: map[string]int{}}
+	c.AddHook(cc)
+	return cc
+}
+
+func (c *cmdCounter) add(cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range cmds {
+		name := cmd.Name()
+		if (name == "evalsha" || name == "eval") && len(cmd.Args()) > 4 {
+			name += " " + cmd.Args()[4].(string) // the script's operation
+		}
+		c.n[name]++
+	}
+}
+
+// take returns the counts since the last take, and their total.
+func (c *cmdCounter) take() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, total := c.n, 0
+	for _, v := range out {
+		total += v
+	}
+	c.n = map[string]int{}
+	return out, total
+}
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.add(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// A request try_all or the capacity floor sends to an unhealthy route is
+// admitted from the local view: no Redis call, so a stalled Redis never
+// holds it. Only a forced request that takes a free probe slot asks Redis,
+// as every probe does. Before, each forced admission of an open route was
+// one script call on the decision path (fails before: one "acq" per call,
+// and each waited out the stall).
+func TestForcedAdmissionsMakeNoCall(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	client, err := redisstore.NewClient("redis://" + px.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cc := countCommands(client)
+	clk := breaker.NewFakeClock(time.Now())
+	ctx := context.Background()
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1; p.HalfOpenMaxProbes = 1 })
+	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "force:", OpTimeout: time.Second, Clock: clk})
+	keys, _, _ := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
+	k := keys[0]
+	adm, _, _ := st.Acquire(ctx, k, clk.Now().UnixNano(), false)
+	if _, err := st.Record(ctx, k, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		setup func()
+		calls int // script calls the forced admission makes
+		lease bool
+	}{
+		{"open", func() {}, 0, false},
+		{"forced open", func() { _ = st.ForceOpen(ctx, k, clk.Now().UnixNano(), time.Minute) }, 0, false},
+		{"half-open, slot free: a probe", func() { _ = st.Reset(ctx, k, clk.Now().UnixNano()); fail(t, st, clk, k); clk.Advance(11 * time.Second) }, 1, true},
+		{"half-open, slots taken", func() {}, 0, false},
+	}
+	for _, c := range cases {
+		c.setup()
+		cc.take()
+		px.Stall(c.calls == 0) // a forced admission that needs no slot must not wait for Redis
+		start := time.Now()
+		adm, ok, err := st.Acquire(ctx, k, clk.Now().UnixNano(), true)
+		took := time.Since(start)
+		px.Stall(false)
+		_, n := cc.take()
+		if !ok || err != nil {
+			t.Fatalf("%s: forced admission refused (%v)", c.name, err)
+		}
+		if n != c.calls || (adm.Lease != 0) != c.lease {
+			t.Fatalf("%s: %d Redis calls, lease %d; want %d calls, lease %v", c.name, n, adm.Lease, c.calls, c.lease)
+		}
+		if c.calls == 0 && took > 500*time.Millisecond {
+			t.Fatalf("%s: the forced admission waited %v on a stalled Redis", c.name, took)
+		}
+	}
+}
+
+func fail(t *testing.T, st *redisstore.Store, clk *breaker.FakeClock, k breaker.Key) {
+	t.Helper()
+	adm, _, _ := st.Acquire(context.Background(), k, clk.Now().UnixNano(), false)
+	if _, err := st.Record(context.Background(), k, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+}
