@@ -310,7 +310,12 @@ func (s *Store) publishLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.changed:
+			s.flushChanges(ctx)
 		case env := <-s.pub:
+			// The change note first: a replica that reads the feed's hint
+			// and one that reads the log find the same change.
+			s.flushChanges(ctx)
 			b, err := proto.Marshal(env)
 			if err != nil {
 				continue
@@ -419,8 +424,9 @@ func (s *Store) onFeed(msg []byte) {
 	}
 }
 
-// hintLoop reads from Redis each breaker the feed said changed: one script
-// call each, its state and sequence Redis's own.
+// hintLoop reads from Redis each breaker the feed said changed (one
+// pipelined round trip for what was named since the last round), its
+// state and sequence Redis's own.
 func (s *Store) hintLoop(ctx context.Context) {
 	for {
 		select {
@@ -437,10 +443,8 @@ func (s *Store) hintLoop(ctx context.Context) {
 		now := s.opts.Clock.Now().UnixNano()
 		for _, e := range batch {
 			e.hinted.Store(false)
-			if s.remote(e) {
-				_, _ = s.run(ctx, e, "snap", now)
-			}
 		}
+		_ = s.snapAll(ctx, batch, now)
 	}
 }
 
@@ -468,67 +472,6 @@ func (s *Store) refreshLoop(ctx context.Context) {
 		case <-s.kick:
 		}
 	}
-}
-
-// Refresh loads every installed breaker's state from Redis into the local
-// view. After an outage it first writes back the opens learned locally,
-// then reloads everything and leaves the degraded mode; after a feed
-// reconnect it reloads everything. The first success makes the store ready;
-// a first attempt that finds Redis unreachable makes it ready and degraded
-// (a replica decides on its own rather than not at all).
-func (s *Store) Refresh(ctx context.Context) {
-	if ctx.Err() != nil {
-		return
-	}
-	now := s.opts.Clock.Now().UnixNano()
-	wasDegraded := s.degraded.Load()
-	if wasDegraded && !s.reachable(ctx) {
-		s.markReady()
-		return
-	}
-	list := s.tab.Load().list
-	if wasDegraded {
-		for _, e := range list {
-			if err := s.settleLocal(ctx, e, now); err != nil && !keyError(err) {
-				s.markReady()
-				return
-			}
-		}
-	}
-	full := wasDegraded || s.resync.Swap(false)
-	if full {
-		// Redis may have restarted empty: its sequence numbers start again.
-		for _, e := range list {
-			e.viewMu.Lock()
-			e.seq = 0
-			e.viewMu.Unlock()
-		}
-	}
-	if wasDegraded {
-		// From here the scripts are the store again (their results apply to
-		// the view); a failure below turns it degraded once more.
-		s.degraded.Store(false)
-	}
-	for _, e := range list {
-		if e.bad.Load() || e.pendingOverride.Load() != nil {
-			// On the local view alone since Redis refused it (or an
-			// override failed): what it learned goes back first, as after
-			// an outage.
-			_ = s.settleLocal(ctx, e, now)
-		}
-		if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
-			s.markReady()
-			return
-		}
-	}
-	if wasDegraded && !s.degraded.Load() {
-		s.log.Info("[store] Redis is reachable again: local opens written back, state resynced", "breakers", len(list))
-	}
-	if full && s.opts.OnOverlay != nil {
-		// Overlay changes published meanwhile were missed too.
-		s.opts.OnOverlay("")
-	}
-	s.markReady()
 }
 
 func (s *Store) markReady() {
@@ -579,11 +522,15 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 	}
 	// Not run(): the result must not reach the local view, which is still
 	// the store until the resync ends.
-	_, err := s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
+	r, err := s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
 		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
 		strconv.FormatInt(snap.BlockedUntil/ms, 10))
 	if err != nil {
 		s.count("merge")
+		return err
 	}
-	return err
+	if r.Changed {
+		s.noteChange(e) // the other replicas' refresh reads the merged open
+	}
+	return nil
 }

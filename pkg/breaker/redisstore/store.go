@@ -43,9 +43,14 @@ type Options struct {
 	// return at once, off the request's path (R-ST2); Stale is then not
 	// reported. The contract suite uses the synchronous form.
 	AsyncRecord bool
-	// RefreshInterval is the period of the full refresh of the local view
-	// (the feed's safety net); 0 = 2 s.
+	// RefreshInterval is the period of the refresh of the local view (the
+	// feed's safety net): one read of the change log, then the breakers
+	// it names; 0 = 2 s.
 	RefreshInterval time.Duration
+	// FullRefreshInterval is the period of the refresh that reads every
+	// breaker (the change log's own safety net, for a note lost with a
+	// replica that died between a change and its note); 0 = 30 min.
+	FullRefreshInterval time.Duration
 	// Clock drives the background loops; nil = the system clock.
 	Clock breaker.Clock
 	Log   *slog.Logger
@@ -95,6 +100,12 @@ type Store struct {
 	hinted []*entry // named by the feed since the hint loop\'s last round
 	pub    chan *replicav1.Envelope
 	sign   signer
+	// changes notes this replica's changes for the others' refresh, and
+	// remembers what this replica's last refresh read (changes.go).
+	changes *changeLog
+	changed chan struct{} // wakes the publish loop to write the notes
+	// lastFull is when the last refresh read every breaker (unix ns).
+	lastFull atomic.Int64
 	// unsignedLogged is when a dropped unsigned message was last logged.
 	unsignedLogged atomic.Int64
 	rec            []chan recJob
@@ -109,8 +120,9 @@ type Store struct {
 }
 
 type table struct {
-	byID map[breaker.ID]*entry
-	list []*entry
+	byID  map[breaker.ID]*entry
+	byKey map[string]*entry // by Redis key: the change log names keys
+	list  []*entry
 }
 
 // entry is one installed breaker: its policy, its Redis key and its key in
@@ -153,7 +165,8 @@ const localLease = uint64(1) << 62
 func New(opts Options) *Store {
 	s := &Store{rdb: opts.Client, prefix: opts.KeyPrefix, timeout: opts.OpTimeout, opts: opts, log: opts.Log,
 		origin: opts.ReplicaID, kick: make(chan struct{}, 1), hint: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096),
-		sign: signer{key: opts.HMACKey}, notes: breaker.NewNoteTable(1 << 17)}
+		sign: signer{key: opts.HMACKey}, notes: breaker.NewNoteTable(1 << 17), changes: newChangeLog(opts.KeyPrefix),
+		changed: make(chan struct{}, 1)}
 	s.feed = s.prefix + "feed"
 	// The record queues exist from the start: a stream served before Start
 	// queues its record (the workers take it once they run) instead of
@@ -175,6 +188,9 @@ func New(opts Options) *Store {
 	if s.opts.RefreshInterval <= 0 {
 		s.opts.RefreshInterval = 2 * time.Second
 	}
+	if s.opts.FullRefreshInterval <= 0 {
+		s.opts.FullRefreshInterval = 30 * time.Minute
+	}
 	if s.origin == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -192,7 +208,7 @@ func New(opts Options) *Store {
 			s.opts.OnEvent(ev) // this breaker alone decides locally
 		}
 	})
-	s.tab.Store(&table{byID: map[breaker.ID]*entry{}})
+	s.tab.Store(&table{byID: map[breaker.ID]*entry{}, byKey: map[string]*entry{}})
 	s.viewMemory = s.local
 	return s
 }
@@ -214,7 +230,7 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 		return nil, nil, err
 	}
 	old := s.tab.Load()
-	nt := &table{byID: make(map[breaker.ID]*entry, len(specs))}
+	nt := &table{byID: make(map[breaker.ID]*entry, len(specs)), byKey: make(map[string]*entry, len(specs))}
 	fresh := false
 	for i, sp := range specs {
 		if _, ok := nt.byID[sp.ID]; ok {
@@ -232,6 +248,7 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 			fresh = true
 		}
 		nt.byID[sp.ID] = e
+		nt.byKey[e.key] = e
 		nt.list = append(nt.list, e)
 	}
 	s.tab.Store(nt)
@@ -295,6 +312,7 @@ func (s *Store) settle(e *entry, op string, now int64, r *result, err error) (*r
 		}
 	}
 	if r.Changed && s.started.Load() {
+		s.noteChange(e)
 		s.publish(e, r, now)
 	}
 	return r, nil

@@ -1,0 +1,185 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Refresh brings the local view up to date with Redis. Usually that is one
+// read of the change log and one pipelined read of the breakers it names
+// (with nothing changing, one call per period whatever the number of
+// breakers); every breaker is read after an outage (first writing back the
+// opens learned locally), after a feed reconnect, when the log's notes in
+// between are unknown, and every FullRefreshInterval. The first success
+// makes the store ready; a first attempt that finds Redis unreachable makes
+// it ready and degraded (a replica decides on its own rather than not at
+// all).
+func (s *Store) Refresh(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	now := s.opts.Clock.Now().UnixNano()
+	wasDegraded := s.degraded.Load()
+	if wasDegraded && !s.reachable(ctx) {
+		s.markReady()
+		return
+	}
+	tab := s.tab.Load()
+	if wasDegraded {
+		for _, e := range tab.list {
+			if err := s.settleLocal(ctx, e, now); err != nil && !keyError(err) {
+				s.markReady()
+				return
+			}
+		}
+	}
+	// The log is read before the breakers: a change noted after this read
+	// is read at the next refresh.
+	keys, all, commit, err := s.changedSince(ctx)
+	if err != nil {
+		if !keyError(err) {
+			s.failed("refresh", err)
+			s.markReady()
+			return
+		}
+		all = true // the log itself is unreadable: read everything
+	}
+	resync := s.resync.Swap(false)
+	full := wasDegraded || resync || all || now-s.lastFull.Load() >= int64(s.opts.FullRefreshInterval)
+	if wasDegraded || resync {
+		// Redis may have restarted empty: its sequence numbers start again.
+		for _, e := range tab.list {
+			e.viewMu.Lock()
+			e.seq = 0
+			e.viewMu.Unlock()
+		}
+	}
+	if wasDegraded {
+		// From here the scripts are the store again (their results apply to
+		// the view); a failure below turns it degraded once more.
+		s.degraded.Store(false)
+	}
+	var read []*entry
+	if full {
+		read = tab.list
+	} else {
+		seen := make(map[*entry]bool, len(keys))
+		for _, k := range keys {
+			if e, ok := tab.byKey[k]; ok && !seen[e] {
+				seen[e] = true
+				read = append(read, e)
+			}
+		}
+		for _, e := range tab.list {
+			// Never read yet (installed since), or on local state alone.
+			if !seen[e] && (e.last.Load() == nil || e.bad.Load() || e.pendingOverride.Load() != nil) {
+				read = append(read, e)
+			}
+		}
+	}
+	for _, e := range read {
+		if e.bad.Load() || e.pendingOverride.Load() != nil {
+			// On the local view alone since Redis refused it (or an
+			// override failed): what it learned goes back first, as after
+			// an outage.
+			_ = s.settleLocal(ctx, e, now)
+		}
+	}
+	if err := s.snapAll(ctx, read, now); err != nil {
+		s.markReady()
+		return
+	}
+	if commit != nil {
+		commit()
+	}
+	if full {
+		s.lastFull.Store(now)
+	}
+	if wasDegraded && !s.degraded.Load() {
+		s.log.Info("[store] Redis is reachable again: local opens written back, state resynced", "breakers", len(tab.list))
+	}
+	if (wasDegraded || resync) && s.opts.OnOverlay != nil {
+		// Overlay changes published meanwhile were missed too.
+		s.opts.OnOverlay("")
+	}
+	s.markReady()
+}
+
+// snapAll reads the breakers' states from Redis into the local view, up to
+// maxBatch per pipelined round trip; each answer is settled as a single
+// call's would be. It returns the error that turned the store degraded (a
+// key's own error degrades only its breaker and is not returned).
+func (s *Store) snapAll(ctx context.Context, list []*entry, now int64) error {
+	for len(list) > 0 {
+		n := min(len(list), maxBatch)
+		batch := list[:n]
+		list = list[n:]
+		if err := s.snapBatch(ctx, batch, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error {
+	if len(batch) == 1 {
+		e := batch[0]
+		if !s.remote(e) {
+			return s.degradedErr()
+		}
+		if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
+			return err
+		}
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, e := range batch {
+		if s.remote(e) {
+			cmds[i] = script.EvalSha(pctx, pipe, []string{e.key}, s.scriptArgs(e, "snap", now, nil)...)
+		}
+	}
+	_, _ = pipe.Exec(pctx)
+	for i, e := range batch {
+		if cmds[i] == nil {
+			continue
+		}
+		vals, err := cmds[i].Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Redis restarted and lost the script: this call loads it.
+			if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
+				return err
+			}
+			continue
+		}
+		var r *result
+		if err == nil {
+			r, err = parseReply(vals)
+		} else {
+			err = fmt.Errorf("redisstore snap %s: %w", e.id.Route, err)
+		}
+		e.emitMu.Lock()
+		e.lastNow.Store(now)
+		_, err = s.settle(e, "snap", now, r, err)
+		e.emitMu.Unlock()
+		if err != nil && !keyError(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// degradedErr is what a refresh reports when the store turned degraded
+// under it.
+func (s *Store) degradedErr() error {
+	if s.degraded.Load() {
+		return errDegraded
+	}
+	return nil
+}
+
+var errDegraded = fmt.Errorf("redisstore: Redis is unreachable")
