@@ -129,11 +129,29 @@ func fail(t *testing.T, st *redisstore.Store, clk *breaker.FakeClock, k breaker.
 	}
 }
 
+// dialer opens a client to one test Redis (a server, a Cluster).
+type dialer func(testing.TB) redis.UniversalClient
+
+func serverDialer(srv *redistest.Server) dialer {
+	return func(t testing.TB) redis.UniversalClient { return srv.Client(t) }
+}
+
+func urlDialer(url string) dialer {
+	return func(t testing.TB) redis.UniversalClient {
+		c, err := redisstore.NewClient(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
+
 // manyBreakers installs n breakers on a started store with its own client
 // (its commands counted), and waits for its first snapshot.
-func manyBreakers(t testing.TB, srv *redistest.Server, prefix string, n int, mod func(*redisstore.Options)) (*redisstore.Store, []breaker.Key, *cmdCounter) {
+func manyBreakers(t testing.TB, dial dialer, prefix string, n int, mod func(*redisstore.Options)) (*redisstore.Store, []breaker.Key, *cmdCounter) {
 	t.Helper()
-	client := srv.Client(t)
+	client := dial(t)
 	cc := countCommands(client)
 	clk := breaker.NewFakeClock(time.Now())
 	o := redisstore.Options{Client: client, KeyPrefix: prefix, OpTimeout: time.Second, Clock: clk, AsyncRecord: true}
@@ -166,7 +184,7 @@ func TestIdleRefreshCostDoesNotGrowWithBreakers(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, n := range []int{50, 5000} {
 		const period = 20 * time.Millisecond
-		_, _, cc := manyBreakers(t, srv, fmt.Sprintf("idle%d:", n), n, func(o *redisstore.Options) { o.RefreshInterval = period })
+		_, _, cc := manyBreakers(t, serverDialer(srv), fmt.Sprintf("idle%d:", n), n, func(o *redisstore.Options) { o.RefreshInterval = period })
 		cc.take()
 		time.Sleep(20 * period)
 		byName, total := cc.take()
@@ -182,8 +200,8 @@ func TestIdleRefreshCostDoesNotGrowWithBreakers(t *testing.T) {
 // only the breaker that changed.
 func TestRefreshReadsOnlyWhatChanged(t *testing.T) {
 	srv := redistest.Start(t)
-	a, ak, _ := manyBreakers(t, srv, "chg:", 100, nil)
-	b, bk, bc := manyBreakers(t, srv, "chg:", 100, func(o *redisstore.Options) {
+	a, ak, _ := manyBreakers(t, serverDialer(srv), "chg:", 100, nil)
+	b, bk, bc := manyBreakers(t, serverDialer(srv), "chg:", 100, func(o *redisstore.Options) {
 		o.RefreshInterval = 20 * time.Millisecond
 		o.HMACKey = []byte("not the writer's key: its feed is dropped")
 	})
