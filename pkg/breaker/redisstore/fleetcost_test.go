@@ -92,4 +92,3 @@ func names(m map[string]int) string {
 	sort.Strings(out)
 	return strings.Join(out, ", ")
 }
-
