@@ -73,7 +73,7 @@ local function buckets_ok(w)
 end
 local function readable(d)
   if type(d) ~= "table" then return false end
-  for _, f in ipairs({"st", "gen", "oa", "ra", "rc", "ou", "fo", "fu", "bu", "cons", "tc", "te", "nl"}) do
+  for _, f in ipairs({"st", "gen", "oa", "ra", "rc", "ou", "fo", "fu", "bu", "cons", "tc", "te", "nl", "lc"}) do
     if d[f] == nil then d[f] = 0 end
     if type(d[f]) ~= "number" then return false end
   end
@@ -217,6 +217,9 @@ local function close(reason)
   -- so every replica ramps from the same time.
   s.ca = 0
   if from == 2 and reason == "probe_success" then s.ca = now end
+  -- lc: the last close of any kind; a write-back never reopens over it
+  -- with an older open (merge).
+  s.lc = now
   s.cons = 0; s.tc = 0; s.te = 0; s.fw = {}; s.rw = {}; s.ls = {}
   if from ~= 0 then
     s.gen = s.gen + 1
@@ -355,7 +358,10 @@ elseif op == "adv" or op == "snap" then
   advance()
 elseif op == "merge" then
   -- Write-back after an outage (R-ST4): an open a replica learned on its
-  -- own while Redis was unreachable. The later of two opens wins.
+  -- own while Redis was unreachable, or one Redis lost (it went back to
+  -- an older state: healBehind). The later of two opens wins, and an open
+  -- older than Redis's last close (an operator's, a probe's) is not put
+  -- back over it.
   -- A: forced, forced until, opened at, open until, reopens, reason, blocked until
   local lfo = ARGV[A] == "1"; local lfu = tonumber(ARGV[A + 1]); local loa = tonumber(ARGV[A + 2])
   local lou = tonumber(ARGV[A + 3]); local lrc = tonumber(ARGV[A + 4]); local lreason = ARGV[A + 5]
@@ -363,7 +369,7 @@ elseif op == "merge" then
   advance()
   if lbu > s.bu and lbu > now then s.bu = lbu end
   local live = lfo and (lfu == 0 or lfu > now) or (not lfo and lou > now)
-  if live and (s.st ~= 1 or loa > s.oa) and s.fo == 0 then
+  if live and (s.st ~= 1 or loa > s.oa) and s.fo == 0 and loa > s.lc then
     local from = s.st
     s.st = 1; s.reason = lreason; s.oa = loa; s.ra = 0; s.rc = lrc; s.ou = lou
     if lfo then s.fo = 1; s.fu = lfu; s.ou = lfu end

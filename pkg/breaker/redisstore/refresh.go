@@ -74,12 +74,16 @@ func (s *Store) Refresh(ctx context.Context) {
 		}
 		for _, e := range tab.list {
 			// Never read yet (installed since), or on local state alone.
-			if !seen[e] && (e.last.Load() == nil || e.bad.Load() || e.pendingOverride.Load() != nil) {
+			if !seen[e] && (e.last.Load() == nil || e.bad.Load() || e.pendingOverride.Load() != nil || e.behind.Load()) {
 				read = append(read, e)
 			}
 		}
 	}
 	for _, e := range read {
+		if e.behind.Swap(false) {
+			s.healBehind(ctx, e, now)
+			continue
+		}
 		if e.bad.Load() || e.pendingOverride.Load() != nil {
 			// On the local view alone since Redis refused it (or an
 			// override failed): what it learned goes back first, as after
@@ -183,3 +187,25 @@ func (s *Store) degradedErr() error {
 }
 
 var errDegraded = fmt.Errorf("redisstore: Redis is unreachable")
+
+// healBehind puts back what Redis lost when it answered e with a state
+// older than the view's (R-ST8): a failover to a replica that lacked the
+// last writes, or a restored snapshot. The view's open (or block) is
+// written back (the script keeps the later of two opens, so after a mere
+// late answer it changes nothing), and the view then takes Redis's state
+// whatever its sequence: Redis's counter restarted below the view's, and
+// until it passed it again the view would ignore every later change.
+// What is not put back: the window counts of the lost outcomes (the
+// breaker needs that many failures again to trip) and a close Redis lost
+// (the route stays open until its cooldown, then probes as usual).
+func (s *Store) healBehind(ctx context.Context, e *entry, now int64) {
+	if s.remote(e) {
+		if err := s.settleLocal(ctx, e, now); err != nil {
+			e.behind.Store(true) // the next refresh tries again
+			return
+		}
+	}
+	e.viewMu.Lock()
+	e.seq = 0
+	e.viewMu.Unlock()
+}

@@ -155,6 +155,8 @@ type entry struct {
 	hinted atomic.Bool
 	// pendingOverride is an override made while Redis did not answer.
 	pendingOverride atomic.Pointer[pendingOverride]
+	// behind: Redis answered with a state older than the view's (apply).
+	behind atomic.Bool
 }
 
 // localLease marks a probe slot taken on the local view while Redis was
@@ -350,7 +352,16 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot) {
 		e.inc, e.seq = inc, 0
 	}
 	if seq < e.seq {
-		return // older than the view
+		// Older than the view. Either a late answer (two calls crossed) or
+		// Redis went back: a failover promoted a replica that lacked the
+		// last writes, or an old snapshot was restored. The key's
+		// incarnation is the same, so nothing else tells the two apart; the
+		// next refresh heals the breaker either way (healBehind), which is
+		// a no-op for a late answer.
+		if !e.behind.Swap(true) {
+			s.wake()
+		}
+		return
 	}
 	e.seq = seq
 	_ = breaker.Restore(s.local, e.lk, snap)
