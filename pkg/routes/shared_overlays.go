@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -25,6 +26,12 @@ type RevisionedBackend interface {
 	// SaveIf stores id's document (nil removes it) only when its revision
 	// is still expect; ErrConflict otherwise. It returns the new revision.
 	SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, error)
+	// Restore puts id's document (nil: removed) back at revision rev when
+	// the stored revision is lower: the store went back (a failover to a
+	// replica that lacked the last writes). A change made since, at a
+	// revision of rev or more, is never overwritten. It reports whether it
+	// wrote.
+	Restore(ctx context.Context, id string, doc []byte, rev int64) (bool, error)
 }
 
 var (
@@ -43,9 +50,16 @@ var (
 // replica last read.
 type SharedOverlays struct {
 	Backend RawOverlayBackend
+	// OnRestored is told of each gateway whose admin change this replica
+	// put back because the store had gone back to an older revision.
+	OnRestored func(id string, rev int64)
 
 	mu   sync.Mutex
-	revs map[string]int64 // as last read or written
+	revs map[string]int64  // as last read or written
+	docs map[string][]byte // the documents at those revisions (absent: removed)
+	// unread: stored entries that did not decode (or whose signature was
+	// bad) at the last read; what they held is unknown, so never restored.
+	unread map[string]bool
 }
 
 // Load implements OverlayStore. An entry that does not decode is skipped
@@ -69,9 +83,22 @@ func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 	case err != nil:
 		return nil, err
 	}
+	if rb, ok := s.Backend.(RevisionedBackend); ok {
+		if s.restoreWentBack(ctx, rb, raw, revs, bad) {
+			empty = false
+		}
+	}
 	if revs != nil {
+		docs := make(map[string][]byte, len(raw))
+		for id, d := range raw {
+			docs[id] = d
+		}
+		unread := map[string]bool{}
+		for _, id := range bad {
+			unread[id] = true
+		}
 		s.mu.Lock()
-		s.revs = revs
+		s.revs, s.docs, s.unread = revs, docs, unread
 		s.mu.Unlock()
 	}
 	out := make(map[string]Overlay, len(raw))
@@ -118,11 +145,53 @@ func (s *SharedOverlays) Save(ctx context.Context, id string, o *Overlay) error 
 	}
 	s.mu.Lock()
 	if s.revs == nil {
-		s.revs = map[string]int64{}
+		s.revs, s.docs = map[string]int64{}, map[string][]byte{}
 	}
 	s.revs[id] = rev
+	if b == nil {
+		delete(s.docs, id)
+	} else {
+		s.docs[id] = b
+	}
+	delete(s.unread, id)
 	s.mu.Unlock()
 	return nil
+}
+
+// restoreWentBack finds the gateways whose stored revision is lower than
+// the one this replica last read or wrote: the store went back (R-ST8: a
+// failover promoted a replica that lacked the last writes; Redis
+// replication is asynchronous), and an acknowledged admin change would be
+// lost, on every replica at its next read. Each is put back at the
+// revision this replica knew, and raw and revs then say so. A gateway
+// some replica changed since (a revision of the known one or more) is
+// left as stored. It reports whether it put any back.
+func (s *SharedOverlays) restoreWentBack(ctx context.Context, rb RevisionedBackend, raw map[string][]byte, revs map[string]int64, bad []string) bool {
+	s.mu.Lock()
+	held, docs, unread := s.revs, s.docs, s.unread
+	s.mu.Unlock()
+	restored := false
+	for id, rev := range held {
+		if revs[id] >= rev || unread[id] || slices.Contains(bad, id) {
+			continue
+		}
+		doc := docs[id]
+		ok, err := rb.Restore(ctx, id, doc, rev)
+		if err != nil || !ok {
+			continue // a newer change won meanwhile, or the store failed: the next read
+		}
+		restored = true
+		revs[id] = rev
+		if doc == nil {
+			delete(raw, id)
+		} else {
+			raw[id] = doc
+		}
+		if s.OnRestored != nil {
+			s.OnRestored(id, rev)
+		}
+	}
+	return restored
 }
 
 // BadOverlaysError names stored overlays that are not overlay documents;

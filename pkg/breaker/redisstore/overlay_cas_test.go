@@ -106,3 +106,58 @@ func TestEmptiedRedisGetsTheOverlaysBack(t *testing.T) {
 		t.Fatalf("a reverted overlay came back: failure_threshold %v, the file says 5", th)
 	}
 }
+
+// TestOverlaysOfARedisThatWentBack (R-ST8): a failover promotes a replica
+// that lacked the last admin change (played by restoring the overlays
+// hash as it was before it). The replica that knew the change puts it back
+// at its revision at its next overlay check, so no replica takes the older
+// one. Before, the acknowledged change was lost: the replicas read the
+// older revision and put it in force (fails before: failure_threshold 8).
+func TestOverlaysOfARedisThatWentBack(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	a, b := managerOn(t, srv), managerOn(t, srv)
+	ctx := context.Background()
+	if _, err := a.Patch(ctx, "default", []byte(`{"circuit_breaker":{"failure_threshold":8}}`)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := client.Dump(ctx, "cas:overlays").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Patch(ctx, "default", []byte(`{"circuit_breaker":{"failure_threshold":9}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The failover: Redis holds the overlays as they were before the
+	// second change.
+	if err := client.RestoreReplace(ctx, "cas:overlays", 0, before).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Refresh(ctx); err != nil { // any replica that knew it
+		t.Fatal(err)
+	}
+	for name, m := range map[string]*routes.Manager{"b": b, "a new replica": managerOn(t, srv)} {
+		if th := policyField(t, m, "failure_threshold"); th != float64(9) {
+			t.Errorf("%s runs with failure_threshold %v: the acknowledged change was lost", name, th)
+		}
+	}
+	if err := a.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if th := policyField(t, a, "failure_threshold"); th != float64(9) {
+		t.Errorf("a runs with failure_threshold %v", th)
+	}
+	// A later change still wins over the restored one.
+	if _, err := a.Patch(ctx, "default", []byte(`{"circuit_breaker":{"failure_threshold":10}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if th := policyField(t, b, "failure_threshold"); th != float64(10) {
+		t.Errorf("after a later change b runs with failure_threshold %v", th)
+	}
+}

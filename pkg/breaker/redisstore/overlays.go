@@ -159,3 +159,39 @@ func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string)
 	}
 	return res[1], nil
 }
+
+// restoreAt writes the field at revision ARGV[2] only when its stored
+// revision is lower (routes.RevisionedBackend.Restore).
+var restoreAt = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local rev = 0
+if cur then rev = tonumber(string.match(cur, '^fbxr:(%d+):')) or 0 end
+local want = tonumber(ARGV[2])
+if rev >= want then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. want .. ':' .. ARGV[3])
+return 1
+`)
+
+// Restore implements routes.RevisionedBackend: Redis went back to an
+// older revision of id (a failover to a replica without the last writes),
+// and this replica puts the one it knew back, then tells the others.
+func (o *Overlays) Restore(ctx context.Context, id string, doc []byte, rev int64) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, 4*o.Store.timeout)
+	defer cancel()
+	val := ""
+	if doc != nil {
+		val = string(o.Store.sign.sealOverlay(o.hash(), id, doc))
+	}
+	n, err := restoreAt.Run(cctx, o.Store.rdb, []string{o.hash()}, id, rev, val).Int64()
+	if err != nil {
+		o.Store.count("overlay_save")
+		return false, fmt.Errorf("redis overlays: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := o.Store.PublishOverlay(ctx, id); err != nil {
+		o.Store.count("publish")
+	}
+	return true, nil
+}
