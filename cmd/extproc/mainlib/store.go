@@ -73,13 +73,13 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 		},
 	})
 	return &storeWiring{fleetKey: key,
-		store:    st,
-		start:    st.Start,
+		store: st,
+		start: st.Start,
 		overlays: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}, OnRestored: func(id string, rev int64) {
 			log.Warn("[config] Redis had gone back to an older admin change (a failover to a replica without the last writes?): the one in force here was put back",
 				"gateway", id, "revision", rev)
 		}},
-		shared:   true,
-		close:    func() { _ = client.Close() },
+		shared: true,
+		close:  func() { _ = client.Close() },
 	}, nil
 }
