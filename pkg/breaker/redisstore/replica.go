@@ -231,6 +231,14 @@ func (s *Store) count(op string) {
 // Redis is back (R-ST4).
 func (s *Store) failed(op string, err error) {
 	s.count(op)
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// go-redis reloads a Cluster's slot map on MOVED, or every 60 s;
+		// a connection error to a master that failed (its replica now
+		// promoted) reloads nothing, so every call of its slots, and the
+		// feed's resubscription, would go on dialling the dead master for
+		// up to a minute. The reload is asynchronous and coalesced.
+		cc.ReloadState(context.Background())
+	}
 	if !s.degraded.Swap(true) {
 		s.log.Error("[store] Redis is unreachable: deciding and recording on this replica's local state until it returns",
 			"op", op, "error", err.Error())

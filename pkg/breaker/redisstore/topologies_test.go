@@ -266,3 +266,100 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		t.Fatalf("%d of %d failures in Redis after the reshard (%v)", s.Failures, n, err)
 	}
 }
+
+// The feed on a Cluster survives the failure of the master its
+// subscription is on: the master's replica is promoted, go-redis
+// resubscribes there, and transitions made afterwards still reach the
+// other replica by the feed alone (its refresh is an hour). The feed is
+// classic pub/sub, not sharded (SSUBSCRIBE): a classic message is
+// broadcast to every node, so a subscriber on any live node hears it;
+// a sharded channel lives in one shard and is heard only while that
+// shard has a master (docs/replicas.md).
+func TestFeedSurvivesAClusterMasterFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a six-node Redis Cluster")
+	}
+	cl := redistest.StartClusterWithReplicas(t)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(nil)
+	var rs []*replica
+	for i := range 2 {
+		client, err := redisstore.NewClient(cl.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		rs = append(rs, replicasWith(t, client, "ff:", clk, p, 1, 500*time.Millisecond, func(_ int, o *redisstore.Options) {
+			o.ReplicaID = fmt.Sprintf("ff%d", i)
+			o.RefreshInterval = time.Hour // only the feed can tell it
+		})[0])
+	}
+	a, b := rs[0], rs[1]
+	ctx := t.Context()
+	flip := func(round string) {
+		t.Helper()
+		if err := a.st.ForceOpen(ctx, a.key, clk.Now().UnixNano(), time.Hour); err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
+		eventually(t, round+": the open reaches the other replica", func() bool { return !b.st.Peek(ctx, b.key, clk.Now().UnixNano()).Allowed })
+		if err := a.st.ForceClose(ctx, a.key, clk.Now().UnixNano()); err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
+		eventually(t, round+": the close reaches the other replica", func() bool { return b.st.Peek(ctx, b.key, clk.Now().UnixNano()).Allowed })
+	}
+	flip("before the failure")
+	slot := int(crc16Slot("ff:feed"))
+	master, err := cl.MasterOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master.Stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := cl.MasterOf(ctx, slot)
+		if err == nil && m != master {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica of the feed's master was never promoted")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Twice: the resubscription's resync reads Redis once; the second
+	// round can only come by the feed.
+	for _, round := range []string{"after the failover", "again"} {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			// A call that went to the dead master turned a store degraded;
+			// its refresh (run here: the period is an hour) finds Redis
+			// again.
+			a.st.Refresh(ctx)
+			b.st.Refresh(ctx)
+			if !a.st.Degraded() && !b.st.Degraded() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the stores never used the promoted master")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		flip(round)
+	}
+}
+
+// crc16Slot is the Cluster slot of a key with no hash tag (CRC16 mod
+// 16384, as CLUSTER KEYSLOT says).
+func crc16Slot(key string) uint16 {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}

@@ -14,7 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a running three-master Redis Cluster (no replicas): three
+// Cluster is a running three-master Redis Cluster (with or without a
+// replica per master): three (or six)
 // redis-server --cluster-enabled on free ports, slots assigned with
 // redis-cli --cluster create, stopped at the end of the test.
 type Cluster struct {
@@ -23,7 +24,39 @@ type Cluster struct {
 
 // StartCluster runs a Redis Cluster for t (skipped without redis-server
 // and redis-cli, unless CI=true).
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t testing.TB) *Cluster { return startCluster(t, 0) }
+
+// StartClusterWithReplicas runs three masters with a replica each (six
+// servers), so that a master's failure promotes its replica, as in a
+// production Cluster.
+func StartClusterWithReplicas(t testing.TB) *Cluster { return startCluster(t, 1) }
+
+// MasterOf returns the node serving slot now, asked of a live node.
+func (c *Cluster) MasterOf(ctx context.Context, slot int) (*Server, error) {
+	for _, n := range c.Nodes {
+		if n.cmd == nil {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+		slots, err := cl.ClusterSlots(ctx).Result()
+		cl.Close()
+		if err != nil {
+			continue
+		}
+		for _, sr := range slots {
+			if int(sr.Start) <= slot && slot <= int(sr.End) && len(sr.Nodes) > 0 {
+				for _, m := range c.Nodes {
+					if m.Addr == sr.Nodes[0].Addr {
+						return m, nil
+					}
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("no live node knows the master of slot %d", slot)
+}
+
+func startCluster(t testing.TB, replicas int) *Cluster {
 	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -41,7 +74,7 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 	})
 	var addrs []string
-	for i := range 3 {
+	for i := range 3 * (1 + replicas) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +94,7 @@ func StartCluster(t testing.TB) *Cluster {
 		c.Nodes = append(c.Nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
-	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -76,6 +109,19 @@ func StartCluster(t testing.TB) *Cluster {
 			if time.Now().After(deadline) {
 				cl.Close()
 				t.Fatalf("the cluster never became ok on %s: %s", a, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// A replica that has not synced yet cannot be promoted: wait for
+		// its link to its master.
+		for replicas > 0 {
+			info, _ := cl.Info(context.Background(), "replication").Result()
+			if !strings.Contains(info, "role:slave") || strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("the replica %s never synced: %s", a, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
