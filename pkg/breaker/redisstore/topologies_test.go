@@ -101,7 +101,8 @@ func TestRedisStoreContractThroughSentinel(t *testing.T) {
 // A Sentinel failover under load: the replica is promoted, the failover
 // client follows it, and the store goes on — records reach the new master
 // and the breaker opens on the failures made before and after the
-// failover. Decisions (Peek) never wait on it. What the old master had not
+// failover. Decisions made throughout never wait longer than
+// op_timeout_ms. What the old master had not
 // yet replicated is lost with it (Redis replication is asynchronous);
 // the replicas' views then take the new master's state (a key whose
 // incarnation changed is taken whatever its sequence, R-ST8), and an open
@@ -137,6 +138,31 @@ func TestSentinelFailover(t *testing.T) {
 	if err := mc.Do(ctx, "WAIT", 1, 2000).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Decisions run throughout the failover: none may wait for Redis
+	// longer than op_timeout_ms (200 ms here).
+	var slowest atomic.Int64
+	stop := make(chan struct{})
+	decided := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				decided <- n
+				return
+			default:
+			}
+			t0 := time.Now()
+			r.st.Peek(ctx, r.key, clk.Now().UnixNano())
+			adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+			if d := time.Since(t0); int64(d) > slowest.Load() {
+				slowest.Store(int64(d))
+			}
+			_, _ = r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, breaker.Result{Kind: breaker.KindAnswered, Status: 200})
+			n++
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Sentinel.Addr})
 	defer sc.Close()
 	if err := sc.Failover(ctx, "fusebox").Err(); err != nil {
@@ -146,8 +172,11 @@ func TestSentinelFailover(t *testing.T) {
 		addr, err := sc.GetMasterAddrByName(ctx, "fusebox").Result()
 		return err == nil && len(addr) == 2 && "127.0.0.1:"+addr[1] == sn.Replica.Addr
 	})
-	for range 50 {
-		r.st.Peek(ctx, r.key, clk.Now().UnixNano()) // decisions go on meanwhile
+	close(stop)
+	if n := <-decided; n == 0 || time.Duration(slowest.Load()) > 200*time.Millisecond {
+		t.Fatalf("%d decisions during the failover, the slowest %v: over op_timeout_ms", n, time.Duration(slowest.Load()))
+	} else {
+		t.Logf("%d decisions during the failover, the slowest %v", n, time.Duration(slowest.Load()))
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
