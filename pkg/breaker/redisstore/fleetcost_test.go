@@ -60,6 +60,22 @@ func TestFleetCostFigures(t *testing.T) {
 		byName, total = cc.take()
 		t.Logf("%-20s %d decisions/s: %.0f commands/s (%s)", topo.name, int(float64(decisions)/busy.Seconds()),
 			float64(total)/busy.Seconds(), names(byName))
+		if topo.name == "one server" {
+			// Memory: one breaker's key after outcomes in both windows,
+			// and the server's whole growth over the 5,000.
+			c := srv.Client(t)
+			k := st.Key(breaker.RouteID("gw", "p0:r:m"))
+			for range 50 {
+				adm, _, _ := st.Acquire(ctx, keys[0], time.Now().UnixNano(), false)
+				_, _ = st.Record(ctx, keys[0], time.Now().UnixNano(), adm, fail503)
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			one, _ := c.MemoryUsage(ctx, k).Result()
+			info, _ := c.Info(ctx, "memory").Result()
+			t.Logf("%-20s memory: one breaker's key %d bytes after 50 failures; used_memory with %d breakers: %s",
+				topo.name, one, n, infoField(info, "used_memory_human"))
+		}
 	}
 	// A second install of 5,000 new breakers on a running replica: the
 	// install itself, and until the first snapshot of every one is read.
@@ -91,4 +107,13 @@ func names(m map[string]int) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
 }
