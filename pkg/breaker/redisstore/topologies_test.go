@@ -38,12 +38,23 @@ func TestRedisStoreContractOnCluster(t *testing.T) {
 // breaker once, and the feed (classic pub/sub, which a cluster forwards to
 // every node, so a subscriber on any node hears a publish on any other)
 // tells the replica that did not make the transition.
+// Through a Sentinel the same holds, with the failover client.
 func TestReplicasOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node Redis Cluster")
 	}
-	cl := redistest.StartCluster(t)
-	client, err := redisstore.NewClient(cl.URL())
+	replicasOpenOnce(t, redistest.StartCluster(t).URL())
+}
+
+func TestReplicasThroughSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master, a replica and a sentinel")
+	}
+	replicasOpenOnce(t, redistest.StartSentinel(t).URL())
+}
+
+func replicasOpenOnce(t *testing.T, url string) {
+	client, err := redisstore.NewClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
