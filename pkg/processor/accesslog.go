@@ -179,9 +179,17 @@ func (st *stream) finishDecision(noResponse bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	wait := st.rt.AccessLogWait
+	observed := st.rt.Envoy.Observer && noResponse && !st.recorded
+	if observed {
+		// The observer deployment: the route role's stream always ends
+		// before the response (it has no response phases); the observer
+		// records it (observe.go), on whichever replica its stream went
+		// to. The decision waits in its note for it, as for an entry.
+		wait = max(wait, observeWait)
+	}
 	switch {
 	case st.recorded:
-	case noResponse && p.entry != nil:
+	case noResponse && p.entry != nil && !observed:
 		st.recordEntry(*p.entry)
 	case noResponse && wait > 0:
 		// Waiting whether or not a channel stream is connected now: Envoy
@@ -194,10 +202,23 @@ func (st *stream) finishDecision(noResponse bool) {
 		note := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 			RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
 		act := s.meet.run(id, nil, meetOp{park: &note})
+		if act.how == meetByObserver {
+			break // the observer came first: it records
+		}
 		if act.how == meetEntry {
 			st.recordEntry(act.res)
 			s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 			break
+		}
+		if act.how == meetParked && p.entry != nil {
+			// An entry reached this replica while the stream ran: it
+			// claims the parked decision unless the observer did.
+			if a := s.meet.run(id, nil, meetOp{entry: p.entry}); a.how == meetEntry || a.how == meetFailed {
+				st.recordEntry(*p.entry)
+				break
+			} else if a.how == meetByObserver {
+				break
+			}
 		}
 		if act.how == meetParked {
 			p.parked = &note

@@ -210,6 +210,9 @@ func (st *stream) decide() decision {
 		if !st.handedOver {
 			st.s.decisions.add(st)
 			st.kept = true
+			if st.rt.Envoy.Observer {
+				d.stage = withObserve(d.stage, st.observeNote())
+			}
 		}
 	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()

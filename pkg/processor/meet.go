@@ -34,6 +34,9 @@ type attemptNote struct {
 	Parked *parkedNote `json:"p,omitempty"`
 	Later  int         `json:"l,omitempty"` // the latest attempt seen arriving
 	Entry  *entryNote  `json:"e,omitempty"` // an access log entry that came first
+	// Obs: the observer role took the decision's response (observe.go):
+	// it records; a later park or entry of the decision records nothing.
+	Obs bool `json:"o,omitempty"`
 }
 
 // parkedNote is a parked attempt, or a route-role decision waiting for
@@ -65,7 +68,7 @@ func (o entryOutcome) matchesNote(p *parkedNote) bool {
 	return (o.attempt == 0 || p.N == 0 || int(o.attempt) == p.N) && (o.cluster == "" || o.cluster == p.Cluster)
 }
 
-func (n *attemptNote) empty() bool { return n.Parked == nil && n.Later == 0 && n.Entry == nil }
+func (n *attemptNote) empty() bool { return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs }
 
 func (n *attemptNote) encode() []byte {
 	if n.empty() {
@@ -87,6 +90,9 @@ const (
 	meetEarly            // an entry for no parked attempt, kept in the note
 	meetMismatch         // an entry that names another cluster or attempt
 	meetFailed           // the store refused (full, forged): settled here
+	meetObserved         // the observer claimed the parked decision: it records
+	meetObserveFirst     // the observer came before the park: it records
+	meetByObserver       // a park or entry after the observer: nothing to record
 )
 
 type meetAct struct {
@@ -103,11 +109,23 @@ type meetOp struct {
 	expire bool
 	arrive int
 	entry  *entryOutcome
+	// observe: the observer role saw the decision's response begin.
+	observe bool
 }
 
 // step is the note's state machine: the next note and what to do.
 func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
 	switch {
+	case op.observe:
+		if q := cur.Parked; q != nil && q.N == 0 {
+			cur.Parked, cur.Obs = nil, true
+			return cur, meetAct{how: meetObserved, claim: q}
+		}
+		cur.Obs = true
+		return cur, meetAct{how: meetObserveFirst}
+	case cur.Obs && (op.park != nil && op.park.N == 0 && !op.expire || op.entry != nil):
+		// The observer records this decision's response.
+		return cur, meetAct{how: meetByObserver}
 	case op.expire:
 		if cur.Parked != nil && *cur.Parked == *op.park {
 			cur.Parked = nil

@@ -157,8 +157,11 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
 	var st roleStream = newStream(s)
-	if role == roleAttempt {
+	switch role {
+	case roleAttempt:
 		st = newAttemptStream(s)
+	case roleObserve:
+		st = newObserverStream(s)
 	}
 	defer s.finish(st)
 	for {
@@ -173,6 +176,11 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 			return s.recvErr(err)
 		}
 		resp := s.handle(st, req)
+		if e, ok := st.(ender); ok && e.over() {
+			// The observer recorded its response: its stream ends here
+			// rather than at Envoy's deferred close, seconds later.
+			return nil
+		}
 		if resp == nil {
 			continue
 		}
@@ -257,13 +265,14 @@ func phaseOf(req *extprocv3.ProcessingRequest) string {
 const (
 	roleRoute = iota
 	roleAttempt
+	roleObserve
 	roleOther
 )
 
 // role reads x-fusebox-role: absent or "route" is the route role (the
 // decision); "attempt" the attempt role in a provider cluster's upstream
-// chain (SPEC §11); anything else gets CONTINUE replies and records
-// nothing.
+// chain (SPEC §11); "observe" the observer role in observability mode
+// (observe.go); anything else gets CONTINUE replies and records nothing.
 func (s *Server) role(stream extprocv3.ExternalProcessor_ProcessServer) int {
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	v := md.Get(RoleHeader)
@@ -272,6 +281,8 @@ func (s *Server) role(stream extprocv3.ExternalProcessor_ProcessServer) int {
 		return roleRoute
 	case v[0] == "attempt":
 		return roleAttempt
+	case v[0] == "observe":
+		return roleObserve
 	}
 	return roleOther
 }

@@ -117,10 +117,11 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.onRequestBody(r.RequestBody)
 	}
-	if st.rt != nil && st.rt.Envoy.Failover {
+	if st.rt != nil && (st.rt.Envoy.Failover || st.rt.Envoy.Observer) {
 		// The failover deployment: the attempt role records every
 		// attempt, so the route role never does, whatever response
-		// messages reach it (R-X8).
+		// messages reach it (R-X8). The observer deployment: the
+		// observer records every response (observe.go).
 		return continueReply(req)
 	}
 	return st.onResponse(req)

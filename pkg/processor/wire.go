@@ -131,7 +131,7 @@ func (st *stream) modeOverride(reqBody filterv3.ProcessingMode_BodySendMode) *fi
 		ResponseHeaderMode: filterv3.ProcessingMode_SEND,
 		ResponseBodyMode:   st.respBodyMode,
 	}
-	if st.rt != nil && st.rt.Envoy.Failover {
+	if st.rt != nil && (st.rt.Envoy.Failover || st.rt.Envoy.Observer) {
 		m.ResponseHeaderMode, m.ResponseBodyMode = filterv3.ProcessingMode_SKIP, filterv3.ProcessingMode_NONE
 	}
 	return m

@@ -132,6 +132,9 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 		Gateways: map[string]*Gateway{},
 		Fleets:   map[string]*Fleet{},
 	}
+	if f.Envoy.Failover && f.Envoy.Observer {
+		c.errf("envoy: failover and observer cannot both be true: in the failover deployment the attempt role records every attempt (envoy/envoy-failover.yaml); the observer is for envoy/envoy-observer.yaml")
+	}
 	rt.AccessLogWait = DefaultAccessLogWaitMs * time.Millisecond
 	if v := f.AccessLog.WaitMs; v != nil {
 		if *v < 0 || *v > 60000 {

@@ -103,6 +103,12 @@ type EnvoySpec struct {
 	// every attempt, the route role never records, and every decision
 	// carries a chain. Start-only.
 	Failover bool `yaml:"failover"`
+	// Observer: the deployment runs a second ext_proc filter in
+	// observability mode that sees the response (envoy/envoy-observer.yaml,
+	// x-fusebox-role: observe). The route role then answers the request
+	// phases only, and the observer judges and records each response off
+	// Envoy's critical path (#28). Start-only.
+	Observer bool `yaml:"observer"`
 }
 
 // DefaultAccessLogWaitMs is access_log.wait_ms unset.

@@ -1,0 +1,146 @@
+package processor
+
+import (
+	"encoding/json"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The observer role (#28; envoy/envoy-observer.yaml, envoy.observer): a
+// second ext_proc filter in observability mode sends fusebox the response
+// headers and the STREAMED body without pausing the filter chain, and
+// ignores every reply (docs/envoy.md, "Observability mode"). No chunk of a
+// response waits for fusebox, so a GC pause or a CPU-starved pod never
+// delays a token. The route role answers the request phases only; the
+// observer judges the response with the same component the route role used
+// (response.go) and records it.
+//
+// The observer learns the decision from dynamic metadata: the route role
+// writes fusebox.observe (what recording needs: gateway, route, admission,
+// start) and fusebox.decision, and the observer filter forwards the fusebox
+// namespace (metadata_options.forwarding_namespaces). Its stream may reach
+// another replica than the route role's, so the two meet in the decision's
+// note (meet.go): the route role's stream ends with no response and parks
+// the decision there (as it waits for an access log entry); the observer
+// claims it, or marks it first, and records; a park or an entry after the
+// observer records nothing. When no observer stream comes (a local reply
+// on Envoy 1.34–1.36, which observability mode is not shown either), the
+// access log entry or the park's end settles it, as before.
+
+// observeWait bounds how long a route-role decision waits in its note for
+// the observer: the observer's response headers are sent when Envoy
+// encodes them, the moment the route role's stream closes.
+const observeWait = 2 * time.Second
+
+// observeKey is the fusebox metadata field the route role writes for the
+// observer.
+const observeKey = "observe"
+
+// observeNote is what the route role writes in fusebox.observe: the
+// decision as a parked note (N 0), so that recording on the observer's
+// replica is the same rebuild as recording a parked decision.
+func (st *stream) observeNote() string {
+	p := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
+	b, _ := json.Marshal(p) // plain fields always marshal
+	return string(b)
+}
+
+// withObserve adds the observer's note to the decision's metadata.
+func withObserve(stage *structpb.Struct, note string) *structpb.Struct {
+	stage.Fields["fusebox"].GetStructValue().Fields[observeKey] = structpb.NewStringValue(note)
+	return stage
+}
+
+// observerStream is the observer role's stream: one response, observed.
+type observerStream struct {
+	s *Server
+	j *stream // the judging component, once the decision is known
+	// done: the stream names no decision fusebox can record (no fusebox
+	// metadata, a route since removed, an untracked route): the rest is
+	// read and dropped.
+	done bool
+	eos  bool // the response's last message was seen
+}
+
+func newObserverStream(s *Server) *observerStream { return &observerStream{s: s} }
+
+// handle judges one observed message. Envoy ignores any reply in
+// observability mode, so none is sent: nil.
+func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	if o.done {
+		return nil
+	}
+	if o.j == nil {
+		if req.GetResponseHeaders() == nil {
+			return nil // request phases (a misconfigured observer): not ours
+		}
+		if o.j = o.begin(req); o.j == nil {
+			o.done = true
+			return nil
+		}
+	}
+	_ = o.j.judgeResponse(req)
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		o.eos = r.ResponseHeaders.GetEndOfStream()
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		o.eos = r.ResponseBody.GetEndOfStream()
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		o.eos = true
+	}
+	return nil
+}
+
+// begin reads the decision from the forwarded metadata and claims it in its
+// note; nil when there is nothing to record.
+func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
+	fb := req.GetMetadataContext().GetFilterMetadata()["fusebox"].GetFields()
+	id := fb["decision"].GetStringValue()
+	raw := fb[observeKey].GetStringValue()
+	if id == "" || len(id) > 64 || raw == "" || len(raw) > 4096 {
+		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
+		return nil
+	}
+	var p parkedNote
+	if json.Unmarshal([]byte(raw), &p) != nil || p.N != 0 {
+		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
+		return nil
+	}
+	st := o.s.streamFromNote(id, &p)
+	if st == nil || !st.tracked {
+		return nil
+	}
+	switch act := o.s.meet.run(id, nil, meetOp{observe: true}); act.how {
+	case meetObserved, meetObserveFirst, meetFailed:
+		// Ours to record (a store that refused: recorded here, the route
+		// role's park failed the same way and records a neither at most).
+	default:
+		return nil
+	}
+	return st
+}
+
+// ender is a stream that knows it is over before Envoy closes it.
+type ender interface{ over() bool }
+
+// over: the response was recorded at its end (or there is nothing to
+// record and the message was the last one).
+func (o *observerStream) over() bool {
+	return o.j != nil && o.j.recorded && o.eos
+}
+
+func (o *observerStream) fallback(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	return nil
+}
+
+// finish records what the response showed by its end: the judging
+// component's own end of stream (a response that did not complete is a
+// neither, as on the route role).
+func (o *observerStream) finish() {
+	if o.j != nil {
+		o.j.finish()
+	}
+}

@@ -1,0 +1,123 @@
+package processor
+
+import (
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// newObserverEnv is the observer deployment (envoy.observer: true): the
+// route role answers the request phases, the observer records (#28).
+func newObserverEnv(t *testing.T, opts ...func(*Options)) *env {
+	t.Helper()
+	return newEnvConfig(t, "envoy: {observer: true}\n"+testConfig, opts...)
+}
+
+// fuseboxMetadata is the fusebox namespace a reply set, as Envoy forwards
+// it to the observer (metadata_options.forwarding_namespaces).
+func fuseboxMetadata(t *testing.T, replies ...*extprocv3.ProcessingResponse) *corev3.Metadata {
+	t.Helper()
+	f := map[string]*structpb.Value{}
+	for _, r := range replies {
+		if v := r.GetDynamicMetadata().GetFields()["fusebox"].GetStructValue(); v != nil {
+			for k, x := range v.Fields {
+				f[k] = x
+			}
+		}
+	}
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"fusebox": {Fields: f}}}
+}
+
+// observe plays the observer filter: response headers with the forwarded
+// metadata, the body, all in observability mode, no reply awaited; then
+// the stream's end.
+func (e *env) observe(md *corev3.Metadata, status string, chunks ...string) {
+	e.t.Helper()
+	c := e.open("observe")
+	send := func(r *extprocv3.ProcessingRequest) {
+		r.ObservabilityMode = true
+		if err := c.stream.Send(r); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: hdrs(":status", status, "content-type", "application/json"), EndOfStream: len(chunks) == 0}}})
+	for i, ch := range chunks {
+		send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+			Body: []byte(ch), EndOfStream: i == len(chunks)-1}}})
+	}
+	_ = c.stream.CloseSend()
+	if _, err := c.stream.Recv(); err == nil {
+		e.t.Fatal("the server replied to an observability-mode message")
+	}
+	c.cancel()
+}
+
+// The observer deployment: the route role decides with no response phase
+// (its mode override skips them), the observer records the response, once,
+// whichever stream ends first; a failure opens the breaker as on the route
+// role.
+func TestObserverRecordsTheResponse(t *testing.T) {
+	for _, order := range []string{"route stream ends first", "observer first"} {
+		t.Run(order, func(t *testing.T) {
+			e := newObserverEnv(t)
+			for range 2 {
+				c := e.open("")
+				d := c.chat("gpt")
+				if d.GetRequestBody() == nil {
+					t.Fatalf("no decision: %v", d)
+				}
+				if mo := d.GetModeOverride(); mo != nil && mo.ResponseHeaderMode != 2 /* SKIP */ {
+					t.Fatalf("the route role asks for response phases: %v", mo)
+				}
+				md := fuseboxMetadata(t, d)
+				if md.FilterMetadata["fusebox"].Fields[observeKey].GetStringValue() == "" {
+					t.Fatalf("no observe note in the decision's metadata: %v", md)
+				}
+				if order == "observer first" {
+					e.observe(md, "503", `{"error":{"message":"overloaded"}}`)
+					c.end()
+				} else {
+					c.end()
+					e.observe(md, "503", `{"error":{"message":"overloaded"}}`)
+				}
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for e.status("default", "openai:us:gpt").State != "open" {
+				if time.Now().After(deadline) {
+					t.Fatalf("two observed 503s did not open the route: %+v", e.status("default", "openai:us:gpt"))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if s := e.status("default", "openai:us:gpt"); s.Failures != 2 {
+				t.Fatalf("%d failures recorded, want 2 (each response once)", s.Failures)
+			}
+		})
+	}
+}
+
+// A decision the observer never sees (a local reply on Envoy 1.34–1.36) is
+// settled as before: a neither after the wait, never a success or a hang.
+func TestObserverNeverCameIsANeither(t *testing.T) {
+	e := newObserverEnv(t)
+	c := e.open("")
+	_ = c.chat("gpt")
+	c.end()
+	e.clk.Advance(3 * time.Second)
+	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 || s.State != "closed" {
+		t.Fatalf("%+v", s)
+	}
+}
+
+// The observer without fusebox metadata (not a fusebox decision) records
+// nothing and replies nothing.
+func TestObserverWithoutADecision(t *testing.T) {
+	e := newObserverEnv(t)
+	e.observe(&corev3.Metadata{}, "503", "x")
+	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {
+		t.Fatalf("%+v", s)
+	}
+}
