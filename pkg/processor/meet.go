@@ -68,7 +68,9 @@ func (o entryOutcome) matchesNote(p *parkedNote) bool {
 	return (o.attempt == 0 || p.N == 0 || int(o.attempt) == p.N) && (o.cluster == "" || o.cluster == p.Cluster)
 }
 
-func (n *attemptNote) empty() bool { return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs }
+func (n *attemptNote) empty() bool {
+	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs
+}
 
 func (n *attemptNote) encode() []byte {
 	if n.empty() {
@@ -82,17 +84,17 @@ func (n *attemptNote) encode() []byte {
 type meetHow uint8
 
 const (
-	meetNone     meetHow = iota
-	meetParked           // the attempt waits in the note
-	meetConnErr          // claimed: Envoy retried it
-	meetEntry            // claimed: the access log entry says what happened
-	meetNeither          // claimed: its park time ended
-	meetEarly            // an entry for no parked attempt, kept in the note
-	meetMismatch         // an entry that names another cluster or attempt
-	meetFailed           // the store refused (full, forged): settled here
-	meetObserved         // the observer claimed the parked decision: it records
-	meetObserveFirst     // the observer came before the park: it records
-	meetByObserver       // a park or entry after the observer: nothing to record
+	meetNone         meetHow = iota
+	meetParked               // the attempt waits in the note
+	meetConnErr              // claimed: Envoy retried it
+	meetEntry                // claimed: the access log entry says what happened
+	meetNeither              // claimed: its park time ended
+	meetEarly                // an entry for no parked attempt, kept in the note
+	meetMismatch             // an entry that names another cluster or attempt
+	meetFailed               // the store refused (full, forged): settled here
+	meetObserved             // the observer claimed the parked decision: it records
+	meetObserveFirst         // the observer came before the park: it records
+	meetByObserver           // a park or entry after the observer: nothing to record
 )
 
 type meetAct struct {
