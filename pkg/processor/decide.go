@@ -211,7 +211,7 @@ func (st *stream) decide() decision {
 			st.s.decisions.add(st)
 			st.kept = true
 			if st.rt.Envoy.Observer {
-				d.stage = withObserve(d.stage, st.observeNote())
+				d.stage = withObserve(d.stage, st.chosen.Key, st.observeNote())
 			}
 		}
 	}

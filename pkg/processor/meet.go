@@ -37,6 +37,10 @@ type attemptNote struct {
 	// Obs: the observer role took the decision's response (observe.go):
 	// it records; a later park or entry of the decision records nothing.
 	Obs bool `json:"o,omitempty"`
+	// Done: a route-role decision (N 0) was recorded from its parking (an
+	// entry, or a neither at its end): an observer that comes later
+	// records nothing.
+	Done bool `json:"x,omitempty"`
 }
 
 // parkedNote is a parked attempt, or a route-role decision waiting for
@@ -69,7 +73,7 @@ func (o entryOutcome) matchesNote(p *parkedNote) bool {
 }
 
 func (n *attemptNote) empty() bool {
-	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs
+	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs && !n.Done
 }
 
 func (n *attemptNote) encode() []byte {
@@ -119,6 +123,9 @@ type meetOp struct {
 func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
 	switch {
 	case op.observe:
+		if cur.Done {
+			return cur, meetAct{how: meetByObserver} // settled already: nothing to record
+		}
 		if q := cur.Parked; q != nil && q.N == 0 {
 			cur.Parked, cur.Obs = nil, true
 			return cur, meetAct{how: meetObserved, claim: q}
@@ -131,6 +138,7 @@ func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
 	case op.expire:
 		if cur.Parked != nil && *cur.Parked == *op.park {
 			cur.Parked = nil
+			cur.Done = op.park.N == 0
 			return cur, meetAct{how: meetNeither, claim: op.park}
 		}
 		return cur, meetAct{}
@@ -143,6 +151,7 @@ func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
 		if cur.Entry != nil && cur.Entry.outcome().matchesNote(p) {
 			out := cur.Entry.outcome()
 			cur.Entry = nil
+			cur.Done = p.N == 0
 			return cur, meetAct{how: meetEntry, claim: p, res: out}
 		}
 		act := meetAct{how: meetParked}
@@ -164,6 +173,7 @@ func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
 				return cur, meetAct{how: meetMismatch}
 			}
 			cur.Parked = nil
+			cur.Done = q.N == 0
 			return cur, meetAct{how: meetEntry, claim: q, res: *op.entry}
 		}
 		if cur.Entry == nil {

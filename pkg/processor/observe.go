@@ -18,9 +18,9 @@ import (
 // (response.go) and records it.
 //
 // The observer learns the decision from dynamic metadata: the route role
-// writes fusebox.observe (what recording needs: gateway, route, admission,
-// start) and fusebox.decision, and the observer filter forwards the fusebox
-// namespace (metadata_options.forwarding_namespaces). Its stream may reach
+// writes fusebox.decision and, in namespace fusebox.observe, what recording
+// needs (gateway, route, admission, start); the observer filter forwards
+// both namespaces (metadata_options.forwarding_namespaces). Its stream may reach
 // another replica than the route role's, so the two meet in the decision's
 // note (meet.go): the route role's stream ends with no response and parks
 // the decision there (as it waits for an access log entry); the observer
@@ -34,9 +34,13 @@ import (
 // encodes them, the moment the route role's stream closes.
 const observeWait = 2 * time.Second
 
-// observeKey is the fusebox metadata field the route role writes for the
-// observer.
-const observeKey = "observe"
+// observeNS is the metadata namespace the route role writes for the
+// observer, apart from fusebox's own so that the access log line (which
+// logs %DYNAMIC_METADATA(fusebox)%) does not carry it; observeKey its field.
+const (
+	observeNS  = "fusebox.observe"
+	observeKey = "note"
+)
 
 // observeNote is what the route role writes in fusebox.observe: the
 // decision as a parked note (N 0), so that recording on the observer's
@@ -48,9 +52,14 @@ func (st *stream) observeNote() string {
 	return string(b)
 }
 
-// withObserve adds the observer's note to the decision's metadata.
-func withObserve(stage *structpb.Struct, note string) *structpb.Struct {
-	stage.Fields["fusebox"].GetStructValue().Fields[observeKey] = structpb.NewStringValue(note)
+// withObserve adds the observer's note to the decision's metadata, and the
+// chosen route to the fusebox namespace: with no response phase the route
+// role cannot set x-fusebox-route on the response, so the observer
+// profile's route config adds it from %DYNAMIC_METADATA(fusebox:route)%.
+func withObserve(stage *structpb.Struct, route, note string) *structpb.Struct {
+	stage.Fields["fusebox"].GetStructValue().Fields["route"] = structpb.NewStringValue(route)
+	stage.Fields[observeNS] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		observeKey: structpb.NewStringValue(note)}})
 	return stage
 }
 
@@ -70,19 +79,14 @@ func newObserverStream(s *Server) *observerStream { return &observerStream{s: s}
 // handle judges one observed message. Envoy ignores any reply in
 // observability mode, so none is sent: nil.
 func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-	if o.done {
-		return nil
-	}
-	if o.j == nil {
-		if req.GetResponseHeaders() == nil {
-			return nil // request phases (a misconfigured observer): not ours
-		}
+	if !o.done && o.j == nil && req.GetResponseHeaders() != nil {
 		if o.j = o.begin(req); o.j == nil {
 			o.done = true
-			return nil
 		}
 	}
-	_ = o.j.judgeResponse(req)
+	if o.j != nil && !o.done {
+		_ = o.j.judgeResponse(req)
+	}
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		o.eos = r.ResponseHeaders.GetEndOfStream()
@@ -97,9 +101,9 @@ func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Pro
 // begin reads the decision from the forwarded metadata and claims it in its
 // note; nil when there is nothing to record.
 func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
-	fb := req.GetMetadataContext().GetFilterMetadata()["fusebox"].GetFields()
-	id := fb["decision"].GetStringValue()
-	raw := fb[observeKey].GetStringValue()
+	md := req.GetMetadataContext().GetFilterMetadata()
+	id := md["fusebox"].GetFields()["decision"].GetStringValue()
+	raw := md[observeNS].GetFields()[observeKey].GetStringValue()
 	if id == "" || len(id) > 64 || raw == "" || len(raw) > 4096 {
 		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
 		return nil
@@ -129,7 +133,7 @@ type ender interface{ over() bool }
 // over: the response was recorded at its end (or there is nothing to
 // record and the message was the last one).
 func (o *observerStream) over() bool {
-	return o.j != nil && o.j.recorded && o.eos
+	return o.eos && (o.j == nil || o.j.recorded || o.done)
 }
 
 func (o *observerStream) fallback(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -20,15 +21,18 @@ func newObserverEnv(t *testing.T, opts ...func(*Options)) *env {
 // it to the observer (metadata_options.forwarding_namespaces).
 func fuseboxMetadata(t *testing.T, replies ...*extprocv3.ProcessingResponse) *corev3.Metadata {
 	t.Helper()
-	f := map[string]*structpb.Value{}
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
 	for _, r := range replies {
-		if v := r.GetDynamicMetadata().GetFields()["fusebox"].GetStructValue(); v != nil {
-			for k, x := range v.Fields {
-				f[k] = x
+		for ns, v := range r.GetDynamicMetadata().GetFields() {
+			if md.FilterMetadata[ns] == nil {
+				md.FilterMetadata[ns] = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			}
+			for k, x := range v.GetStructValue().GetFields() {
+				md.FilterMetadata[ns].Fields[k] = x
 			}
 		}
 	}
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"fusebox": {Fields: f}}}
+	return md
 }
 
 // observe plays the observer filter: response headers with the forwarded
@@ -74,7 +78,7 @@ func TestObserverRecordsTheResponse(t *testing.T) {
 					t.Fatalf("the route role asks for response phases: %v", mo)
 				}
 				md := fuseboxMetadata(t, d)
-				if md.FilterMetadata["fusebox"].Fields[observeKey].GetStringValue() == "" {
+				if md.FilterMetadata[observeNS].GetFields()[observeKey].GetStringValue() == "" {
 					t.Fatalf("no observe note in the decision's metadata: %v", md)
 				}
 				if order == "observer first" {
@@ -119,5 +123,48 @@ func TestObserverWithoutADecision(t *testing.T) {
 	e.observe(&corev3.Metadata{}, "503", "x")
 	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {
 		t.Fatalf("%+v", s)
+	}
+}
+
+// The decision's note settles who records a route-role decision in the
+// observer deployment, in every order of its three arrivals: the route
+// role's park (its stream ended with no response), the observer, and an
+// access log entry. Exactly one of them records (the one marked *).
+func TestObserveStep(t *testing.T) {
+	park := func() meetOp { return meetOp{park: &parkedNote{Gateway: "g", Route: "r", Cluster: "c"}} }
+	entry := func() meetOp { return meetOp{entry: &entryOutcome{cluster: "c"}} }
+	observe := meetOp{observe: true}
+	records := map[meetHow]bool{meetEntry: true, meetObserved: true, meetObserveFirst: true}
+	cases := []struct {
+		name string
+		ops  []meetOp
+		who  int // the op that records
+	}{
+		{"park, observer, entry", []meetOp{park(), observe, entry()}, 1},
+		{"observer, park, entry", []meetOp{observe, park(), entry()}, 0},
+		{"park, entry, observer", []meetOp{park(), entry(), observe}, 1},
+		{"entry, park, observer", []meetOp{entry(), park(), observe}, 1},
+		{"observer, entry, park", []meetOp{observe, entry(), park()}, 0},
+		{"entry, observer, park", []meetOp{entry(), observe, park()}, 1},
+	}
+	for _, c := range cases {
+		var n attemptNote
+		for i, op := range c.ops {
+			var raw []byte
+			if i > 0 {
+				raw = n.encode() // each step goes through the store
+			}
+			n = attemptNote{}
+			if raw != nil {
+				if err := json.Unmarshal(raw, &n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			next, act := step(n, op)
+			if records[act.how] != (i == c.who) {
+				t.Fatalf("%s: op %d did %d; want only op %d to record", c.name, i, act.how, c.who)
+			}
+			n = next
+		}
 	}
 }

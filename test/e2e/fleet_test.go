@@ -74,6 +74,9 @@ func (w *world) fleetHosts(cfg *envoysim.Config) {
 		more = append(more, r.grpcAddr)
 	}
 	cfg.ExtProc.Addrs = more
+	if cfg.Observer != nil {
+		cfg.Observer.Addrs = more
+	}
 	if cfg.Failover != nil {
 		cfg.Failover.Attempt.Addrs = more
 	}

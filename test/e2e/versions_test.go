@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +21,27 @@ type profile struct {
 
 func (p profile) file() string {
 	if p.File == "" {
+		if observerProfile {
+			return "../../envoy/envoy-observer.yaml"
+		}
 		return "../../envoy/envoy.yaml"
 	}
 	return "../../envoy/" + p.File
+}
+
+// observerProfile: FUSEBOX_E2E_PROFILE=observer runs the suite on the
+// observer deployment (#28): envoy-observer.yaml wherever a test plays
+// envoy.yaml, and fusebox with envoy.observer. make test runs the e2e
+// suite in both profiles.
+var observerProfile = os.Getenv("FUSEBOX_E2E_PROFILE") == "observer"
+
+// inProfile is a fusebox config as the profile runs it: with the observer,
+// envoy.observer is set (unless the config is the failover deployment's).
+func inProfile(config string) string {
+	if !observerProfile || strings.Contains(config, "failover: true}") || strings.Contains(config, "\nenvoy:") || strings.HasPrefix(config, "envoy:") {
+		return config
+	}
+	return "envoy: {observer: true}\n" + config
 }
 
 // profiles: every release the shipped configs name, and 1.36 running the
@@ -36,9 +55,7 @@ var profiles = []profile{
 
 // newWorldOn is a world whose proxies play profile pr.
 func newWorldOn(t *testing.T, pr profile) *world {
-	w := newWorld(t)
-	w.profile = pr
-	return w
+	return newWorldConfig(t, fuseboxConfig, func(w *world) { w.profile = pr })
 }
 
 // outage is one of Envoy's own endings (SPEC R-O2, R-O3, R-O12, R-O15).

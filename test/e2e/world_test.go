@@ -138,6 +138,9 @@ func newWorldConfig(t *testing.T, config string, opts ...func(*world)) *world {
 		t.Cleanup(p.Close)
 	}
 	w.cfgPath = filepath.Join(t.TempDir(), "fusebox.yaml")
+	if w.profile.File == "" {
+		config = inProfile(config)
+	}
 	if err := os.WriteFile(w.cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +191,9 @@ func (w *world) deployment(gateway string, vhostHeaders map[string]string) envoy
 	cfg.Gateway = gateway
 	cfg.VHostHeaders = vhostHeaders
 	cfg.ExtProc.Addr = w.grpcAddr
+	if cfg.Observer != nil {
+		cfg.Observer.Addr = w.grpcAddr
+	}
 	if cfg.AccessLog != nil {
 		cfg.AccessLog.Addr = w.grpcAddr
 	}
@@ -254,6 +260,10 @@ func do(t *testing.T, p *envoysim.Proxy, method, path, body string, hdr ...strin
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	// The observer profile records a response after the client has it:
+	// wait for it, so that what a test reads next follows the response, as
+	// in the synchronous profile.
+	p.WaitObserver(resp.Header.Get(envoysim.ObserverHeader), 3*time.Second)
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 

@@ -127,6 +127,12 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
 				return cfg, err
 			}
+			if ep.GetObservabilityMode() {
+				// The observer profile's second filter (envoy-observer.yaml).
+				o := extProcConfig(&ep)
+				cfg.Observer = &o
+				continue
+			}
 			cfg.ExtProc = extProcConfig(&ep)
 		}
 	}
@@ -135,6 +141,9 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		return cfg, fmt.Errorf("no virtual host")
 	}
 	vh := vhs[0]
+	for _, h := range vh.GetResponseHeadersToAdd() {
+		cfg.ResponseHeadersToAdd = append(cfg.ResponseHeadersToAdd, envoysim.HeaderToAdd{Key: h.GetHeader().GetKey(), Value: h.GetHeader().GetValue()})
+	}
 	if any, ok := vh.GetTypedPerFilterConfig()["envoy.filters.http.header_mutation"]; ok {
 		var pr headermutationv3.HeaderMutationPerRoute
 		if err := any.UnmarshalTo(&pr); err != nil {
@@ -307,6 +316,10 @@ func extProcConfig(ep *extprocv3.ExternalProcessor) envoysim.ExtProcConfig {
 		ResponseAttributes:  ep.GetResponseAttributes(),
 		ReceivingNamespaces: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),
 		InitialMetadata:     map[string]string{},
+		ObservabilityMode:   ep.GetObservabilityMode(),
+		// Envoy's default deferred_close_timeout is 5 s.
+		ForwardingNamespaces: ep.GetMetadataOptions().GetForwardingNamespaces().GetUntyped(),
+		DeferredClose:        ep.GetDeferredCloseTimeout().AsDuration(),
 	}
 	if c.MessageTimeout == 0 {
 		c.MessageTimeout = 200e6 // Envoy's default

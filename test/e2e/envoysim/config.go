@@ -21,6 +21,13 @@ type Config struct {
 	// sets (e.g. a residency for an EU listener).
 	VHostHeaders map[string]string
 	ExtProc      ExtProcConfig
+	// ResponseHeadersToAdd are the virtual host's response_headers_to_add:
+	// a literal value, or %DYNAMIC_METADATA(namespace:key)% (not added
+	// when empty, as Envoy's formatter leaves it).
+	ResponseHeadersToAdd []HeaderToAdd
+	// Observer, when set, is a second ext_proc filter after ExtProc, in
+	// observability mode (the observer profile, envoy-observer.yaml).
+	Observer *ExtProcConfig
 	// ClusterHeader is route (a)'s cluster_header; requests without it go
 	// to DefaultCluster (route (b)).
 	ClusterHeader  string
@@ -92,6 +99,14 @@ type ExtProcConfig struct {
 	ResponseAttributes  []string
 	ReceivingNamespaces []string
 	InitialMetadata     map[string]string
+	// ObservabilityMode is observability_mode: the filter sends without
+	// pausing and ignores replies (observe.go). ForwardingNamespaces are
+	// metadata_options.forwarding_namespaces.untyped: the dynamic
+	// metadata sent in metadata_context. DeferredClose is
+	// deferred_close_timeout (0: Envoy's 5 s).
+	ObservabilityMode    bool
+	ForwardingNamespaces []string
+	DeferredClose        time.Duration
 }
 
 // ServeDefaultsFrom makes every default route (the catch-all and each
@@ -109,3 +124,6 @@ func (c *Config) ServeDefaultsFrom(up Cluster) {
 		c.Clusters[name] = &x
 	}
 }
+
+// HeaderToAdd is one response_headers_to_add entry.
+type HeaderToAdd struct{ Key, Value string }

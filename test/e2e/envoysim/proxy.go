@@ -43,6 +43,11 @@ type Proxy struct {
 	attempts  []AttemptLog
 
 	accessLog *accessLogger
+	// obsOpen counts observer streams not over yet; obsByReq finds them
+	// by request (observe.go).
+	obsOpen  atomic.Int64
+	obsMu    sync.Mutex
+	obsByReq map[string]*obsStream
 }
 
 // New builds a proxy for cfg.
@@ -53,6 +58,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.epClusters = map[*ExtProcConfig]*grpcCluster{}
 	filters := []*ExtProcConfig{&p.cfg.ExtProc}
+	if p.cfg.Observer != nil {
+		filters = append(filters, p.cfg.Observer)
+	}
 	if p.cfg.Failover != nil {
 		filters = append(filters, &p.cfg.Failover.Attempt)
 	}
@@ -213,7 +221,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength >= 0 && len(body) > 0 {
 		h.set("content-length", strconv.Itoa(len(body)))
 	}
-	h.set("x-request-id", fmt.Sprintf("req-%d", p.reqSeq.Add(1)))
+	entry.RequestID = fmt.Sprintf("req-%d", p.reqSeq.Add(1))
+	h.set("x-request-id", entry.RequestID)
 	h.set("x-forwarded-proto", "http")
 
 	// The connection manager strips the retry headers a client may not

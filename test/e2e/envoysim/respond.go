@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -45,9 +46,29 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	streamed := func() bool { return ep.active() && ep.modes.ResponseBodyMode == filterv3.ProcessingMode_STREAMED }
 	h := headers{{":status", strconv.Itoa(up.status)}}
 	h = append(h, up.hdr...)
+	// The router finalizes the response headers (the virtual host's
+	// response_headers_to_add) before the encoder filters see them.
+	for _, a := range p.cfg.ResponseHeadersToAdd {
+		if v := e.format(a.Value); v != "" {
+			h.set(a.Key, v)
+		}
+	}
 	noBody := r.Method == http.MethodHead
 	if cl, ok := up.hdr.get("content-length"); ok && cl == "0" {
 		noBody = true
+	}
+	// The observer filter comes after the route role's in the decoder
+	// chain, so before it in the encoder chain: it sees the response as
+	// the upstream sent it, and never waits (observe.go).
+	obs := p.newObserver(e, e.RequestID)
+	defer obs.close()
+	if obs != nil {
+		w.Header().Set(ObserverHeader, e.RequestID)
+		oh := append(headers(nil), h...)
+		if p.cfg.Observer.ResponseBodyMode == filterv3.ProcessingMode_STREAMED {
+			oh.del("content-length")
+		}
+		obs.headers(oh, noBody, up)
 	}
 	if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
 		if streamed() {
@@ -117,11 +138,37 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 
 	if !streamed() {
 		ep.close()
-		if _, err := io.Copy(flushWriter{w, flush}, up.body); err != nil && !errors.Is(err, io.EOF) {
-			e.Reset = true
-			panic(http.ErrAbortHandler) // upstream reset after headers: reset downstream
+		if obs == nil {
+			if _, err := io.Copy(flushWriter{w, flush}, up.body); err != nil && !errors.Is(err, io.EOF) {
+				e.Reset = true
+				panic(http.ErrAbortHandler) // upstream reset after headers: reset downstream
+			}
+			return
 		}
-		return
+		// Each chunk goes to the observer and on to the client at once.
+		buf := make([]byte, chunkSize)
+		for {
+			n, err := up.body.Read(buf)
+			if n > 0 {
+				at := time.Now()
+				c := append([]byte(nil), buf[:n]...)
+				obs.body(c, false)
+				if _, werr := w.Write(c); werr != nil {
+					e.Reset = true
+					return
+				}
+				flush()
+				p.stats.chunk(time.Since(at))
+			}
+			if errors.Is(err, io.EOF) {
+				obs.body(nil, true)
+				return
+			}
+			if err != nil {
+				e.Reset = true
+				panic(http.ErrAbortHandler) // upstream reset after headers: reset downstream
+			}
+		}
 	}
 
 	// STREAMED: the reader sends each chunk as it arrives without waiting;
@@ -187,6 +234,12 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				processing = false
 			}
 		}
+		if obs != nil && len(s.chunk) > 0 {
+			obs.body(s.chunk, false)
+		}
+		if s.eos && obs != nil {
+			obs.body(nil, true)
+		}
 		if len(out) > 0 {
 			if _, err := w.Write(out); err != nil {
 				// The client went away: Envoy resets the ext_proc stream.
@@ -195,6 +248,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				return
 			}
 			flush()
+			if !s.at.IsZero() {
+				p.stats.chunk(time.Since(s.at))
+			}
 		}
 		if r.Context().Err() != nil {
 			ep.reset()
@@ -228,4 +284,19 @@ func (f flushWriter) Write(b []byte) (int, error) {
 	n, err := f.w.Write(b)
 	f.flush()
 	return n, err
+}
+
+// format evaluates a header value: %DYNAMIC_METADATA(ns:key)% (a string
+// field of the request's dynamic metadata, "" when absent), else the
+// literal value.
+func (e *Entry) format(v string) string {
+	const pre, post = "%DYNAMIC_METADATA(", ")%"
+	if !strings.HasPrefix(v, pre) || !strings.HasSuffix(v, post) {
+		return v
+	}
+	ns, key, ok := strings.Cut(v[len(pre):len(v)-len(post)], ":")
+	if !ok {
+		return ""
+	}
+	return e.Metadata[ns].GetFields()[key].GetStringValue()
 }

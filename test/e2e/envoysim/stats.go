@@ -19,6 +19,27 @@ type Stats struct {
 	// holds everything longer): the time fusebox held the request before
 	// it could be routed.
 	waits [waitBuckets]int
+	// chunks are how long each response chunk took from the upstream to
+	// the client (the latency the filters added to it), up to maxChunks.
+	chunks []time.Duration
+}
+
+const maxChunks = 1 << 18
+
+func (s *Stats) chunk(d time.Duration) {
+	s.mu.Lock()
+	if len(s.chunks) < maxChunks {
+		s.chunks = append(s.chunks, d)
+	}
+	s.mu.Unlock()
+}
+
+// ChunkDelays returns what each response chunk waited between the
+// upstream and the client, in arrival order (at most 2^18 of them).
+func (s *Stats) ChunkDelays() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.chunks...)
 }
 
 const waitBuckets = 2001
@@ -83,6 +104,7 @@ type Entry struct {
 	// %RESPONSE_DURATION% and %DURATION%.
 	Gateway             string
 	FuseboxRoute        string
+	RequestID           string // the x-request-id Envoy set
 	FirstByte, Duration time.Duration
 }
 
