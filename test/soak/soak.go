@@ -190,11 +190,17 @@ func newRig(opts Options, dir string) (*rig, error) {
 	cfg.Gateway = "default"
 	cfg.Envoy = opts.Envoy
 	cfg.ExtProc.Addr = r.grpcAddr
+	if cfg.Observer != nil {
+		cfg.Observer.Addr = r.grpcAddr
+	}
 	if cfg.AccessLog != nil {
 		cfg.AccessLog.Addr = r.grpcAddr
 	}
 	for _, x := range r.extra {
 		cfg.ExtProc.Addrs = append(cfg.ExtProc.Addrs, x.grpcAddr)
+		if cfg.Observer != nil {
+			cfg.Observer.Addrs = append(cfg.Observer.Addrs, x.grpcAddr)
+		}
 		if cfg.AccessLog != nil {
 			cfg.AccessLog.Addrs = append(cfg.AccessLog.Addrs, x.grpcAddr)
 			cfg.AccessLog.Workers = 2
@@ -224,6 +230,10 @@ func (r *rig) writeConfig(dir string) error {
 		store = fmt.Sprintf("{backend: redis, redis: {url: %q, key_prefix: \"soak:\"}}", "redis://"+addr+"/0")
 	}
 	doc := fmt.Sprintf(configTemplate, r.grpcAddr, r.adminAddr, store, r.threshold)
+	if strings.Contains(r.opts.EnvoyYAML, "envoy-observer") {
+		// The observer profile (#28): fusebox must know the deployment.
+		doc = "envoy: {observer: true}\n" + doc
+	}
 	tmp := r.cfgPath + ".tmp"
 	if err := os.WriteFile(tmp, []byte(doc), 0o600); err != nil {
 		return err

@@ -22,6 +22,16 @@ func TestSoakShort(t *testing.T) {
 		Envoy: envoysim.Envoy136})
 }
 
+// The observer profile (#28): the response goes to fusebox in
+// observability mode, never waited for; every invariant still holds.
+func TestSoakShortObserver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak runs for about a minute")
+	}
+	soakShort(t, Options{Requests: 15000, Concurrency: 16, Rate: 500, Faults: true, FaultEvery: time.Second, EnvoyYAML: "../../envoy/envoy-observer.yaml",
+		Envoy: envoysim.Envoy136})
+}
+
 // The same on the Redis store, with Redis killed and restarted in the
 // schedule (with CI=true a missing redis-server fails it).
 func TestSoakShortRedis(t *testing.T) {
