@@ -29,6 +29,7 @@ type scripted struct {
 	mu     sync.Mutex
 	seen   []*extprocv3.ProcessingRequest
 	md     []metadata.MD
+	mdOf   []string // the role of each message in seen
 	script func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse
 	// byRole, when set, answers instead of script, told the stream's
 	// x-fusebox-role (the failover tests play both roles).
@@ -47,6 +48,11 @@ func (s *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 		s.mu.Lock()
 		s.seen = append(s.seen, req)
+		role := ""
+		if v := md.Get("x-fusebox-role"); len(v) > 0 {
+			role = v[0]
+		}
+		s.mdOf = append(s.mdOf, role)
 		s.mu.Unlock()
 		var resp *extprocv3.ProcessingResponse
 		if s.byRole != nil {

@@ -1,0 +1,184 @@
+package envoysim
+
+import (
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The observer profile (docs/envoy.md, "Observability mode"): a second
+// ext_proc filter with observability_mode, played as Envoy's filter does.
+func observerRig(t *testing.T, route, observe func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse, mod ...func(*Config)) *rig {
+	t.Helper()
+	var r *rig
+	r = newRig(t, nil, append([]func(*Config){func(c *Config) {
+		c.ExtProc.ResponseHeaderMode = filterv3.ProcessingMode_SKIP
+		c.ExtProc.ResponseBodyMode = filterv3.ProcessingMode_NONE
+		c.ExtProc.ReceivingNamespaces = []string{"fusebox", "fusebox.observe"}
+		o := c.ExtProc
+		o.InitialMetadata = map[string]string{"x-fusebox-role": "observe"}
+		o.ObservabilityMode = true
+		o.RequestHeaderMode = filterv3.ProcessingMode_SKIP
+		o.RequestBodyMode = filterv3.ProcessingMode_NONE
+		o.ResponseHeaderMode = filterv3.ProcessingMode_SEND
+		o.ResponseBodyMode = filterv3.ProcessingMode_STREAMED
+		o.ForwardingNamespaces = []string{"fusebox", "fusebox.observe"}
+		o.DeferredClose = 50 * time.Millisecond
+		c.Observer = &o
+		c.ResponseHeadersToAdd = []HeaderToAdd{{Key: "x-fusebox-route", Value: "%DYNAMIC_METADATA(fusebox:route)%"}}
+	}}, mod...)...)
+	r.proc.script = nil
+	r.proc.byRole = func(role string, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if role == "observe" {
+			return observe(req)
+		}
+		return route(req)
+	}
+	return r
+}
+
+// The route role routes and sets metadata; the observer answers nothing.
+func routeWithMetadata(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	if req.GetRequestHeaders() != nil {
+		resp := reqHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{set("x-fusebox-cluster", "chosen")}}, ClearRouteCache: true})
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"fusebox":         structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"decision": structpb.NewStringValue("d1"), "route": structpb.NewStringValue("r:1")}}),
+			"fusebox.observe": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"note": structpb.NewStringValue("n")}}),
+		}}
+		return resp
+	}
+	return plain(req)
+}
+
+func (s *scripted) byRoleSeen(role string) []*extprocv3.ProcessingRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*extprocv3.ProcessingRequest
+	for i, md := range s.mdOf {
+		if v := md; v == role {
+			out = append(out, s.seen[i])
+		}
+	}
+	return out
+}
+
+// What the observer is sent, and what it changes: the response headers and
+// every STREAMED chunk, each with observability_mode and the forwarded
+// metadata, no protocol_config; replies (even an immediate response) are
+// ignored; the response reaches the client whole and unchanged, with the
+// route header from the route role's metadata.
+func TestObservabilityModeSendsAndIgnores(t *testing.T) {
+	r := observerRig(t, routeWithMetadata, func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		// A processor that tries to change the response: ignored.
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{Body: []byte("no")}}}
+	})
+	resp, body := r.post(`{"model":"m"}`)
+	if resp.StatusCode != 200 || body != "data: one\n\ndata: two\n\ndata: [DONE]\n\n" {
+		t.Fatalf("the observer changed the response: %d %q", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("x-fusebox-route"); got != "r:1" {
+		t.Fatalf("x-fusebox-route %q, want the route role's fusebox.route", got)
+	}
+	if !r.proxy.WaitObserver(resp.Header.Get(ObserverHeader), 2*time.Second) {
+		t.Fatal("the observer stream never ended")
+	}
+	obs := r.proc.byRoleSeen("observe")
+	if len(obs) < 2 {
+		t.Fatalf("the observer saw %d messages", len(obs))
+	}
+	if obs[0].GetResponseHeaders() == nil {
+		t.Fatalf("the observer's first message: %v", obs[0])
+	}
+	eos := false
+	for _, m := range obs {
+		if !m.ObservabilityMode || m.ProtocolConfig != nil {
+			t.Fatalf("observability_mode %v, protocol_config %v", m.ObservabilityMode, m.ProtocolConfig)
+		}
+		if m.GetRequestHeaders() != nil || m.GetRequestBody() != nil {
+			t.Fatal("the observer was sent the request")
+		}
+		md := m.GetMetadataContext().GetFilterMetadata()
+		if md["fusebox"].GetFields()["decision"].GetStringValue() != "d1" || md["fusebox.observe"].GetFields()["note"].GetStringValue() != "n" {
+			t.Fatalf("metadata_context %v: the forwarding namespaces are not there", md)
+		}
+		eos = eos || m.GetResponseBody().GetEndOfStream()
+	}
+	if !eos {
+		t.Fatal("the observer never saw the body's end")
+	}
+	for _, m := range r.proc.byRoleSeen("route") {
+		if m.GetResponseHeaders() != nil || m.GetResponseBody() != nil {
+			t.Fatal("the route role (response SKIP/NONE) was sent the response")
+		}
+	}
+	if r.proxy.Stats().Get("observer_replies_ignored") == 0 {
+		t.Fatal("the observer's replies were not read (and ignored)")
+	}
+}
+
+// No chunk waits for the observer: a processor that takes 500 ms per
+// message (about 2 s for the response's messages, if they were waited for)
+// adds nothing to the client's chunks, where the synchronous filter adds its
+// time to every one. The bounds are coarse: a fact of the harness, not a
+// speed.
+func TestObservabilityModeNeverWaits(t *testing.T) {
+	slow := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		time.Sleep(500 * time.Millisecond)
+		return nil
+	}
+	r := observerRig(t, routeWithMetadata, slow)
+	start := time.Now()
+	resp, _ := r.post(`{"model":"m"}`)
+	took := time.Since(start)
+	if resp.StatusCode != 200 || took > 400*time.Millisecond {
+		t.Fatalf("the response took %v behind a 500 ms-per-message observer", took)
+	}
+	for _, d := range r.proxy.Stats().ChunkDelays() {
+		if d > 200*time.Millisecond {
+			t.Fatalf("a chunk waited %v for the observer", d)
+		}
+	}
+	// The synchronous profile, same processor on the response: each chunk
+	// waits for its reply.
+	sync := newRig(t, func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetResponseBody() != nil {
+			time.Sleep(30 * time.Millisecond)
+		}
+		return plain(req)
+	})
+	sync.post(`{"model":"m"}`)
+	waited := 0
+	for _, d := range sync.proxy.Stats().ChunkDelays() {
+		if d >= 25*time.Millisecond {
+			waited++
+		}
+	}
+	if waited == 0 {
+		t.Fatal("the synchronous filter's chunks did not wait: the comparison proves nothing")
+	}
+}
+
+// Envoy 1.34–1.36 does not show a local reply to the observer either
+// (processing is complete before encodeHeaders); 1.40 does.
+func TestObservabilityModeLocalReplies(t *testing.T) {
+	for _, v := range []struct {
+		name  string
+		envoy Version
+		sees  bool
+	}{{"1.36", Envoy136, false}, {"1.40", Envoy140, true}} {
+		r := observerRig(t, routeWithMetadata, func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse { return nil },
+			func(c *Config) { c.Envoy = v.envoy; c.Clusters["chosen"].Addr = "127.0.0.1:1" })
+		resp, _ := r.post(`{"model":"m"}`)
+		if resp.StatusCode != 503 {
+			t.Fatalf("%s: %d", v.name, resp.StatusCode)
+		}
+		r.proxy.WaitObserver(resp.Header.Get(ObserverHeader), 2*time.Second)
+		if got := len(r.proc.byRoleSeen("observe")) > 0; got != v.sees {
+			t.Fatalf("%s: the observer saw the local reply: %v, want %v", v.name, got, v.sees)
+		}
+	}
+}
