@@ -18,9 +18,9 @@ import (
 // (response.go) and records it.
 //
 // The observer learns the decision from dynamic metadata: the route role
-// writes fusebox.decision and, in namespace fusebox.observe, what recording
+// writes, in namespace fusebox.observe, the decision id and what recording
 // needs (gateway, route, admission, start); the observer filter forwards
-// both namespaces (metadata_options.forwarding_namespaces). Its stream may reach
+// that namespace (metadata_options.forwarding_namespaces). Its stream may reach
 // another replica than the route role's, so the two meet in the decision's
 // note (meet.go): the route role's stream ends with no response and parks
 // the decision there (as it waits for an access log entry); the observer
@@ -46,10 +46,20 @@ const (
 // decision as a parked note (N 0), so that recording on the observer's
 // replica is the same rebuild as recording a parked decision.
 func (st *stream) observeNote() string {
-	p := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
-		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
-	b, _ := json.Marshal(p) // plain fields always marshal
+	n := observeNote{Decision: st.decisionID, Parked: parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}}
+	b, _ := json.Marshal(n) // plain fields always marshal
 	return string(b)
+}
+
+// observeNote is the one field the observer is forwarded. Envoy sends the
+// forwarding namespaces' metadata on every observed message (every chunk
+// of a stream), and decoding it is most of an observed message's cost, so
+// the observer forwards this namespace alone: one string, the decision id
+// included (not the fusebox namespace's many fields).
+type observeNote struct {
+	Decision string     `json:"d"`
+	Parked   parkedNote `json:"p"`
 }
 
 // withObserve adds the observer's note to the decision's metadata, and the
@@ -101,19 +111,14 @@ func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Pro
 // begin reads the decision from the forwarded metadata and claims it in its
 // note; nil when there is nothing to record.
 func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
-	md := req.GetMetadataContext().GetFilterMetadata()
-	id := md["fusebox"].GetFields()["decision"].GetStringValue()
-	raw := md[observeNS].GetFields()[observeKey].GetStringValue()
-	if id == "" || len(id) > 64 || raw == "" || len(raw) > 4096 {
+	raw := req.GetMetadataContext().GetFilterMetadata()[observeNS].GetFields()[observeKey].GetStringValue()
+	var n observeNote
+	if raw == "" || len(raw) > 4096 || json.Unmarshal([]byte(raw), &n) != nil || n.Decision == "" || len(n.Decision) > 64 || n.Parked.N != 0 {
 		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
 		return nil
 	}
-	var p parkedNote
-	if json.Unmarshal([]byte(raw), &p) != nil || p.N != 0 {
-		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
-		return nil
-	}
-	st := o.s.streamFromNote(id, &p)
+	id := n.Decision
+	st := o.s.streamFromNote(id, &n.Parked)
 	if st == nil || !st.tracked {
 		return nil
 	}

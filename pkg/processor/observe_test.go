@@ -24,6 +24,9 @@ func fuseboxMetadata(t *testing.T, replies ...*extprocv3.ProcessingResponse) *co
 	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
 	for _, r := range replies {
 		for ns, v := range r.GetDynamicMetadata().GetFields() {
+			if ns != observeNS {
+				continue // the observer profile forwards this namespace only
+			}
 			if md.FilterMetadata[ns] == nil {
 				md.FilterMetadata[ns] = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 			}

@@ -67,6 +67,11 @@ func (r *Result) Pct(p float64) time.Duration {
 // Report is both servers' figures.
 type Report struct {
 	Null, Fusebox *Result
+	// Observer is fusebox in the observer profile (observer.go), driven as
+	// envoy-observer.yaml drives it; ObserverRatios its per-round CPU over
+	// the null (synchronous) server's.
+	Observer       *Result
+	ObserverRatios []float64
 	// RoundRatios is fusebox's CPU per request over the null server's, per
 	// round: the machine is shared and noisy, so the median of paired
 	// rounds is the figure to quote.
@@ -74,8 +79,10 @@ type Report struct {
 }
 
 // MedianRatio is the median of the per-round CPU ratios.
-func (rep *Report) MedianRatio() float64 {
-	r := slices.Clone(rep.RoundRatios)
+func (rep *Report) MedianRatio() float64 { return median(rep.RoundRatios) }
+
+func median(rs []float64) float64 {
+	r := slices.Clone(rs)
 	slices.Sort(r)
 	if len(r) == 0 {
 		return 0
@@ -86,8 +93,15 @@ func (rep *Report) MedianRatio() float64 {
 // Print writes the report.
 func (rep *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-8s %9s %14s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99")
-	for _, r := range []*Result{rep.Null, rep.Fusebox} {
+	for _, r := range []*Result{rep.Null, rep.Fusebox, rep.Observer} {
+		if r == nil {
+			continue
+		}
 		fmt.Fprintf(w, "%-8s %9d %14v %12v %12v\n", r.Name, r.Requests, r.CPUPerRequest().Round(100*time.Nanosecond), r.Pct(0.5).Round(time.Microsecond), r.Pct(0.99).Round(time.Microsecond))
+	}
+	if o := rep.Observer; o != nil {
+		fmt.Fprintf(w, "observer/null: cpu %.2fx (median of %d paired rounds; all rounds pooled %.2fx); the observer's latencies are its 2 request-path round trips, no response message is waited for\n",
+			median(rep.ObserverRatios), len(rep.ObserverRatios), float64(o.CPUPerRequest())/float64(rep.Null.CPUPerRequest()))
 	}
 	fmt.Fprintf(w, "fusebox/null: cpu %.2fx (median of %d paired rounds; all rounds pooled %.2fx), p50 %.2fx, p99 %.2fx\n",
 		rep.MedianRatio(), len(rep.RoundRatios),
@@ -122,19 +136,25 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		return nil, err
 	}
 	defer nl.stop()
-	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}}
+	ob, err := startFuseboxObserver(fuseboxBin)
+	if err != nil {
+		return nil, err
+	}
+	defer ob.stop()
+	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}}
 	l := newLifecycle()
-	for _, s := range []*proc{nl, fb} { // warm up
+	ob.observer = true
+	for _, s := range []*proc{nl, fb, ob} { // warm up
 		if _, err := s.drive(l, 200, conc, nil); err != nil {
 			return nil, err
 		}
 	}
 	for i := 0; i < rounds; i++ {
-		var cpu [2]time.Duration
+		var cpu [3]time.Duration
 		for j, p := range []struct {
 			s *proc
 			r *Result
-		}{{nl, rep.Null}, {fb, rep.Fusebox}} {
+		}{{nl, rep.Null}, {fb, rep.Fusebox}, {ob, rep.Observer}} {
 			c0, err := procCPU(p.s.cmd.Process.Pid)
 			if err != nil {
 				return nil, err
@@ -153,6 +173,7 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		}
 		if cpu[0] > 0 {
 			rep.RoundRatios = append(rep.RoundRatios, float64(cpu[1])/float64(cpu[0]))
+			rep.ObserverRatios = append(rep.ObserverRatios, float64(cpu[2])/float64(cpu[0]))
 		}
 	}
 	return rep, nil
@@ -161,6 +182,8 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 type proc struct {
 	cmd  *exec.Cmd
 	conn *grpc.ClientConn
+	// observer: driven as the observer profile (runObserver).
+	observer bool
 }
 
 func (p *proc) stop() {
@@ -273,7 +296,11 @@ func (p *proc) drive(l *lifecycle, n, conc int, _ *Result) ([]time.Duration, err
 			lat := make([]time.Duration, 0, 64*n/conc+64)
 			for range work {
 				var err error
-				if lat, err = l.run(client, lat); err != nil {
+				run := l.run
+				if p.observer {
+					run = l.runObserver
+				}
+				if lat, err = run(client, lat); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err

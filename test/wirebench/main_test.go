@@ -30,9 +30,13 @@ func TestWirebenchRuns(t *testing.T) {
 			t.Fatalf("%s: %d requests, %d latencies, cpu %v", r.Name, r.Requests, len(r.Latencies), r.CPU)
 		}
 	}
+	// The observer profile: only the two request-path messages wait.
+	if o := rep.Observer; o.Requests != 300 || len(o.Latencies) != 300*2 || o.CPU <= 0 {
+		t.Fatalf("observer: %d requests, %d latencies, cpu %v", o.Requests, len(o.Latencies), o.CPU)
+	}
 	var b bytes.Buffer
 	rep.Print(&b)
-	if !strings.Contains(b.String(), "fusebox/null: cpu") {
+	if !strings.Contains(b.String(), "fusebox/null: cpu") || !strings.Contains(b.String(), "observer/null: cpu") {
 		t.Fatalf("report:\n%s", b.String())
 	}
 }

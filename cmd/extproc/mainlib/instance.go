@@ -316,6 +316,9 @@ func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc
 		grpc.MaxConcurrentStreams(uint32(min(l.MaxConcurrentStreams, math.MaxUint32))),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
+		// proto, without the metadata Envoy repeats on every body message
+		// (processor/codec.go).
+		grpc.ForceServerCodecV2(processor.Codec{}),
 	}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))

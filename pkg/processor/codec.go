@@ -1,0 +1,93 @@
+package processor
+
+import (
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Codec is the gRPC codec of fusebox's server: gRPC's own proto codec,
+// except that an ext_proc message carrying a body is decoded without its
+// metadata_context. Envoy sends the forwarding namespaces' metadata with
+// every message (docs/envoy.md, "Observability mode"), every chunk of a
+// stream included, and decoding that map is a quarter of an observed
+// message's cost; fusebox reads it only on response headers (observe.go).
+// mainlib installs it with grpc.ForceServerCodecV2.
+type Codec struct{}
+
+// Name is the content-subtype the codec serves: the proto one, replaced.
+func (Codec) Name() string { return "proto" }
+
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	return encoding.GetCodecV2("proto").Marshal(v)
+}
+
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*extprocv3.ProcessingRequest)
+	if !ok {
+		return encoding.GetCodecV2("proto").Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return proto.Unmarshal(dropBodyMetadata(buf.ReadOnlyData()), m)
+}
+
+// The ProcessingRequest fields the codec looks at, by their numbers in
+// the generated descriptor (not written by hand).
+var (
+	reqFields            = (&extprocv3.ProcessingRequest{}).ProtoReflect().Descriptor().Fields()
+	fieldRequestBody     = reqFields.ByName("request_body").Number()
+	fieldResponseBody    = reqFields.ByName("response_body").Number()
+	fieldMetadataContext = reqFields.ByName("metadata_context").Number()
+	requestOneof         = reqFields.ByName("request_body").ContainingOneof()
+)
+
+func inRequestOneof(num protowire.Number) bool {
+	f := reqFields.ByNumber(num)
+	return f != nil && f.ContainingOneof() == requestOneof
+}
+
+// dropBodyMetadata returns b without its metadata_context fields when b is
+// a body message; anything else (or anything it cannot read: proto's own
+// decoder then says why) is returned as it is.
+func dropBodyMetadata(b []byte) []byte {
+	// The request oneof's last field wins, as in proto's decoder.
+	body, meta := false, false
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return b
+		}
+		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
+		if m < 0 {
+			return b
+		}
+		// Only a length-delimited field is the message itself; another
+		// wire type under its number is an unknown field to proto.
+		switch {
+		case typ != protowire.BytesType:
+		case num == fieldRequestBody || num == fieldResponseBody:
+			body = true
+		case num == fieldMetadataContext:
+			meta = true
+		case inRequestOneof(num):
+			body = false // a later member of the oneof replaces the body
+		}
+		rest = rest[n+m:]
+	}
+	if !body || !meta {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
+		if num != fieldMetadataContext || typ != protowire.BytesType {
+			out = append(out, rest[:n+m]...)
+		}
+		rest = rest[n+m:]
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package processor
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func bodyWithMetadata() *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{
+		Request:           &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: x\n\n")}},
+		ObservabilityMode: true,
+		MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			observeNS: {Fields: map[string]*structpb.Value{observeKey: structpb.NewStringValue("note")}}}},
+	}
+}
+
+// The codec decodes a body message without its metadata_context, and
+// every other message (response headers above all: the observer reads the
+// metadata there) exactly as gRPC's proto codec does.
+func TestCodecDropsMetadataFromBodiesOnly(t *testing.T) {
+	headers := bodyWithMetadata()
+	headers.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}
+	for _, c := range []struct {
+		name     string
+		in       *extprocv3.ProcessingRequest
+		metadata bool
+	}{{"response body", bodyWithMetadata(), false}, {"response headers", headers, true}} {
+		raw, err := proto.Marshal(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got extprocv3.ProcessingRequest
+		if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &got); err != nil {
+			t.Fatal(err)
+		}
+		want := proto.Clone(c.in).(*extprocv3.ProcessingRequest)
+		if !c.metadata {
+			want.MetadataContext = nil
+		}
+		if !proto.Equal(&got, want) {
+			t.Fatalf("%s: decoded %v, want %v", c.name, &got, want)
+		}
+	}
+}
+
+// FuzzDropBodyMetadata: for any input, decoding the filtered bytes agrees
+// with proto's decoder on the original, metadata_context aside (R-L*: a
+// parser of Envoy's input).
+func FuzzDropBodyMetadata(f *testing.F) {
+	raw, _ := proto.Marshal(bodyWithMetadata())
+	f.Add(raw)
+	f.Add([]byte{0x42, 0x00, 0x22, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var orig, got extprocv3.ProcessingRequest
+		errOrig := proto.Unmarshal(b, &orig)
+		errGot := proto.Unmarshal(dropBodyMetadata(b), &got)
+		if errOrig != nil {
+			return // proto refuses it; whatever the filter gives is refused or smaller
+		}
+		if errGot != nil {
+			t.Fatalf("a valid message no longer decodes: %v", errGot)
+		}
+		if orig.GetRequestBody() != nil || orig.GetResponseBody() != nil {
+			orig.MetadataContext = nil
+		}
+		if got.GetRequestBody() != nil || got.GetResponseBody() != nil {
+			got.MetadataContext = nil
+		}
+		if !proto.Equal(&orig, &got) {
+			t.Fatalf("decoded %v, want %v", &got, &orig)
+		}
+	})
+}
+
+// The oneof's last member wins: a body followed by response headers is a
+// headers message, and keeps its metadata.
+func TestCodecLastOneofMemberWins(t *testing.T) {
+	body, _ := proto.Marshal(bodyWithMetadata())
+	h, _ := proto.Marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}})
+	b := append(body, h...)
+	var orig, got extprocv3.ProcessingRequest
+	if err := proto.Unmarshal(b, &orig); err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(dropBodyMetadata(b), &got); err != nil || !proto.Equal(&orig, &got) {
+		t.Fatalf("decoded %v, want %v (%v)", &got, &orig, err)
+	}
+}
