@@ -80,6 +80,7 @@ bench-wire:
 	$(GO) build -o bin/extproc ./cmd/extproc
 	$(GO) build -o bin/nullproc ./test/wirebench/nullproc
 	$(GO) run ./test/wirebench -fusebox bin/extproc -null bin/nullproc
+	FUSEBOX_FIGURES=1 $(GO) test -count=1 -v -run TestProfileFigures ./test/e2e/ | grep profile_figures
 
 # The soak and fault campaign (test/soak): 200,000 paced requests with the
 # fault schedule; SOAK_ARGS adds flags (e.g. -requests 900000 for 30 min).

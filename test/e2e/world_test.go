@@ -138,8 +138,11 @@ func newWorldConfig(t *testing.T, config string, opts ...func(*world)) *world {
 		t.Cleanup(p.Close)
 	}
 	w.cfgPath = filepath.Join(t.TempDir(), "fusebox.yaml")
-	if w.profile.File == "" {
+	switch w.profile.File {
+	case "":
 		config = inProfile(config)
+	case "envoy-observer.yaml":
+		config = "envoy: {observer: true}\n" + config
 	}
 	if err := os.WriteFile(w.cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)

@@ -138,21 +138,17 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 
 	if !streamed() {
 		ep.close()
-		if obs == nil {
-			if _, err := io.Copy(flushWriter{w, flush}, up.body); err != nil && !errors.Is(err, io.EOF) {
-				e.Reset = true
-				panic(http.ErrAbortHandler) // upstream reset after headers: reset downstream
-			}
-			return
-		}
-		// Each chunk goes to the observer and on to the client at once.
+		// Each chunk goes to the observer, if any, and on to the client at
+		// once.
 		buf := make([]byte, chunkSize)
 		for {
 			n, err := up.body.Read(buf)
 			if n > 0 {
 				at := time.Now()
 				c := append([]byte(nil), buf[:n]...)
-				obs.body(c, false)
+				if obs != nil {
+					obs.body(c, false)
+				}
 				if _, werr := w.Write(c); werr != nil {
 					e.Reset = true
 					return
@@ -161,7 +157,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				p.stats.chunk(time.Since(at))
 			}
 			if errors.Is(err, io.EOF) {
-				obs.body(nil, true)
+				if obs != nil {
+					obs.body(nil, true)
+				}
 				return
 			}
 			if err != nil {
@@ -273,17 +271,6 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 func mustGet(h headers, k string) string {
 	v, _ := h.get(k)
 	return v
-}
-
-type flushWriter struct {
-	w     io.Writer
-	flush func()
-}
-
-func (f flushWriter) Write(b []byte) (int, error) {
-	n, err := f.w.Write(b)
-	f.flush()
-	return n, err
 }
 
 // format evaluates a header value: %DYNAMIC_METADATA(ns:key)% (a string
