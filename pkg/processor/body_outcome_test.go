@@ -37,31 +37,48 @@ func TestBodyOutcomes(t *testing.T) {
 		{"chat_stream_garbage.sse", "gpt", "openai:us:gpt", "neither", "unparseable"},
 		{"broken.json", "gpt", "openai:us:gpt", "neither", "unparseable"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.fixture+"/"+tc.model, func(t *testing.T) {
-			body, err := os.ReadFile(filepath.Join("classify", "testdata", tc.fixture))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ct := "application/json"
-			if strings.HasSuffix(tc.fixture, ".sse") {
-				ct = "text/event-stream"
-			}
-			e := newEnv(t)
-			c := e.open("")
-			c.chat(tc.model)
-			c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", ct)
-			rng := rand.New(rand.NewPCG(7, uint64(len(body))))
-			for len(body) > 0 {
-				n := min(1+rng.IntN(40), len(body))
-				c.respBody(string(body[:n]), n == len(body))
-				body = body[n:]
-			}
-			c.end()
-			if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", tc.route, tc.class, tc.reason)); v != 1 {
-				t.Fatalf("outcome{%s,%s} = %v", tc.class, tc.reason, v)
-			}
-		})
+	// Both profiles (#28): the route role judging the response, and the
+	// observer judging it in observability mode, give the same outcome.
+	for _, profile := range []string{"synchronous", "observer"} {
+		for _, tc := range cases {
+			t.Run(profile+"/"+tc.fixture+"/"+tc.model, func(t *testing.T) {
+				body, err := os.ReadFile(filepath.Join("classify", "testdata", tc.fixture))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ct := "application/json"
+				if strings.HasSuffix(tc.fixture, ".sse") {
+					ct = "text/event-stream"
+				}
+				rng := rand.New(rand.NewPCG(7, uint64(len(body))))
+				var chunks []string
+				for len(body) > 0 {
+					n := min(1+rng.IntN(40), len(body))
+					chunks = append(chunks, string(body[:n]))
+					body = body[n:]
+				}
+				var e *env
+				if profile == "observer" {
+					e = newObserverEnv(t)
+					c := e.open("")
+					md := fuseboxMetadata(t, c.chat(tc.model))
+					c.end()
+					e.observeCT(md, "200", ct, chunks...)
+				} else {
+					e = newEnv(t)
+					c := e.open("")
+					c.chat(tc.model)
+					c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", ct)
+					for i, ch := range chunks {
+						c.respBody(ch, i == len(chunks)-1)
+					}
+					c.end()
+				}
+				if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", tc.route, tc.class, tc.reason)); v != 1 {
+					t.Fatalf("outcome{%s,%s} = %v", tc.class, tc.reason, v)
+				}
+			})
+		}
 	}
 }
 

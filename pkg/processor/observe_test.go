@@ -43,6 +43,12 @@ func fuseboxMetadata(t *testing.T, replies ...*extprocv3.ProcessingResponse) *co
 // the stream's end.
 func (e *env) observe(md *corev3.Metadata, status string, chunks ...string) {
 	e.t.Helper()
+	e.observeCT(md, status, "application/json", chunks...)
+}
+
+// observeCT is observe with the response's content type.
+func (e *env) observeCT(md *corev3.Metadata, status, ct string, chunks ...string) {
+	e.t.Helper()
 	c := e.open("observe")
 	send := func(r *extprocv3.ProcessingRequest) {
 		r.ObservabilityMode = true
@@ -51,7 +57,8 @@ func (e *env) observe(md *corev3.Metadata, status string, chunks ...string) {
 		}
 	}
 	send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: hdrs(":status", status, "content-type", "application/json"), EndOfStream: len(chunks) == 0}}})
+		Headers: hdrs(":status", status, "content-type", ct), EndOfStream: len(chunks) == 0}},
+		Attributes: attrs(0, "via_upstream")})
 	for i, ch := range chunks {
 		send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
 			Body: []byte(ch), EndOfStream: i == len(chunks)-1}}})
