@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"sync"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -31,8 +33,17 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return proto.Unmarshal(dropBodyMetadata(buf.ReadOnlyData()), m)
+	sp := scratch.Get().(*[]byte)
+	defer scratch.Put(sp)
+	b, out := dropBodyMetadataInto(buf.ReadOnlyData(), (*sp)[:0])
+	*sp = out[:0]
+	// proto copies every bytes field it decodes, so the scratch buffer
+	// may be reused once Unmarshal returns.
+	return proto.Unmarshal(b, m)
 }
+
+// scratch holds the buffers filtered messages are written to.
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // The ProcessingRequest fields the codec looks at, by their numbers in
 // the generated descriptor (not written by hand).
@@ -53,16 +64,23 @@ func inRequestOneof(num protowire.Number) bool {
 // a body message; anything else (or anything it cannot read: proto's own
 // decoder then says why) is returned as it is.
 func dropBodyMetadata(b []byte) []byte {
+	out, _ := dropBodyMetadataInto(b, nil)
+	return out
+}
+
+// dropBodyMetadataInto is dropBodyMetadata writing a filtered message into
+// dst (grown as needed); it returns the message to decode and dst.
+func dropBodyMetadataInto(b, dst []byte) ([]byte, []byte) {
 	// The request oneof's last field wins, as in proto's decoder.
 	body, meta := false, false
 	for rest := b; len(rest) > 0; {
 		num, typ, n := protowire.ConsumeTag(rest)
 		if n < 0 {
-			return b
+			return b, dst
 		}
 		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
 		if m < 0 {
-			return b
+			return b, dst
 		}
 		// Only a length-delimited field is the message itself; another
 		// wire type under its number is an unknown field to proto.
@@ -78,9 +96,9 @@ func dropBodyMetadata(b []byte) []byte {
 		rest = rest[n+m:]
 	}
 	if !body || !meta {
-		return b
+		return b, dst
 	}
-	out := make([]byte, 0, len(b))
+	out := dst
 	for rest := b; len(rest) > 0; {
 		num, typ, n := protowire.ConsumeTag(rest)
 		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
@@ -89,5 +107,5 @@ func dropBodyMetadata(b []byte) []byte {
 		}
 		rest = rest[n+m:]
 	}
-	return out
+	return out, out
 }
