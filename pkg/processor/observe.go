@@ -123,7 +123,9 @@ func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
 		return nil
 	}
 	switch act := o.s.meet.run(id, nil, meetOp{observe: true}); act.how {
-	case meetObserved, meetObserveFirst, meetFailed:
+	case meetObserved:
+		o.s.observedHere(id)
+	case meetObserveFirst, meetFailed:
 		// Ours to record (a store that refused: recorded here, the route
 		// role's park failed the same way and records a neither at most).
 	default:
@@ -152,4 +154,23 @@ func (o *observerStream) finish() {
 	if o.j != nil {
 		o.j.finish()
 	}
+}
+
+// observedHere ends the wait of a decision parked on this replica that the
+// observer just claimed: its timer would only find the note claimed.
+func (s *Server) observedHere(id string) {
+	p := s.decisions.get(id)
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != pendingWaiting {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.state = pendingDone
+	s.decisions.forget(id, p.st.rt.AccessLogWait, true)
 }
