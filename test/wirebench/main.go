@@ -203,7 +203,9 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func startFusebox(bin string) (*proc, error) {
+// startFusebox runs fusebox with args (a -config, or none: the embedded
+// default) on free ports.
+func startFusebox(bin string, args ...string) (*proc, error) {
 	grpcAddr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -212,7 +214,7 @@ func startFusebox(bin string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-grpc-addr", grpcAddr, "-admin-addr", adminAddr, "-log-level", "warn")
+	cmd := exec.Command(bin, append(args, "-grpc-addr", grpcAddr, "-admin-addr", adminAddr, "-log-level", "warn")...)
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, err

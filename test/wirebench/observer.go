@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -34,20 +33,7 @@ func startFuseboxObserver(bin string) (*proc, error) {
 	if err := os.WriteFile(cfg, append([]byte("envoy: {observer: true}\n"), routes.DefaultConfig()...), 0o600); err != nil {
 		return nil, err
 	}
-	grpcAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	adminAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "-config", cfg, "-grpc-addr", grpcAddr, "-admin-addr", adminAddr, "-log-level", "warn")
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return connect(cmd, grpcAddr)
+	return startFusebox(bin, "-config", cfg)
 }
 
 // runObserver drives one lifecycle in the observer profile; lat gets the
