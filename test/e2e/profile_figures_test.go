@@ -31,6 +31,7 @@ func TestProfileFigures(t *testing.T) {
 	}{{"no ext_proc", "envoy.yaml", true}, {"synchronous (envoy.yaml)", "envoy.yaml", false}, {"observer (envoy-observer.yaml)", "envoy-observer.yaml", false}} {
 		w := newWorldConfig(t, fuseboxConfig, func(w *world) { w.profile = profile{Name: pr.name, File: pr.file} })
 		p := w.proxy("default", nil, func(c *envoysim.Config) {
+			c.ChunkDelays = true
 			if pr.noExtProc {
 				c.ExtProc.Addr, c.Observer = "", nil
 			}

@@ -25,6 +25,9 @@ type Config struct {
 	// a literal value, or %DYNAMIC_METADATA(namespace:key)% (not added
 	// when empty, as Envoy's formatter leaves it).
 	ResponseHeadersToAdd []HeaderToAdd
+	// ChunkDelays makes Stats keep each response chunk's upstream->client
+	// delay (Stats.ChunkDelays): measurements and conformance tests.
+	ChunkDelays bool
 	// Observer, when set, is a second ext_proc filter after ExtProc, in
 	// observability mode (the observer profile, envoy-observer.yaml).
 	Observer *ExtProcConfig

@@ -30,6 +30,7 @@ func observerRig(t *testing.T, route, observe func(*extprocv3.ProcessingRequest)
 		o.DeferredClose = 50 * time.Millisecond
 		c.Observer = &o
 		c.ResponseHeadersToAdd = []HeaderToAdd{{Key: "x-fusebox-route", Value: "%DYNAMIC_METADATA(fusebox:route)%"}}
+		c.ChunkDelays = true
 	}}, mod...)...)
 	r.proc.script = nil
 	r.proc.byRole = func(role string, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -149,7 +150,7 @@ func TestObservabilityModeNeverWaits(t *testing.T) {
 			time.Sleep(30 * time.Millisecond)
 		}
 		return plain(req)
-	})
+	}, func(c *Config) { c.ChunkDelays = true })
 	sync.post(`{"model":"m"}`)
 	waited := 0
 	for _, d := range sync.proxy.Stats().ChunkDelays() {

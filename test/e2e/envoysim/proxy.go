@@ -53,6 +53,7 @@ type Proxy struct {
 // New builds a proxy for cfg.
 func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, active: map[string]*atomic.Int64{}}
+	p.stats.recordChunks = cfg.ChunkDelays
 	for name := range cfg.Clusters {
 		p.active[name] = &atomic.Int64{}
 	}

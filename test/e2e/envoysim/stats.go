@@ -20,13 +20,19 @@ type Stats struct {
 	// it could be routed.
 	waits [waitBuckets]int
 	// chunks are how long each response chunk took from the upstream to
-	// the client (the latency the filters added to it), up to maxChunks.
-	chunks []time.Duration
+	// the client (the latency the filters added to it), up to maxChunks,
+	// when Config.ChunkDelays asks for them (a soak must not grow a
+	// slice).
+	chunks       []time.Duration
+	recordChunks bool
 }
 
 const maxChunks = 1 << 18
 
 func (s *Stats) chunk(d time.Duration) {
+	if !s.recordChunks {
+		return
+	}
 	s.mu.Lock()
 	if len(s.chunks) < maxChunks {
 		s.chunks = append(s.chunks, d)
