@@ -22,9 +22,25 @@ type Codec struct{}
 // Name is the content-subtype the codec serves: the proto one, replaced.
 func (Codec) Name() string { return "proto" }
 
+// Marshal is proto's, except for the reply to a streamed chunk (the most
+// frequent message by far, shared and never modified: reply.go), whose
+// encoding is made once. It was a tenth of the synchronous profile's CPU
+// (pprof under bench-wire): 50 identical encodings per lifecycle.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if v == any(responseBodyContinue) {
+		// A SliceBuffer's Free is a no-op: gRPC may share and free it.
+		return mem.BufferSlice{mem.SliceBuffer(responseBodyContinueWire)}, nil
+	}
 	return encoding.GetCodecV2("proto").Marshal(v)
 }
+
+var responseBodyContinueWire = func() []byte {
+	b, err := proto.Marshal(responseBodyContinue)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
 
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(*extprocv3.ProcessingRequest)

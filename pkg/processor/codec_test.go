@@ -91,3 +91,16 @@ func TestCodecLastOneofMemberWins(t *testing.T) {
 		t.Fatalf("decoded %v, want %v (%v)", &got, &orig, err)
 	}
 }
+
+// The chunk reply's cached encoding is proto's own.
+func TestCodecChunkReplyEncoding(t *testing.T) {
+	got, err := (Codec{}).Marshal(responseBodyContinue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := proto.Marshal(responseBodyContinue)
+	var back extprocv3.ProcessingResponse
+	if string(got.Materialize()) != string(want) || proto.Unmarshal(got.Materialize(), &back) != nil || back.GetResponseBody() == nil {
+		t.Fatalf("encoded %x, want %x", got.Materialize(), want)
+	}
+}
