@@ -1,7 +1,9 @@
 package processor
 
 import (
-	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -48,8 +50,7 @@ const (
 func (st *stream) observeNote() string {
 	n := observeNote{Decision: st.decisionID, Parked: parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}}
-	b, _ := json.Marshal(n) // plain fields always marshal
-	return string(b)
+	return n.encode()
 }
 
 // observeNote is the one field the observer is forwarded. Envoy sends the
@@ -58,8 +59,68 @@ func (st *stream) observeNote() string {
 // the observer forwards this namespace alone: one string, the decision id
 // included (not the fusebox namespace's many fields).
 type observeNote struct {
-	Decision string     `json:"d"`
-	Parked   parkedNote `json:"p"`
+	Decision string
+	Parked   parkedNote
+}
+
+// The note's encoding: its fields in order, each a decimal length, a
+// colon, the bytes (no escaping, any byte allowed in a name); version
+// first. A tenth of JSON's cost on both sides (pprof under bench-wire).
+const observeNoteVersion = "o1"
+
+func (n observeNote) encode() string {
+	p := n.Parked
+	b := make([]byte, 0, 160)
+	for _, f := range []string{observeNoteVersion, n.Decision, p.Gateway, p.Route, p.Cluster} {
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+	}
+	for _, v := range []uint64{p.RouteGen, p.RouteLease, p.FleetGen, p.FleetLease, uint64(p.Start)} {
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, v, 10)
+	}
+	return string(b)
+}
+
+// parseObserveNote reads an encoded note strictly; ok is false for
+// anything else.
+func parseObserveNote(s string) (n observeNote, ok bool) {
+	var strs [5]string
+	for i := range strs {
+		c := strings.IndexByte(s, ':')
+		if c <= 0 || c > 4 {
+			return n, false
+		}
+		l, err := strconv.Atoi(s[:c])
+		if err != nil || l < 0 || l > len(s)-c-1 {
+			return n, false
+		}
+		strs[i], s = s[c+1:c+1+l], s[c+1+l:]
+	}
+	var nums [5]uint64
+	for i := range nums {
+		if len(s) == 0 || s[0] != ' ' {
+			return n, false
+		}
+		s = s[1:]
+		e := strings.IndexByte(s, ' ')
+		if e < 0 {
+			e = len(s)
+		}
+		v, err := strconv.ParseUint(s[:e], 10, 64)
+		if err != nil {
+			return n, false
+		}
+		nums[i], s = v, s[e:]
+	}
+	if s != "" || strs[0] != observeNoteVersion || nums[4] > math.MaxInt64 {
+		return n, false
+	}
+	n.Decision = strs[1]
+	n.Parked = parkedNote{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
+		FleetGen: nums[2], FleetLease: nums[3], Start: int64(nums[4])}
+	return n, true
 }
 
 // withObserve adds the observer's note to the decision's metadata, and the
@@ -112,8 +173,8 @@ func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Pro
 // note; nil when there is nothing to record.
 func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
 	raw := req.GetMetadataContext().GetFilterMetadata()[observeNS].GetFields()[observeKey].GetStringValue()
-	var n observeNote
-	if raw == "" || len(raw) > 4096 || json.Unmarshal([]byte(raw), &n) != nil || n.Decision == "" || len(n.Decision) > 64 || n.Parked.N != 0 {
+	n, ok := parseObserveNote(raw)
+	if !ok || len(raw) > 4096 || n.Decision == "" || len(n.Decision) > 64 {
 		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
 		return nil
 	}

@@ -178,3 +178,25 @@ func TestObserveStep(t *testing.T) {
 		}
 	}
 }
+
+// The observe note round-trips whatever its names hold, and a parse of
+// anything else never panics and never yields a half-read note.
+func FuzzObserveNote(f *testing.F) {
+	f.Add("d1", "gw", "openai:us:gpt", "openai_us", uint64(3), uint64(1), int64(1796000000000000000), "x")
+	f.Add("", "a:b", "1:x", "", uint64(0), uint64(0), int64(0), "o1 2:ab")
+	f.Fuzz(func(t *testing.T, d, g, r, c string, gen, lease uint64, start int64, junk string) {
+		if start < 0 {
+			start = -start
+		}
+		n := observeNote{Decision: d, Parked: parkedNote{Gateway: g, Route: r, Cluster: c, RouteGen: gen, RouteLease: lease, FleetGen: gen / 2, Start: start}}
+		got, ok := parseObserveNote(n.encode())
+		if !ok || got != n {
+			t.Fatalf("%+v -> %q -> %+v %v", n, n.encode(), got, ok)
+		}
+		if m, ok := parseObserveNote(junk); ok {
+			if again, ok2 := parseObserveNote(m.encode()); !ok2 || again != m {
+				t.Fatalf("%q parsed to %+v, which does not round-trip", junk, m)
+			}
+		}
+	})
+}
