@@ -22,7 +22,19 @@ type Event struct {
 	// RampUntil is when the recovery ramp a half_open→closed began ends
 	// (R-D8), unix ns; 0 = no ramp.
 	RampUntil int64
+	// DecidedBy says which state made the transition: "" (the memory
+	// store), DecidedByRedis (the shared state, by a script) or
+	// DecidedByLocal (a Redis store's local view while Redis was
+	// unreachable). An operator reading a fleet's logs needs it: local
+	// transitions are one replica's own, the shared ones everyone's.
+	DecidedBy string
 }
+
+// The DecidedBy values of a remote store's transitions.
+const (
+	DecidedByRedis = "redis"
+	DecidedByLocal = "local"
+)
 
 // Transition is the transition label, e.g. "closed->open".
 func (e Event) Transition() string { return e.From.String() + "->" + e.To.String() }

@@ -47,6 +47,7 @@ func (r *EventReporter) Report(e breaker.Event) {
 		"reopens", e.Reopens,
 		"generation", e.Generation,
 		"ramp_until", rampUntil(e),
+		"decided_by", decidedBy(e),
 	)
 }
 
@@ -55,6 +56,15 @@ func (r *EventReporter) Report(e breaker.Event) {
 // it; this one only shows where it stands).
 func (r *EventReporter) View(id breaker.ID, st breaker.State) {
 	r.Metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(float64(st))
+}
+
+// decidedBy names the state that made a transition (the memory store's
+// events carry none).
+func decidedBy(e breaker.Event) string {
+	if e.DecidedBy == "" {
+		return "memory"
+	}
+	return e.DecidedBy
 }
 
 // rampUntil says when a recovery ramp begun by this transition ends

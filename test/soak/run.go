@@ -240,6 +240,9 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			// Redis), down for a while, restarted: fusebox decides and
 			// records on local state meanwhile, then resyncs.
 			r.redis.Stop()
+			// Redis answers nothing more of its old state: the shared
+			// transitions' chain begins again (checkTransitions).
+			r.logs.Write([]byte("=== redis restarted\n"))
 			time.Sleep(every)
 			if err := r.redis.Restart(); err != nil {
 				r.logs.Write([]byte("=== redis restart failed: " + err.Error() + "\n"))
@@ -366,39 +369,8 @@ func (r *rig) check(rep *Report) {
 	add("every attempt's outcome counted exactly once, per class, against the providers' tally (off by at most Envoy's message timeouts)",
 		off <= float64(gaveUp), "%d message timeouts; %s", gaveUp, strings.Join(bad, "; "))
 
-	// Transitions: legal, in order, per breaker and per fusebox lifetime.
-	// A fusebox lifetime on the memory store starts closed. On the Redis
-	// store a new lifetime, and a resync after an outage, adopt the shared
-	// state without a transition of their own (the replica that made it
-	// logged it): the next transition of each breaker is checked for
-	// legality, not against a previous state.
-	legal := map[string]bool{"closed->open": true, "open->half_open": true, "half_open->closed": true, "half_open->open": true, "open->closed": true}
-	last := map[string]string{}
-	known := r.redis == nil
-	var wrong []string
-	for _, line := range strings.Split(r.logs.String(), "\n") {
-		if line == "=== fusebox started" || line == "=== redis flushed" || strings.Contains(line, "Redis is reachable again") {
-			last, known = map[string]string{}, r.redis == nil
-			continue
-		}
-		if !strings.Contains(line, "[circuit_breaker]") {
-			continue
-		}
-		rep.Transitions++
-		tr, route := field(line, "transition"), field(line, "route")
-		from, to, _ := strings.Cut(tr, "->")
-		prev, ok := last[route]
-		if !ok {
-			prev = "closed"
-			if !known {
-				prev = from
-			}
-		}
-		if !legal[tr] || from != prev {
-			wrong = append(wrong, fmt.Sprintf("%s: %s after %s", route, tr, prev))
-		}
-		last[route] = to
-	}
+	// Transitions: legal, in order, per breaker, each chain on its own.
+	wrong := checkTransitions(r.logs.String(), r.redis != nil, &rep.Transitions)
 	add("transitions are legal and in order, per breaker", len(wrong) == 0, "%d transitions; %s", rep.Transitions, strings.Join(first(wrong, 5), "; "))
 
 	add("goroutines return within 10 % after the load", rep.AfterGoroutines <= max(rep.BeforeGoroutines*11/10, rep.BeforeGoroutines+10),
@@ -442,14 +414,26 @@ func (r *rig) check(rep *Report) {
 
 	// What Envoy waited for each request-path reply (R-ST7): a stalled or
 	// slow Redis must not hold a decision past the store's op timeout.
+	// The bound is op_timeout_ms + 20 ms; a 2-core machine running four
+	// processes under the race detector pauses a goroutine that long now
+	// and then with Redis nowhere in it (CI, stops 31-32: 3 and 4 replies
+	// of ~27,700 at 73 and 83 ms), so one reply in 2,000 may pass it, and
+	// none may reach 200 ms (the message_timeout of #23's deployment;
+	// envoy.yaml's is 500 ms). The fault it guards
+	// against holds every decision of a 2 s stall (~1,000 of them).
 	if r.redis != nil {
 		bound := time.Duration(routes.DefaultOpTimeoutMs)*time.Millisecond + 20*time.Millisecond
 		n, longer, longest := r.proxy.Stats().RequestPathWaits(bound)
+		_, timedOut, _ := r.proxy.Stats().RequestPathWaits(hardWait)
 		rep.LongestWait = longest
-		add(fmt.Sprintf("no decision waited longer than op_timeout_ms + 20 ms (%v)", bound), longer == 0,
-			"%d of %d request-path replies waited that long; the longest %v", longer, n, longest)
+		add(fmt.Sprintf("no decision waited past %v, nor more than 1 in 2,000 past op_timeout_ms + 20 ms (%v)", hardWait, bound),
+			timedOut == 0 && longer*2000 <= n,
+			"%d of %d request-path replies waited past %v, %d past %v; the longest %v", longer, n, bound, timedOut, hardWait, longest)
 	}
 }
+
+// hardWait is the wait no request-path reply may reach.
+const hardWait = 200 * time.Millisecond
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
 

@@ -265,7 +265,7 @@ func (r *rig) startReplica(i int) error {
 		opts = append(opts, mainlib.WithClock(skewed{r.opts.Skew}))
 	}
 	in, err := mainlib.Start(ctx, []string{"-config", r.cfgPath, "-grace-period", "0s", "-reload-interval", "500ms",
-		"-grpc-addr", x.grpcAddr, "-admin-addr", freeAddr()}, r.logs, opts...)
+		"-grpc-addr", x.grpcAddr, "-admin-addr", freeAddr()}, r.logs.Prefixed(fmt.Sprintf("[r%d] ", i)), opts...)
 	if err != nil {
 		cancel()
 		return err

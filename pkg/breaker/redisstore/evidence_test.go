@@ -133,3 +133,42 @@ func TestEvictedKeysHeal(t *testing.T) {
 		})
 	}
 }
+
+// TestTransitionsNameTheirDecider: the transition a script made carries
+// decided_by=redis (every replica's), the one this replica's local view
+// made while Redis was unreachable decided_by=local (its own alone). The
+// fleet soak checks each kind of chain on its own; an operator reading a
+// fleet's logs can tell them apart.
+func TestTransitionsNameTheirDecider(t *testing.T) {
+	srv := redistest.Start(t)
+	client := storeClient(t, srv)
+	clk := breaker.NewFakeClock(time.Now())
+	r := replicasWith(t, client, "decider:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
+	ctx := context.Background()
+	trip := func() {
+		adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+		if !ok {
+			t.Fatal("a healthy route was refused")
+		}
+		if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trip()
+	eventually(t, "the shared open reported", func() bool { return len(r.transitions()) == 1 })
+	if err := r.st.ForceClose(ctx, r.key, clk.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	eventually(t, "degraded", func() bool { return r.st.Degraded() })
+	trip()
+	eventually(t, "the local open reported", func() bool { return len(r.transitions()) == 3 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := []string{"closed->open " + breaker.DecidedByRedis, "open->closed " + breaker.DecidedByRedis, "closed->open " + breaker.DecidedByLocal}
+	for i, e := range r.events {
+		if got := e.Transition() + " " + e.DecidedBy; got != want[i] {
+			t.Errorf("transition %d: %q, want %q", i, got, want[i])
+		}
+	}
+}

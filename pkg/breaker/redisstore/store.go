@@ -204,6 +204,7 @@ func New(opts Options) *Store {
 		if s.opts.OnEvent == nil {
 			return
 		}
+		ev.DecidedBy = breaker.DecidedByLocal
 		if s.degraded.Load() {
 			s.opts.OnEvent(ev)
 		} else if e, ok := s.tab.Load().byID[ev.ID]; ok && e.bad.Load() {
@@ -375,7 +376,7 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 		ID: e.id, Provider: e.id.Provider(), From: breaker.State(ev.From), To: breaker.State(ev.To), Reason: ev.Reason,
 		At: now, Failures: ev.Failures, Threshold: e.policy.FailureThreshold, PolicyVersion: e.policy.Version,
 		OpenUntil: ev.OU * ms, OpenedAt: ev.OA * ms, Reopens: ev.RC, WindowCalls: ev.Calls, WindowFailures: ev.Fails,
-		Generation: ev.Gen,
+		Generation: ev.Gen, DecidedBy: breaker.DecidedByRedis,
 	}
 	if ev.Forever == 1 && ev.To == int(breaker.Open) {
 		out.OpenUntil = breaker.Never

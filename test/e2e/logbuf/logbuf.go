@@ -5,6 +5,7 @@ package logbuf
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"sync"
 )
 
@@ -36,4 +37,24 @@ func (l *Buffer) Lines() []string {
 		out = append(out, sc.Text())
 	}
 	return out
+}
+
+// Prefixed returns a writer whose every write lands in l with prefix
+// before it, in one piece (slog writes a line per call): the fleet's
+// replicas share one buffer and stay apart in it.
+func (l *Buffer) Prefixed(prefix string) io.Writer {
+	return prefixed{l, prefix}
+}
+
+type prefixed struct {
+	l      *Buffer
+	prefix string
+}
+
+func (p prefixed) Write(b []byte) (int, error) {
+	p.l.mu.Lock()
+	defer p.l.mu.Unlock()
+	p.l.b.WriteString(p.prefix)
+	p.l.b.Write(b)
+	return len(b), nil
 }

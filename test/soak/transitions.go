@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// legalTransition lists the state machine's edges (SPEC §5).
+var legalTransition = map[string]bool{"closed->open": true, "open->half_open": true, "half_open->closed": true, "half_open->open": true, "open->closed": true}
+
+// A transition as the log line tells it.
+type loggedTransition struct {
+	replica, route, tr, by string
+	gen                    uint64
+	seq                    int // its place in the log
+}
+
+// checkTransitions reads the merged logs of the fleet and returns every
+// transition that breaks its chain; n counts them all. A breaker has one
+// chain per deciding state, and the log line names it (decided_by):
+//
+//   - memory: one replica's memory store, in log order; a lifetime (a
+//     fusebox start) begins closed.
+//   - redis: the shared state, whichever replica's script made it. Two
+//     replicas write their lines in their own order, not Redis's, so the
+//     chain is put in the order of the breaker's generation (which every
+//     transition in Redis bumps) before it is read; a Redis emptied or
+//     restarted begins the chain again (its first transition is checked
+//     for legality only).
+//   - local: one replica's local view while Redis was unreachable, from
+//     the state it last learned (legality only for the first) until that
+//     replica's "Redis is reachable again".
+//
+// The replica is the "[rN] " prefix the rig writes before each replica's
+// lines.
+func checkTransitions(logs string, onRedis bool, n *int) []string {
+	var wrong []string
+	check := func(chain []loggedTransition, prev string) {
+		for _, t := range chain {
+			from, to, _ := strings.Cut(t.tr, "->")
+			if prev == "" {
+				prev = from
+			}
+			if !legalTransition[t.tr] || from != prev {
+				wrong = append(wrong, fmt.Sprintf("%s (%s, %s, generation %d): %s after %s", t.route, t.replica, t.by, t.gen, t.tr, prev))
+			}
+			prev = to
+		}
+	}
+	// Chains being read, keyed by chain: replica|route for memory and
+	// local, route for redis.
+	memory := map[string][]loggedTransition{}
+	local := map[string][]loggedTransition{}
+	shared := map[string][]loggedTransition{}
+	flushMemory := func(replica string) {
+		for k, c := range memory {
+			if replica == "" || strings.HasPrefix(k, replica+"|") {
+				check(c, "closed")
+				delete(memory, k)
+			}
+		}
+	}
+	flushLocal := func(replica string) {
+		for k, c := range local {
+			if replica == "" || strings.HasPrefix(k, replica+"|") {
+				check(c, "")
+				delete(local, k)
+			}
+		}
+	}
+	flushShared := func() {
+		for k, c := range shared {
+			sort.SliceStable(c, func(i, j int) bool { return c[i].gen < c[j].gen })
+			check(c, "")
+			delete(shared, k)
+		}
+	}
+	for seq, line := range strings.Split(logs, "\n") {
+		replica, rest := "r0", line
+		if strings.HasPrefix(line, "[r") {
+			if i := strings.Index(line, "] "); i > 0 {
+				replica, rest = line[1:i], line[i+2:]
+			}
+		}
+		switch {
+		case rest == "=== fusebox started":
+			flushMemory(replica)
+			flushLocal(replica)
+			continue
+		case rest == "=== redis flushed" || rest == "=== redis restarted":
+			flushShared()
+			continue
+		case strings.Contains(rest, "Redis is reachable again"):
+			flushLocal(replica)
+			continue
+		case !strings.Contains(rest, "[circuit_breaker]"):
+			continue
+		}
+		*n++
+		t := loggedTransition{replica: replica, route: field(rest, "route"), tr: field(rest, "transition"), by: field(rest, "decided_by"), seq: seq}
+		t.gen, _ = strconv.ParseUint(field(rest, "generation"), 10, 64)
+		switch {
+		case t.by == "redis" && onRedis:
+			shared[t.route] = append(shared[t.route], t)
+		case t.by == "local" && onRedis:
+			local[replica+"|"+t.route] = append(local[replica+"|"+t.route], t)
+		case t.by == "memory" && !onRedis:
+			memory[replica+"|"+t.route] = append(memory[replica+"|"+t.route], t)
+		default:
+			wrong = append(wrong, fmt.Sprintf("%s (%s): %s decided_by=%q on the %s store", t.route, replica, t.tr, t.by, map[bool]string{true: "Redis", false: "memory"}[onRedis]))
+		}
+	}
+	flushMemory("")
+	flushLocal("")
+	flushShared()
+	return wrong
+}

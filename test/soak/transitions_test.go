@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestCheckTransitions(t *testing.T) {
+	line := func(replica, tr, by string, gen int) string {
+		l := fmt.Sprintf(`time=x level=INFO msg="[circuit_breaker] %s" transition=%s route=openai:us:m generation=%d decided_by=%s`, tr, tr, gen, by)
+		if replica != "" {
+			l = "[" + replica + "] " + l
+		}
+		return l
+	}
+	for _, c := range []struct {
+		name    string
+		onRedis bool
+		lines   []string
+		wrong   int
+	}{
+		{"memory: a lifetime's chain", false, []string{
+			line("", "closed->open", "memory", 2), line("", "open->half_open", "memory", 3), line("", "half_open->closed", "memory", 4),
+		}, 0},
+		{"memory: a lifetime begins closed", false, []string{
+			line("", "closed->open", "memory", 2), "=== fusebox started", line("", "open->half_open", "memory", 2),
+		}, 1},
+		{"memory: a skipped state", false, []string{
+			line("", "closed->open", "memory", 2), line("", "half_open->closed", "memory", 4),
+		}, 1},
+		// Two replicas write their lines in their own order: r1's
+		// half_open->closed (generation 4) reaches the log after r0's
+		// closed->open (generation 5) that followed it in Redis.
+		{"redis: the fleet's lines out of Redis's order", true, []string{
+			line("", "closed->open", "redis", 2), line("r1", "open->half_open", "redis", 3),
+			line("", "closed->open", "redis", 5), line("r1", "half_open->closed", "redis", 4),
+		}, 0},
+		// CI, stop 32: r1 tripped on its local view during a stall, then
+		// r0's script opened the shared state.
+		{"redis: a local chain is its replica's own", true, []string{
+			line("r1", "closed->open", "local", 2), line("", "closed->open", "redis", 2),
+			line("r1", "open->half_open", "local", 3), "[r1] level=INFO msg=\"[store] Redis is reachable again: local opens written back\"",
+			line("r1", "half_open->open", "local", 9),
+		}, 0},
+		{"redis: two opens in a row in Redis", true, []string{
+			line("", "closed->open", "redis", 2), line("r1", "closed->open", "redis", 3),
+		}, 1},
+		{"redis: an emptied Redis begins again", true, []string{
+			line("", "closed->open", "redis", 7), "=== redis flushed", line("r1", "closed->open", "redis", 2),
+			line("", "open->half_open", "redis", 8), "=== redis restarted", line("", "closed->open", "redis", 2),
+		}, 0},
+		{"redis: a local chain that skips", true, []string{
+			line("r1", "closed->open", "local", 2), line("r1", "half_open->closed", "local", 4),
+		}, 1},
+		{"redis: a memory store's line", true, []string{line("", "closed->open", "memory", 2)}, 1},
+		{"memory: an illegal edge", false, []string{line("", "closed->half_open", "memory", 2)}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := 0
+			wrong := checkTransitions(strings.Join(c.lines, "\n"), c.onRedis, &n)
+			if len(wrong) != c.wrong {
+				t.Fatalf("%d wrong, want %d: %v", len(wrong), c.wrong, wrong)
+			}
+		})
+	}
+}
