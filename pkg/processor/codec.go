@@ -49,6 +49,9 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
+	if decodeBodyMessage(buf.ReadOnlyData(), m) {
+		return nil
+	}
 	sp := scratch.Get().(*[]byte)
 	defer scratch.Put(sp)
 	b, out := dropBodyMetadataInto(buf.ReadOnlyData(), (*sp)[:0])

@@ -253,13 +253,8 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		c := node(nd.Addr)
 		defer c.Close()
 		id, _ := c.ClusterMyID(ctx).Result()
-		slots, _ := c.ClusterSlots(ctx).Result()
-		owner := false
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 && s.Nodes[0].ID == id {
-				owner = true
-			}
-		}
+		master, _ := redistest.MasterID(ctx, c, slot)
+		owner := master != "" && master == id
 		if owner && from == nil {
 			from, fromID = c, id
 		} else if !owner && to == nil {

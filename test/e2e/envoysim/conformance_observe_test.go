@@ -14,8 +14,7 @@ import (
 // ext_proc filter with observability_mode, played as Envoy's filter does.
 func observerRig(t *testing.T, route, observe func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse, mod ...func(*Config)) *rig {
 	t.Helper()
-	var r *rig
-	r = newRig(t, nil, append([]func(*Config){func(c *Config) {
+	r := newRig(t, nil, append([]func(*Config){func(c *Config) {
 		c.ExtProc.ResponseHeaderMode = filterv3.ProcessingMode_SKIP
 		c.ExtProc.ResponseBodyMode = filterv3.ProcessingMode_NONE
 		c.ExtProc.ReceivingNamespaces = []string{"fusebox", "fusebox.observe"}

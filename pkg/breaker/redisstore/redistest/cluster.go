@@ -38,22 +38,45 @@ func (c *Cluster) MasterOf(ctx context.Context, slot int) (*Server, error) {
 			continue
 		}
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
-		slots, err := cl.ClusterSlots(ctx).Result()
+		id, err := MasterID(ctx, cl, int64(slot))
 		cl.Close()
-		if err != nil {
+		if err != nil || id == "" {
 			continue
 		}
-		for _, sr := range slots {
-			if int(sr.Start) <= slot && slot <= int(sr.End) && len(sr.Nodes) > 0 {
-				for _, m := range c.Nodes {
-					if m.Addr == sr.Nodes[0].Addr {
-						return m, nil
+		for _, m := range c.Nodes {
+			if m.cmd == nil {
+				continue
+			}
+			mc := redis.NewClient(&redis.Options{Addr: m.Addr})
+			mid, _ := mc.ClusterMyID(ctx).Result()
+			mc.Close()
+			if mid == id {
+				return m, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no live node knows the master of slot %d", slot)
+}
+
+// MasterID returns the ID of the master serving slot, as cl's node sees
+// the cluster (CLUSTER SHARDS; "" when no master serves it).
+func MasterID(ctx context.Context, cl *redis.Client, slot int64) (string, error) {
+	shards, err := cl.ClusterShards(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				for _, n := range sh.Nodes {
+					if n.Role == "master" && n.Health == "online" {
+						return n.ID, nil
 					}
 				}
 			}
 		}
 	}
-	return nil, fmt.Errorf("no live node knows the master of slot %d", slot)
+	return "", nil
 }
 
 func startCluster(t testing.TB, replicas int) *Cluster {
