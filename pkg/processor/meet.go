@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -76,13 +75,6 @@ func (n *attemptNote) empty() bool {
 	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs && !n.Done
 }
 
-func (n *attemptNote) encode() []byte {
-	if n.empty() {
-		return nil
-	}
-	b, _ := json.Marshal(n) // plain fields always marshal
-	return b
-}
 
 // What an operation on a note did.
 type meetHow uint8
@@ -212,7 +204,7 @@ func noteName(decision string) string { return "a:" + decision }
 func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 	var cur attemptNote
 	if prev != nil {
-		_ = json.Unmarshal(prev, &cur)
+		_ = decodeAttemptNote(prev, &cur)
 	}
 	for range 5 {
 		next, act := step(cur, op)
@@ -227,7 +219,7 @@ func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 			return act
 		}
 		prev, cur = got, attemptNote{}
-		if got != nil && json.Unmarshal(got, &cur) != nil {
+		if got != nil && decodeAttemptNote(got, &cur) != nil {
 			cur = attemptNote{} // not ours: overwritten by the next try
 		}
 	}

@@ -72,6 +72,12 @@ type Report struct {
 	// the null (synchronous) server's.
 	Observer       *Result
 	ObserverRatios []float64
+	// NullTuned is the null server on fusebox's flow-control settings
+	// (processor.TransportOptions), and the Tuned ratios are fusebox's and
+	// the observer's CPU over it, per round: what fusebox's own work
+	// costs, its transport settings aside.
+	NullTuned                  *Result
+	TunedRatios, ObserverTuned []float64
 	// RoundRatios is fusebox's CPU per request over the null server's, per
 	// round: the machine is shared and noisy, so the median of paired
 	// rounds is the figure to quote.
@@ -92,12 +98,12 @@ func median(rs []float64) float64 {
 
 // Print writes the report.
 func (rep *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "%-8s %9s %14s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99")
-	for _, r := range []*Result{rep.Null, rep.Fusebox, rep.Observer} {
+	fmt.Fprintf(w, "%-10s %9s %14s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99")
+	for _, r := range []*Result{rep.Null, rep.NullTuned, rep.Fusebox, rep.Observer} {
 		if r == nil {
 			continue
 		}
-		fmt.Fprintf(w, "%-8s %9d %14v %12v %12v\n", r.Name, r.Requests, r.CPUPerRequest().Round(100*time.Nanosecond), r.Pct(0.5).Round(time.Microsecond), r.Pct(0.99).Round(time.Microsecond))
+		fmt.Fprintf(w, "%-10s %9d %14v %12v %12v\n", r.Name, r.Requests, r.CPUPerRequest().Round(100*time.Nanosecond), r.Pct(0.5).Round(time.Microsecond), r.Pct(0.99).Round(time.Microsecond))
 	}
 	if o := rep.Observer; o != nil {
 		fmt.Fprintf(w, "observer/null: cpu %.2fx (median of %d paired rounds; all rounds pooled %.2fx); the observer's latencies are its 2 request-path round trips, no response message is waited for\n",
@@ -108,6 +114,12 @@ func (rep *Report) Print(w io.Writer) {
 		float64(rep.Fusebox.CPUPerRequest())/float64(rep.Null.CPUPerRequest()),
 		float64(rep.Fusebox.Pct(0.5))/float64(rep.Null.Pct(0.5)),
 		float64(rep.Fusebox.Pct(0.99))/float64(rep.Null.Pct(0.99)))
+	if t := rep.NullTuned; t != nil && rep.Observer != nil {
+		fmt.Fprintf(w, "over null-tuned (the null server on fusebox's flow-control settings): observer %.2fx (pooled %.2fx), fusebox %.2fx (pooled %.2fx); null-tuned/null %.2fx (pooled)\n",
+			median(rep.ObserverTuned), float64(rep.Observer.CPUPerRequest())/float64(t.CPUPerRequest()),
+			median(rep.TunedRatios), float64(rep.Fusebox.CPUPerRequest())/float64(t.CPUPerRequest()),
+			float64(t.CPUPerRequest())/float64(rep.Null.CPUPerRequest()))
+	}
 }
 
 // Run starts both servers and measures them in alternating rounds.
@@ -136,25 +148,30 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		return nil, err
 	}
 	defer nl.stop()
+	nt, err := startNull(nullBin, "-fusebox-transport")
+	if err != nil {
+		return nil, err
+	}
+	defer nt.stop()
 	ob, err := startFuseboxObserver(fuseboxBin)
 	if err != nil {
 		return nil, err
 	}
 	defer ob.stop()
-	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}}
+	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}, NullTuned: &Result{Name: "null-tuned"}}
 	l := newLifecycle()
 	ob.observer = true
-	for _, s := range []*proc{nl, fb, ob} { // warm up
+	for _, s := range []*proc{nl, fb, ob, nt} { // warm up
 		if _, err := s.drive(l, 200, conc, nil); err != nil {
 			return nil, err
 		}
 	}
 	for i := 0; i < rounds; i++ {
-		var cpu [3]time.Duration
+		var cpu [4]time.Duration
 		for j, p := range []struct {
 			s *proc
 			r *Result
-		}{{nl, rep.Null}, {fb, rep.Fusebox}, {ob, rep.Observer}} {
+		}{{nl, rep.Null}, {fb, rep.Fusebox}, {ob, rep.Observer}, {nt, rep.NullTuned}} {
 			c0, err := procCPU(p.s.cmd.Process.Pid)
 			if err != nil {
 				return nil, err
@@ -174,6 +191,10 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		if cpu[0] > 0 {
 			rep.RoundRatios = append(rep.RoundRatios, float64(cpu[1])/float64(cpu[0]))
 			rep.ObserverRatios = append(rep.ObserverRatios, float64(cpu[2])/float64(cpu[0]))
+		}
+		if cpu[3] > 0 {
+			rep.TunedRatios = append(rep.TunedRatios, float64(cpu[1])/float64(cpu[3]))
+			rep.ObserverTuned = append(rep.ObserverTuned, float64(cpu[2])/float64(cpu[3]))
 		}
 	}
 	return rep, nil
@@ -222,8 +243,8 @@ func startFusebox(bin string, args ...string) (*proc, error) {
 	return connect(cmd, grpcAddr)
 }
 
-func startNull(bin string) (*proc, error) {
-	cmd := exec.Command(bin)
+func startNull(bin string, args ...string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

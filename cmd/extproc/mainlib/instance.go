@@ -320,6 +320,7 @@ func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc
 		// (processor/codec.go).
 		grpc.ForceServerCodecV2(processor.Codec{}),
 	}
+	opts = append(opts, processor.TransportOptions()...)
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}

@@ -1,6 +1,7 @@
 // Command nullproc is the baseline of make bench-wire: an ext_proc server
 // that answers every message with the CONTINUE reply of its kind and does
-// nothing else, on the same gRPC stack as fusebox.
+// nothing else, on the same gRPC stack as fusebox (with
+// -fusebox-transport, its flow-control settings too).
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,6 +55,7 @@ func (server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 
 func main() {
 	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
+	transport := flag.Bool("fusebox-transport", false, "serve with fusebox's gRPC flow-control settings (processor.TransportOptions)")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -60,7 +63,11 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("listening", ln.Addr())
-	gs := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if *transport {
+		opts = processor.TransportOptions()
+	}
+	gs := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(gs, server{})
 	if err := gs.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)
