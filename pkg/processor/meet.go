@@ -75,7 +75,6 @@ func (n *attemptNote) empty() bool {
 	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs && !n.Done
 }
 
-
 // What an operation on a note did.
 type meetHow uint8
 
