@@ -30,7 +30,7 @@ func BenchmarkObserverProfile(b *testing.B) {
 		}
 		srv := processor.NewServer(processor.Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), Clock: breaker.SystemClock{}, Metrics: metrics.New(),
 			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		gs := grpc.NewServer(grpc.ForceServerCodecV2(processor.Codec{}))
+		gs := grpc.NewServer(append(processor.TransportOptions(), grpc.ForceServerCodecV2(processor.Codec{}))...)
 		extprocv3.RegisterExternalProcessorServer(gs, srv)
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go gs.Serve(ln)
