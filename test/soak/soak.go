@@ -417,6 +417,11 @@ func (r *rig) settle() (goroutines int, rss, heap int64) {
 			_ = pprof.WriteHeapProfile(f)
 			f.Close()
 		}
+		// And the goroutines, grouped by stack with their counts.
+		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", r.profiles))); err == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
 	}
 	if os.Getenv("SOAK_DEBUG") != "" || os.Getenv("SOAK_PROFILE_DIR") != "" {
 		fmt.Fprintf(os.Stderr, "heap live (alloc) %.2f MiB, objects %d\n", float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects)
