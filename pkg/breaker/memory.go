@@ -189,8 +189,13 @@ func (s *Memory) Sweep(_ context.Context, now int64) error {
 			m.tick(now)
 		}
 	}
+	s.notes.Sweep()
 	return nil
 }
+
+// NoteCount is how many notes the store keeps (live ones, and expired ones
+// its sweep has not reclaimed yet).
+func (s *Memory) NoteCount() int { return s.notes.Len() }
 
 // SwapNote implements Store (notes.go).
 func (s *Memory) SwapNote(_ context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {

@@ -32,6 +32,8 @@ type NoteTable struct {
 	m      map[string]note
 	max    int
 	pruned time.Time
+	now    func() time.Time // time.Now; tests set it
+	peak   int              // the map's largest size since it was made
 }
 
 type note struct {
@@ -41,7 +43,7 @@ type note struct {
 
 // NewNoteTable returns a table holding at most max live notes.
 func NewNoteTable(max int) *NoteTable {
-	return &NoteTable{m: map[string]note{}, max: max}
+	return &NoteTable{m: map[string]note{}, max: max, now: time.Now}
 }
 
 // Swap implements Store.SwapNote.
@@ -49,9 +51,16 @@ func (t *NoteTable) Swap(name string, prev, next []byte, ttl time.Duration) ([]b
 	if len(next) > MaxNoteBytes {
 		return nil, false, errors.New("breaker: note too large")
 	}
-	now := time.Now()
+	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Expired notes go once a second, full or not. Before, they went only
+	// when the table was full: every request of the observer profile left
+	// its note behind, and memory grew to the table's bound (2^17 notes,
+	// tens of MiB) before anything was reclaimed (the observer soak's
+	// memory invariant, once its baseline no longer held envoysim's
+	// closing streams).
+	t.prune(now)
 	cur, ok := t.m[name]
 	if ok && !now.Before(cur.expires) {
 		delete(t.m, name)
@@ -74,7 +83,17 @@ func (t *NoteTable) Swap(name string, prev, next []byte, ttl time.Duration) ([]b
 		}
 	}
 	t.m[name] = note{v: bytes.Clone(next), expires: now.Add(ttl)}
+	t.peak = max(t.peak, len(t.m))
 	return nil, true, nil
+}
+
+// Sweep drops expired notes (the memory store's sweep calls it, so that a
+// table nobody writes to any more, after a burst, empties too).
+func (t *NoteTable) Sweep() {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prune(now)
 }
 
 // prune drops expired notes, at most once a second (a full table of live
@@ -88,6 +107,16 @@ func (t *NoteTable) prune(now time.Time) {
 		if !now.Before(n.expires) {
 			delete(t.m, k)
 		}
+	}
+	// A Go map never shrinks: one that held a burst is made again at its
+	// present size, so memory returns once the burst's notes expire.
+	if t.peak > 1024 && len(t.m) < t.peak/4 {
+		fresh := make(map[string]note, len(t.m)) // sized to what is left
+		for k, v := range t.m {
+			fresh[k] = v
+		}
+		t.m = fresh
+		t.peak = len(t.m)
 	}
 }
 

@@ -77,6 +77,8 @@ type decisionTable struct {
 	live    map[string]*pending
 	done    [2]map[string]struct{}
 	rotated time.Time
+	keep    time.Duration // the last generation length forget was given
+	peak    int           // the live map's largest size since it was made
 }
 
 func newDecisionTable() *decisionTable {
@@ -88,6 +90,7 @@ func (t *decisionTable) add(st *stream) {
 	p := &pending{st: st}
 	t.mu.Lock()
 	t.live[st.decisionID] = p
+	t.peak = max(t.peak, len(t.live))
 	t.mu.Unlock()
 }
 
@@ -108,11 +111,37 @@ func (t *decisionTable) forget(id string, keep time.Duration, remember bool) {
 		return
 	}
 	now := time.Now()
-	if now.Sub(t.rotated) > keep {
+	t.keep = keep
+	t.rotate(now)
+	t.done[0][id] = struct{}{}
+}
+
+func (t *decisionTable) rotate(now time.Time) {
+	if now.Sub(t.rotated) > t.keep {
 		t.done[1], t.done[0] = t.done[0], map[string]struct{}{}
 		t.rotated = now
 	}
-	t.done[0][id] = struct{}{}
+}
+
+// tidy lets an idle table go (the server's stall watch calls it): the
+// done generations rotate on time, not only when the next decision ends,
+// and a live map that held a burst is made again at its present size (a
+// Go map never shrinks). Before, the last seconds of a burst stayed in
+// memory until traffic came back (the observer soak's memory invariant).
+func (t *decisionTable) tidy(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keep > 0 {
+		t.rotate(now)
+	}
+	if t.peak > 1024 && len(t.live) < t.peak/4 {
+		fresh := make(map[string]*pending, len(t.live)) // sized to what is left
+		for k, v := range t.live {
+			fresh[k] = v
+		}
+		t.live = fresh
+		t.peak = len(t.live)
+	}
 }
 
 // wasDone reports whether id was recorded lately.

@@ -110,7 +110,8 @@ func (s *Server) checkStalls(now int64) {
 	}
 }
 
-// RunStallWatch checks for stalled streams every interval until ctx ends.
+// RunStallWatch checks for stalled streams every interval until ctx ends,
+// and lets the decision table go when traffic stops (decisionTable.tidy).
 func (s *Server) RunStallWatch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -122,6 +123,7 @@ func (s *Server) RunStallWatch(ctx context.Context, interval time.Duration) {
 			if s.stalls.len() > 0 {
 				s.checkStalls(s.clock.Now().UnixNano())
 			}
+			s.decisions.tidy(time.Now())
 		}
 	}
 }

@@ -91,6 +91,10 @@ func startCluster(t testing.TB, replicas int) *Cluster {
 	}
 	bin, _ := exec.LookPath("redis-server")
 	c := &Cluster{}
+	// The nodes' files live under one directory made before the stop is
+	// registered: cleanups run last-first, so the nodes are stopped before
+	// it is removed (a node still writing made RemoveAll fail the test).
+	base := t.TempDir()
 	t.Cleanup(func() {
 		for _, n := range c.Nodes {
 			n.Stop()
@@ -104,7 +108,7 @@ func startCluster(t testing.TB, replicas int) *Cluster {
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
+		dir := filepath.Join(base, fmt.Sprint(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}

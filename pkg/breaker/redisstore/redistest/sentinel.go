@@ -41,6 +41,11 @@ func StartSentinel(t testing.TB) *Sentinel {
 		t.Skip("redis-server is not installed")
 	}
 	s := &Sentinel{}
+	// The processes' files live under one directory made before their
+	// stop is registered: cleanups run last-first, so they are stopped
+	// before it is removed. Before, a replica writing its sync file made
+	// the directory's removal fail TestSentinelFailover (CI, stop 33).
+	base := t.TempDir()
 	t.Cleanup(func() {
 		for _, n := range []*Server{s.Sentinel, s.Replica, s.Master} {
 			if n != nil {
@@ -50,7 +55,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	})
 	node := func(name string, extra ...string) *Server {
 		port := freePort(t)
-		dir := filepath.Join(t.TempDir(), name)
+		dir := filepath.Join(base, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +71,10 @@ func StartSentinel(t testing.TB) *Sentinel {
 	s.Replica = node("replica", "--replicaof", host, port)
 	// The sentinel's config file must be writable (it rewrites it).
 	sport := freePort(t)
-	dir := t.TempDir()
+	dir := filepath.Join(base, "sentinel")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	conf := filepath.Join(dir, "sentinel.conf")
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor fusebox %s %s 1\nsentinel down-after-milliseconds fusebox 1000\nsentinel failover-timeout fusebox 5000\n", sport, host, port)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
