@@ -15,19 +15,10 @@ import (
 // is refused at once, and still 500 ms later. Before, records waited in
 // the queue and the view learned of them only from Redis's answer.
 func TestOwnEvidenceFirst(t *testing.T) {
-	srv := redistest.Start(t)
-	client := storeClient(t, srv)
-	clk := breaker.NewFakeClock(time.Now())
-	r := replicasWith(t, client, "own:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
+	srv, r, clk := thresholdOne(t, "own:")
 	ctx := context.Background()
 	srv.Pause(t, 2*time.Second, "ALL")
-	adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
-	if !ok {
-		t.Fatal("a healthy route was refused")
-	}
-	if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
-		t.Fatal(err)
-	}
+	failOnce(t, r, clk)
 	for _, after := range []time.Duration{0, 500 * time.Millisecond} {
 		time.Sleep(after)
 		if r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed {
@@ -140,28 +131,16 @@ func TestEvictedKeysHeal(t *testing.T) {
 // fleet soak checks each kind of chain on its own; an operator reading a
 // fleet's logs can tell them apart.
 func TestTransitionsNameTheirDecider(t *testing.T) {
-	srv := redistest.Start(t)
-	client := storeClient(t, srv)
-	clk := breaker.NewFakeClock(time.Now())
-	r := replicasWith(t, client, "decider:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
+	srv, r, clk := thresholdOne(t, "decider:")
 	ctx := context.Background()
-	trip := func() {
-		adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
-		if !ok {
-			t.Fatal("a healthy route was refused")
-		}
-		if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
-			t.Fatal(err)
-		}
-	}
-	trip()
+	failOnce(t, r, clk)
 	eventually(t, "the shared open reported", func() bool { return len(r.transitions()) == 1 })
 	if err := r.st.ForceClose(ctx, r.key, clk.Now().UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	srv.Stop()
 	eventually(t, "degraded", func() bool { return r.st.Degraded() })
-	trip()
+	failOnce(t, r, clk)
 	eventually(t, "the local open reported", func() bool { return len(r.transitions()) == 3 })
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -170,5 +149,27 @@ func TestTransitionsNameTheirDecider(t *testing.T) {
 		if got := e.Transition() + " " + e.DecidedBy; got != want[i] {
 			t.Errorf("transition %d: %q, want %q", i, got, want[i])
 		}
+	}
+}
+
+// thresholdOne starts one replica whose breaker opens on one failure.
+func thresholdOne(t *testing.T, prefix string) (*redistest.Server, *replica, *breaker.FakeClock) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clk := breaker.NewFakeClock(time.Now())
+	r := replicasWith(t, storeClient(t, srv), prefix, clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 1, 50*time.Millisecond, nil)[0]
+	return srv, r, clk
+}
+
+// failOnce admits one request on r's route and records a 503 for it.
+func failOnce(t *testing.T, r *replica, clk *breaker.FakeClock) {
+	t.Helper()
+	ctx := context.Background()
+	adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+	if !ok {
+		t.Fatal("a healthy route was refused")
+	}
+	if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
 	}
 }
