@@ -21,15 +21,20 @@ func TestRedisStoreContractOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node Redis Cluster")
 	}
-	cl := redistest.StartCluster(t)
-	client, err := redisstore.NewClient(cl.URL())
+	contractThrough(t, redistest.StartCluster(t).URL(), "c")
+}
+
+// contractThrough runs the contract suite on stores sharing one client
+// made from url, each test under its own key prefix.
+func contractThrough(t *testing.T, url, prefix string) {
+	client, err := redisstore.NewClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, onEvent func(breaker.Event)) breaker.Store {
-		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("c%d:", n.Add(1)),
+		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("%s%d:", prefix, n.Add(1)),
 			OpTimeout: 2 * time.Second, OnEvent: onEvent})
 	})
 }
@@ -96,17 +101,7 @@ func TestRedisStoreContractThroughSentinel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a master, a replica and a sentinel")
 	}
-	sn := redistest.StartSentinel(t)
-	client, err := redisstore.NewClient(sn.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	var n atomic.Int64
-	storetest.Run(t, func(t *testing.T, onEvent func(breaker.Event)) breaker.Store {
-		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("s%d:", n.Add(1)),
-			OpTimeout: 2 * time.Second, OnEvent: onEvent})
-	})
+	contractThrough(t, redistest.StartSentinel(t).URL(), "s")
 }
 
 // A Sentinel failover under load: the replica is promoted, the failover
