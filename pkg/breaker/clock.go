@@ -18,8 +18,100 @@ type SystemClock struct{}
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
 
+// Timer is a pending call made by AfterFunc.
+type Timer interface {
+	// Stop cancels the call; false when it already ran or was stopped.
+	Stop() bool
+}
+
+// AfterFunc calls f once d has passed on c. A FakeClock runs f when it is
+// advanced past the deadline, so that every timer of a lifecycle runs on
+// the injected clock and tests never wait for a real one; any other clock
+// uses time.AfterFunc.
+func AfterFunc(c Clock, d time.Duration, f func()) Timer {
+	if fc, ok := c.(*FakeClock); ok {
+		return fc.AfterFunc(d, f)
+	}
+	return time.AfterFunc(d, f)
+}
+
 // FakeClock is a manually advanced clock, safe for concurrent use.
-type FakeClock struct{ ns atomic.Int64 }
+type FakeClock struct {
+	ns atomic.Int64
+
+	mu     sync.Mutex
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c    *FakeClock
+	at   int64
+	f    func()
+	done bool // ran or stopped (under c.mu)
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	return was
+}
+
+// AfterFunc calls f when the clock is advanced to d from now or past it,
+// on the goroutine that advances it (in deadline order, after the clock
+// moved).
+func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := &fakeTimer{c: c, at: c.ns.Load() + int64(d), f: f}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	if d <= 0 {
+		c.fire()
+	}
+	return t
+}
+
+// Pending is how many timers wait on the clock (tests).
+func (c *FakeClock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.done {
+			n++
+		}
+	}
+	return n
+}
+
+// fire runs every due timer, earliest first; a timer that a callback adds
+// and that is already due runs too.
+func (c *FakeClock) fire() {
+	for {
+		now := c.ns.Load()
+		c.mu.Lock()
+		var next *fakeTimer
+		live := c.timers[:0]
+		for _, t := range c.timers {
+			if t.done {
+				continue
+			}
+			live = append(live, t)
+			if t.at <= now && (next == nil || t.at < next.at) {
+				next = t
+			}
+		}
+		c.timers = live
+		if next == nil {
+			c.mu.Unlock()
+			return
+		}
+		next.done = true
+		c.mu.Unlock()
+		next.f()
+	}
+}
 
 // NewFakeClock returns a FakeClock set to t.
 func NewFakeClock(t time.Time) *FakeClock {
@@ -31,11 +123,17 @@ func NewFakeClock(t time.Time) *FakeClock {
 // Now returns the fake time.
 func (c *FakeClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
-// Advance moves the clock forward by d.
-func (c *FakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// Advance moves the clock forward by d and runs the timers it made due.
+func (c *FakeClock) Advance(d time.Duration) {
+	c.ns.Add(int64(d))
+	c.fire()
+}
 
-// Set moves the clock to t.
-func (c *FakeClock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
+// Set moves the clock to t and runs the timers it made due.
+func (c *FakeClock) Set(t time.Time) {
+	c.ns.Store(t.UnixNano())
+	c.fire()
+}
 
 // CoarseClock is a wall clock read from memory, refreshed every resolution
 // by one goroutine while it is being read. Breakers work in milliseconds and

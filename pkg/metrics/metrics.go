@@ -27,6 +27,13 @@ type Metrics struct {
 	AccessLogEntries *prometheus.CounterVec // result
 	// Refused counts what a limit turned away (R-L1, R-L4, R-L6).
 	Refused *prometheus.CounterVec // what
+	// DecisionEvents counts the events that reached a decision's lifecycle
+	// by what became of them (R-DL2: duplicates, late outcomes, unreachable
+	// meeting place, forged notes).
+	DecisionEvents *prometheus.CounterVec // event, result
+	// DeploymentMismatch counts streams of a role the config does not
+	// deploy (R-DL10).
+	DeploymentMismatch *prometheus.CounterVec // what
 	// RouteBaseline is a route's latency baseline (R-T6).
 	RouteBaseline *prometheus.GaugeVec // gateway, route
 }
@@ -115,6 +122,14 @@ func New() *Metrics {
 			Name: "fusebox_access_log_entries_total",
 			Help: "Envoy access log entries received, by what became of them: recorded, duplicate, unknown_decision, no_decision, cluster_mismatch, ignored.",
 		}, []string{"result"}),
+		DecisionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_decision_events_total",
+			Help: "Events that reached a decision's lifecycle, by event (park, expire, arrive, entry, observe) and result (recorded, late, duplicate, mismatch, forged, meet_unreachable).",
+		}, []string{"event", "result"}),
+		DeploymentMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_deployment_mismatch_total",
+			Help: "Streams of a role the envoy section does not deploy (attempt_without_failover, observer_without_observer, response_phases_in_failover).",
+		}, []string{"what"}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_refused_total",
 			Help: "Requests and streams a limit turned away, by what was refused.",
@@ -122,7 +137,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
-		m.InternalErrors, m.Refused, m.RouteBaseline, m.AccessLogEntries,
+		m.InternalErrors, m.Refused, m.RouteBaseline, m.AccessLogEntries, m.DecisionEvents, m.DeploymentMismatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")

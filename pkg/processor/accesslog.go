@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
@@ -35,6 +36,17 @@ type entryOutcome struct {
 	res     breaker.Result
 	cluster string // upstream_cluster: "" when no host was picked (NC, UH)
 	attempt uint32 // upstream_request_attempt_count, 0 unknown
+	// gateway and chain: a failover decision's gateway and chain (route
+	// keys) from the fusebox namespace, for an NC/UH entry no attempt
+	// stream will record (R-AL5).
+	gateway string
+	chain   []string
+}
+
+// chained: the entry is an NC/UH of a failover decision (no host picked,
+// so no attempt stream), to be charged to its attempt's chain group.
+func (o *entryOutcome) chained() bool {
+	return o.cluster == "" && o.attempt >= 1 && len(o.chain) > 0 && o.gateway != ""
 }
 
 // AccessLogService returns the envoy.service.accesslog.v3.AccessLogService
@@ -102,13 +114,14 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
 	}
-	if s.decisions.wasDone(id) {
+	if done, parked := s.decisions.wasDone(id); done && !parked {
 		return EntryDuplicate
 	}
 	// A decision this replica does not hold: another replica's route
 	// role (Envoy's access log stream goes to one replica per worker), or
-	// a chained decision's parked attempt. Its note settles it, in either
-	// order: an entry that comes first waits in the note.
+	// a chained decision's parked attempt, or one whose wait ended here
+	// (the note says whether the entry is late or a duplicate). Its note
+	// settles it, in either order: an entry that comes first waits there.
 	if r, ok := s.meet.entry(id, out); ok {
 		return r
 	}
@@ -118,41 +131,44 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 // entryForStream applies an entry to a route-role decision (R-AL3).
 func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	st := p.st
 	if out.cluster != "" && out.cluster != st.chosen.Cluster {
+		p.mu.Unlock()
 		// A client cannot steer an outcome onto another route (R-AL4).
 		return EntryClusterMismatch
 	}
-	switch p.state {
-	case pendingDone:
-		return EntryDuplicate
-	case pendingLive:
-		// The stream may still see its own response; it decides at its end.
+	state, parked := p.state, p.parked
+	if state == pendingLive || state == pendingParking {
+		// The stream may still see its own response, or is writing its
+		// note: it decides at its end with this entry.
 		if p.entry == nil {
 			p.entry = &out
 		}
+		p.mu.Unlock()
 		return EntryRecorded
+	}
+	p.mu.Unlock()
+	if state == pendingDone {
+		return EntryDuplicate
 	}
 	// Waiting: the decision is parked in its note, where an entry that
 	// reached another replica may claim it too; whoever claims records.
-	if p.parked != nil {
+	if parked != nil {
 		switch act := s.meet.run(id, nil, meetOp{entry: &out}); act.how {
-		case meetEntry:
+		case meetEntry, meetUnreachable:
+			// Ours (a meeting place that did not answer: the real outcome
+			// is recorded here, R-DL7).
 		case meetMismatch:
 			return EntryClusterMismatch
-		case meetFailed:
-			// The store refused: settle here.
 		default:
 			return EntryDuplicate // claimed elsewhere meanwhile
 		}
 	}
-	if p.timer != nil {
-		p.timer.Stop()
+	if !p.end() {
+		return EntryDuplicate
 	}
 	st.recordEntry(out)
-	p.state = pendingDone
-	s.decisions.forget(id, st.rt.AccessLogWait, true)
+	s.decisions.forget(id, st.rt.AccessLogWait, true, parked != nil)
 	return EntryRecorded
 }
 
@@ -164,9 +180,9 @@ func (st *stream) recordEntry(out entryOutcome) {
 
 // finishDecision ends a route-role stream's decision (called by finish,
 // with no outcome recorded by the stream's own response when noResponse):
-// an entry that came first is recorded now; otherwise the stream waits up
-// to access_log.wait_ms for one, then is a neither (R-O8). A stream that
-// broke after its response started is a neither at once (R-O9).
+// an entry that came first is recorded now; otherwise the decision waits
+// in its note (decisionWait), then is a neither (R-O8). A stream that broke
+// after its response started is a neither at once (R-O9).
 func (st *stream) finishDecision(noResponse bool) {
 	s := st.s
 	p := s.decisions.get(st.decisionID)
@@ -176,79 +192,110 @@ func (st *stream) finishDecision(noResponse bool) {
 		}
 		return
 	}
+	wait := st.decisionWait(noResponse)
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	wait := st.rt.AccessLogWait
-	observed := st.rt.Envoy.Observer && noResponse && !st.recorded
-	if observed {
-		// The observer deployment: the route role's stream always ends
-		// before the response (it has no response phases); the observer
-		// records it (observe.go), on whichever replica its stream went
-		// to. The decision waits in its note for it, as for an entry.
-		wait = max(wait, observeWait)
-	}
+	entry := p.entry
 	switch {
-	case st.recorded:
-	case noResponse && p.entry != nil && !observed:
-		st.recordEntry(*p.entry)
-	case noResponse && wait > 0:
-		// Waiting whether or not a channel stream is connected now: Envoy
-		// opens its access log stream at its first entry (and again after
-		// fusebox restarts), so the entry that would connect it is the
-		// very one this stream may be waiting for. The entry may reach
-		// any replica: the decision is parked in its note (meet.go), and
-		// an entry that came first to another replica waits there.
-		id := st.decisionID
-		note := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
-			RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
-		act := s.meet.run(id, nil, meetOp{park: &note})
-		if act.how == meetByObserver {
-			break // the observer came first: it records
+	case st.recorded || !noResponse || wait == 0 || entry != nil && !st.rt.Envoy.Observer:
+		p.state = pendingDone
+		p.mu.Unlock()
+		switch {
+		case st.recorded:
+		case noResponse && entry != nil:
+			st.recordEntry(*entry)
+		default:
+			st.recordNeither()
 		}
-		if act.how == meetEntry {
+		// Envoy logs an entry only for its own endings (the shipped
+		// filter): remember the decision only when the response showed one.
+		s.decisions.forget(st.decisionID, max(wait, st.rt.AccessLogWait), st.envoyEnded || noResponse, false)
+		return
+	}
+	p.state = pendingParking
+	p.mu.Unlock()
+	st.parkDecision(p, wait)
+}
+
+// decisionWait is how long a decision whose stream ended with no response
+// waits in its note: for its response to begin on the observer when the
+// stream closed early (Envoy 1.37+ closes it after the last request reply,
+// R-DL3: decision_wait_sec), else for Envoy's entry (access_log.wait_ms).
+func (st *stream) decisionWait(noResponse bool) time.Duration {
+	if st.rt.Envoy.Observer && noResponse && !st.recorded {
+		return max(st.rt.DecisionWait, st.rt.AccessLogWait)
+	}
+	return st.rt.AccessLogWait
+}
+
+// parkDecision writes the decision's note and waits: whether or not a
+// channel stream is connected now (Envoy opens its access log stream at
+// its first entry, and again after fusebox restarts, so the entry that
+// would connect it is the very one this stream may be waiting for), and on
+// any replica (an entry or the observer that came first to another one
+// waits in the note). No lock is held across a store call.
+func (st *stream) parkDecision(p *pending, wait time.Duration) {
+	s := st.s
+	id := st.decisionID
+	note := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
+	act := s.meet.run(id, nil, meetOp{park: &note})
+	parked := act.how == meetParked
+	settle := func(record func()) {
+		if p.end() && record != nil {
+			record()
+		}
+		s.decisions.forget(id, wait, true, parked)
+	}
+	switch act.how {
+	case meetByObserver, meetDuplicate:
+		settle(nil) // the observer or an entry came first: it records
+		return
+	case meetEntry:
+		settle(func() {
 			st.recordEntry(act.res)
 			s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-			break
-		}
-		if act.how == meetParked && p.entry != nil {
-			// An entry reached this replica while the stream ran: it
-			// claims the parked decision unless the observer did.
-			if a := s.meet.run(id, nil, meetOp{entry: p.entry}); a.how == meetEntry || a.how == meetFailed {
-				st.recordEntry(*p.entry)
-				break
-			} else if a.how == meetByObserver {
-				break
-			}
-		}
-		if act.how == meetParked {
-			p.parked = &note
-		}
-		p.state = pendingWaiting
-		p.timer = time.AfterFunc(wait, func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			if p.state != pendingWaiting {
-				return
-			}
-			if p.parked != nil {
-				cur := attemptNote{Parked: p.parked}
-				if a := s.meet.run(id, cur.encode(), meetOp{park: p.parked, expire: true}); a.how == meetNeither || a.how == meetFailed {
-					st.recordNeither()
-				}
-			} else {
-				st.recordNeither()
-			}
-			p.state = pendingDone
-			s.decisions.forget(id, wait, true)
 		})
 		return
+	case meetParked:
 	default:
-		st.recordNeither()
+		settle(st.recordNeither) // the note could not be written: nothing can meet it
+		return
 	}
-	p.state = pendingDone
-	// Envoy logs an entry only for its own endings (the shipped filter):
-	// remember the decision only when the response showed one.
-	s.decisions.forget(st.decisionID, wait, st.envoyEnded || noResponse)
+	p.mu.Lock()
+	entry := p.entry
+	p.parked, p.state = &note, pendingWaiting
+	p.timer = breaker.AfterFunc(s.clock, wait, func() { st.expireDecision(p, note, wait) })
+	p.mu.Unlock()
+	if entry == nil {
+		return
+	}
+	// An entry reached this replica while the stream ran: it claims the
+	// parked decision unless the observer did.
+	switch a := s.meet.run(id, nil, meetOp{entry: entry}); a.how {
+	case meetEntry, meetUnreachable:
+		settle(func() { st.recordEntry(*entry) })
+	case meetByObserver, meetDuplicate:
+		settle(nil)
+	}
+}
+
+// expireDecision ends a parked decision's wait: a neither that frees its
+// slot, unless a channel claimed it first. The note keeps it as expired,
+// so a real outcome that comes later is still recorded (R-DL2); an expiry
+// that cannot reach the note records nothing (R-DL7).
+func (st *stream) expireDecision(p *pending, note parkedNote, wait time.Duration) {
+	p.mu.Lock()
+	waiting := p.state == pendingWaiting
+	p.mu.Unlock()
+	if !waiting {
+		return
+	}
+	cur := attemptNote{Parked: &note}
+	a := st.s.meet.run(st.decisionID, cur.encode(), meetOp{park: &note, expire: true})
+	if p.end() && a.how == meetNeither {
+		st.recordNeitherExpired()
+	}
+	st.s.decisions.forget(st.decisionID, wait, true, true)
 }
 
 // entryResult judges an entry as the route role judges response headers
@@ -286,5 +333,13 @@ func entryResult(e *accesslogdatav3.HTTPAccessLogEntry) entryOutcome {
 			res = breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: res.ElapsedMs}
 		}
 	}
-	return entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount()}
+	out := entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount()}
+	if out.cluster == "" && (flags&(flagNC|flagUH) != 0) {
+		ns := cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()
+		if c := ns["chain"].GetStringValue(); c != "" && len(c) <= 4096 {
+			out.chain = strings.Split(c, ",")
+			out.gateway = ns["gateway"].GetStringValue()
+		}
+	}
+	return out
 }

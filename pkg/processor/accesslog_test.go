@@ -197,8 +197,9 @@ func TestForgedAccessLogEntryRecordsNothing(t *testing.T) {
 	eventually(t, "the forged entries are counted", func() bool {
 		return e.entries(EntryUnknown) == 1 && e.entries(EntryClusterMismatch) == 1 && e.entries(EntryNoDecision) == 1
 	})
+	e.clk.Advance(60 * time.Millisecond)
 	eventually(t, "the decision ends as a neither after access_log.wait_ms", func() bool {
-		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) == 1
+		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")) == 1
 	})
 	for _, r := range []string{"openai:us:gpt", "azure:eu:gpt"} {
 		if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", r, "failure", "connection_error")); v != 0 {
@@ -226,11 +227,16 @@ func TestNoAccessLogStreamStillEnds(t *testing.T) {
 		c := e.open("")
 		c.chat("gpt")
 		c.end()
+		reason := "client_cancel" // wait_ms 0: nothing waits, the stream's end is all there is
 		if wait == "0" && e.srv.decisions.len() != 0 {
 			t.Fatal("wait_ms 0: the decision is still kept")
 		}
+		if wait != "0" {
+			reason = "no_outcome"
+			e.clk.Advance(60 * time.Millisecond)
+		}
 		eventually(t, "the neither is recorded", func() bool {
-			return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) == 1
+			return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason)) == 1
 		})
 		if e.srv.decisions.len() != 0 {
 			t.Fatal("a decision is still kept")
@@ -269,23 +275,13 @@ func TestAccessLogEntryOnAnotherReplica(t *testing.T) {
 			if s := a.status("default", "openai:us:gpt"); s.WindowFailures != 1 {
 				t.Fatalf("window failures %d", s.WindowFailures)
 			}
-			// The deciding replica's wait ends (wait_ms): no second record.
-			a.srv.decisions.mu.Lock()
-			p := a.srv.decisions.live[id]
-			a.srv.decisions.mu.Unlock()
-			if p != nil {
-				p.mu.Lock()
-				tm := p.timer
-				p.mu.Unlock()
-				if tm != nil && tm.Reset(0) {
-					eventually(t, "the wait ends", func() bool {
-						a.srv.decisions.mu.Lock()
-						defer a.srv.decisions.mu.Unlock()
-						return a.srv.decisions.live[id] == nil
-					})
-				}
+			// The deciding replica's wait ends (wait_ms, on the injected
+			// clock): no second record.
+			a.clk.Advance(3 * time.Second)
+			if a.srv.decisions.len() != 0 {
+				t.Fatal("the decision is still kept after its wait")
 			}
-			if n := testutil.ToFloat64(a.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); n != 0 {
+			if n := testutil.ToFloat64(a.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")); n != 0 {
 				t.Fatalf("also recorded as a neither: %v", n)
 			}
 			if connErr(a)+connErr(b) != 1 {

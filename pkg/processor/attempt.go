@@ -281,6 +281,19 @@ func (st *stream) recordConnError() {
 	st.record(st.timed(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection}, now), now)
 }
 
+// recordConnErrorAfter records a parked attempt that Envoy retried: it ran
+// elapsedMs until it ended, measured where it parked (R-DL6).
+func (st *stream) recordConnErrorAfter(elapsedMs int64) {
+	st.record(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection, ElapsedMs: elapsedMs}, st.now())
+}
+
 func (st *stream) recordNeither() {
 	st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: -1}, st.now())
+}
+
+// recordNeitherExpired: nothing said what became of the decision within
+// its wait; a neither that frees its slot, named for what happened (not a
+// client cancel).
+func (st *stream) recordNeitherExpired() {
+	st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonNoOutcome, ElapsedMs: -1}, st.now())
 }

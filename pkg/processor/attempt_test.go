@@ -133,16 +133,16 @@ func TestAttemptEndedBeforeHeaders(t *testing.T) {
 	c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
 	c.end()
 
-	// Nothing follows: a neither once the park ends.
-	e.srv.meet.ttl = time.Millisecond
+	// Nothing follows: a neither once the park ends (on the injected clock).
 	tok = e.routeRole()
 	c, _, _ = e.attempt(tok, "r-2", 1, "/v1/chat/completions")
 	c.end()
-	e.waitOutcomes("openai:us:gpt", "neither", "client_cancel", 1)
+	eventually(t, "parked", func() bool { return e.srv.meet.len() == 1 })
+	e.clk.Advance(parkFor)
+	e.waitOutcomes("openai:us:gpt", "neither", "no_outcome", 1)
 	if e.srv.meet.len() != 0 {
 		t.Fatal("still parked")
 	}
-	e.srv.meet.ttl = parkFor
 
 	// Envoy starts attempt 2 while attempt 1's stream is still being
 	// reset: the later attempt may reach fusebox first.

@@ -6,6 +6,8 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
 // The decisions the access log channel can still speak for (SPEC §4a).
@@ -54,35 +56,56 @@ type pendingState uint8
 
 const (
 	pendingLive    pendingState = iota // the stream runs; it records
-	pendingWaiting                     // the stream ended with no response: waiting for an entry
-	pendingDone                        // recorded
+	pendingParking                     // the stream ended with no response: its note is being written
+	pendingWaiting                     // parked in its note: waiting for an entry or the observer
+	pendingDone                        // settled
 )
 
+// pending is a route-role decision on the replica that made it. Its lock
+// guards these fields only: no store call is made while it is held
+// (R-DL8); whoever moves it to done (end) records, exactly once.
 type pending struct {
 	mu    sync.Mutex
 	st    *stream
 	state pendingState
-	entry *entryOutcome // arrived while live
-	timer *time.Timer
+	entry *entryOutcome // arrived while live or parking
+	timer breaker.Timer
 	// parked is the decision's note while it waits (meet.go): an entry
 	// on any replica settles it.
 	parked *parkedNote
+}
+
+// end moves p to done; false when something else did first.
+func (p *pending) end() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == pendingDone {
+		return false
+	}
+	p.state = pendingDone
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	return true
 }
 
 // decisionTable keeps pending decisions by id, and the ids recently done
 // (two generations of wait_ms each) so that a late entry is told apart
 // from a forged one.
 type decisionTable struct {
-	mu      sync.Mutex
-	live    map[string]*pending
-	done    [2]map[string]struct{}
+	mu   sync.Mutex
+	live map[string]*pending
+	// done: ids settled lately; true when the decision was parked in its
+	// note, which then says whether a later event is a duplicate or a late
+	// real outcome (R-DL2).
+	done    [2]map[string]bool
 	rotated time.Time
 	keep    time.Duration // the last generation length forget was given
 	peak    int           // the live map's largest size since it was made
 }
 
 func newDecisionTable() *decisionTable {
-	return &decisionTable{live: map[string]*pending{}, done: [2]map[string]struct{}{{}, {}}}
+	return &decisionTable{live: map[string]*pending{}, done: [2]map[string]bool{{}, {}}}
 }
 
 // add keeps st's decision, live.
@@ -103,7 +126,7 @@ func (t *decisionTable) get(id string) *pending {
 // forget drops id; remember keeps it as done for an entry that may still
 // come (the stream recorded one of Envoy's own endings, which Envoy also
 // logs), so that the entry counts as a duplicate, not as unknown.
-func (t *decisionTable) forget(id string, keep time.Duration, remember bool) {
+func (t *decisionTable) forget(id string, keep time.Duration, remember, parked bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.live, id)
@@ -113,12 +136,12 @@ func (t *decisionTable) forget(id string, keep time.Duration, remember bool) {
 	now := time.Now()
 	t.keep = keep
 	t.rotate(now)
-	t.done[0][id] = struct{}{}
+	t.done[0][id] = parked
 }
 
 func (t *decisionTable) rotate(now time.Time) {
 	if now.Sub(t.rotated) > t.keep {
-		t.done[1], t.done[0] = t.done[0], map[string]struct{}{}
+		t.done[1], t.done[0] = t.done[0], map[string]bool{}
 		t.rotated = now
 	}
 }
@@ -144,13 +167,14 @@ func (t *decisionTable) tidy(now time.Time) {
 	}
 }
 
-// wasDone reports whether id was recorded lately.
-func (t *decisionTable) wasDone(id string) bool {
+// wasDone reports whether id was settled lately, and whether it was
+// parked in its note then.
+func (t *decisionTable) wasDone(id string) (done, parked bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, a := t.done[0][id]
-	_, b := t.done[1][id]
-	return a || b
+	pa, a := t.done[0][id]
+	pb, b := t.done[1][id]
+	return a || b, pa || pb
 }
 
 // len is how many decisions are kept (tests, bounds).

@@ -14,15 +14,15 @@ func TestDecisionTableTidy(t *testing.T) {
 		tab.add(&stream{decisionID: fmt.Sprint("d", i)})
 	}
 	for i := 0; i < 3000; i++ {
-		tab.forget(fmt.Sprint("d", i), 2*time.Second, true)
+		tab.forget(fmt.Sprint("d", i), 2*time.Second, true, false)
 	}
-	if !tab.wasDone("d1") {
+	if done, _ := tab.wasDone("d1"); !done {
 		t.Fatal("a decision just done is not remembered")
 	}
 	now := time.Now()
 	tab.tidy(now.Add(3 * time.Second))
 	tab.tidy(now.Add(6 * time.Second))
-	if tab.wasDone("d1") {
+	if done, _ := tab.wasDone("d1"); done {
 		t.Fatal("an idle table still remembers a decision two generations old")
 	}
 	if tab.peak != 0 || tab.len() != 0 {

@@ -74,12 +74,14 @@ func TestStreamLifetimeBounds(t *testing.T) {
 				t.Fatalf("%s counted %v", tc.wantReason, v)
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			for e.srv.streams.Load() != 0 || testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) != 1 {
+			// The decision's wait for an entry runs on the injected clock.
+			for e.srv.streams.Load() != 0 || testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")) != 1 {
 				if time.Now().After(deadline) {
 					t.Fatalf("after the end: %d streams held, neither recorded %v", e.srv.streams.Load(),
-						testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")))
+						testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")))
 				}
 				time.Sleep(5 * time.Millisecond)
+				e.clk.Advance(time.Second)
 			}
 		})
 	}

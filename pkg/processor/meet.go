@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -40,6 +41,13 @@ type attemptNote struct {
 	// entry, or a neither at its end): an observer that comes later
 	// records nothing.
 	Done bool `json:"x,omitempty"`
+	// Expired: the parked party's wait ended (a neither freed its probe
+	// slot); it stays, so that a real outcome that comes later is still
+	// recorded, late (R-DL2).
+	Expired bool `json:"xp,omitempty"`
+	// Rec: the attempts (bit n) whose outcome was recorded through the
+	// note: one record per attempt number (R-DL4).
+	Rec uint64 `json:"rc,omitempty"`
 }
 
 // parkedNote is a parked attempt, or a route-role decision waiting for
@@ -55,6 +63,9 @@ type parkedNote struct {
 	FleetGen   uint64 `json:"fg,omitempty"`
 	FleetLease uint64 `json:"fl,omitempty"`
 	Start      int64  `json:"s"` // when the attempt began (ns, the parking replica's clock)
+	// Elapsed is how long the attempt ran until it parked (ms, measured on
+	// the parking replica: one clock, R-DL6).
+	Elapsed int64 `json:"e,omitempty"`
 }
 
 type entryNote struct {
@@ -72,7 +83,7 @@ func (o entryOutcome) matchesNote(p *parkedNote) bool {
 }
 
 func (n *attemptNote) empty() bool {
-	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs && !n.Done
+	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs && !n.Done && !n.Expired && n.Rec == 0
 }
 
 // What an operation on a note did.
@@ -90,15 +101,27 @@ const (
 	meetObserved             // the observer claimed the parked decision: it records
 	meetObserveFirst         // the observer came before the park: it records
 	meetByObserver           // a park or entry after the observer: nothing to record
+	meetDuplicate            // an event that came again: nothing to record (counted)
+	meetUnreachable          // the meeting place did not answer (R-DL7)
+	meetChained              // an NC/UH entry that is its own attempt's outcome (R-AL5)
 )
 
 type meetAct struct {
 	how   meetHow
 	claim *parkedNote // the attempt to record (how is connErr, entry, neither)
 	res   entryOutcome
+	// late: the claimed party's wait had ended (its slot was freed): it is
+	// recorded without its lease (R-DL2).
+	late bool
 	// older is an earlier attempt of the request found parked by a park:
-	// Envoy retried it.
-	older *parkedNote
+	// Envoy retried it (olderLate: its wait had ended).
+	older     *parkedNote
+	olderLate bool
+	// chained is an NC/UH entry for a later attempt than the claimed one
+	// (R-AL5): Envoy made no upstream request for it, so no attempt stream
+	// will record it; the entry does, against its chain group.
+	chained *entryOutcome
+	row     int // the table row that applied (tests)
 }
 
 type meetOp struct {
@@ -108,71 +131,6 @@ type meetOp struct {
 	entry  *entryOutcome
 	// observe: the observer role saw the decision's response begin.
 	observe bool
-}
-
-// step is the note's state machine: the next note and what to do.
-func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
-	switch {
-	case op.observe:
-		if cur.Done {
-			return cur, meetAct{how: meetByObserver} // settled already: nothing to record
-		}
-		if q := cur.Parked; q != nil && q.N == 0 {
-			cur.Parked, cur.Obs = nil, true
-			return cur, meetAct{how: meetObserved, claim: q}
-		}
-		cur.Obs = true
-		return cur, meetAct{how: meetObserveFirst}
-	case cur.Obs && (op.park != nil && op.park.N == 0 && !op.expire || op.entry != nil):
-		// The observer records this decision's response.
-		return cur, meetAct{how: meetByObserver}
-	case op.expire:
-		if cur.Parked != nil && *cur.Parked == *op.park {
-			cur.Parked = nil
-			cur.Done = op.park.N == 0
-			return cur, meetAct{how: meetNeither, claim: op.park}
-		}
-		return cur, meetAct{}
-	case op.park != nil:
-		p := op.park
-		if cur.Later > p.N {
-			cur.Later = 0
-			return cur, meetAct{how: meetConnErr, claim: p}
-		}
-		if cur.Entry != nil && cur.Entry.outcome().matchesNote(p) {
-			out := cur.Entry.outcome()
-			cur.Entry = nil
-			cur.Done = p.N == 0
-			return cur, meetAct{how: meetEntry, claim: p, res: out}
-		}
-		act := meetAct{how: meetParked}
-		if q := cur.Parked; q != nil && q.N < p.N {
-			act.older = q
-		}
-		cur.Parked = p
-		return cur, act
-	case op.arrive > 0:
-		if q := cur.Parked; q != nil && q.N < op.arrive {
-			cur.Parked = nil
-			return cur, meetAct{how: meetConnErr, claim: q}
-		}
-		cur.Later = max(cur.Later, op.arrive)
-		return cur, meetAct{}
-	case op.entry != nil:
-		if q := cur.Parked; q != nil {
-			if !op.entry.matchesNote(q) {
-				return cur, meetAct{how: meetMismatch}
-			}
-			cur.Parked = nil
-			cur.Done = q.N == 0
-			return cur, meetAct{how: meetEntry, claim: q, res: *op.entry}
-		}
-		if cur.Entry == nil {
-			cur.Entry = &entryNote{Res: op.entry.res, Cluster: op.entry.cluster, Attempt: op.entry.attempt}
-		}
-		return cur, meetAct{how: meetEarly}
-	}
-	return cur, meetAct{}
 }
 
 // meetings runs note operations and keeps this replica's parked attempts
@@ -189,7 +147,7 @@ type meetings struct {
 type parkedHere struct {
 	st    *stream
 	note  parkedNote
-	timer *time.Timer
+	timer breaker.Timer
 }
 
 func newMeetings(s *Server) *meetings {
@@ -199,7 +157,8 @@ func newMeetings(s *Server) *meetings {
 func noteName(decision string) string { return "a:" + decision }
 
 // run applies op to decision's note by compare-and-set, starting from the
-// guess prev (nil: no note), and returns what it did.
+// guess prev (nil: no note), and returns what it did. A store that errs
+// reports meetUnreachable, never a swap on a private table (R-DL7).
 func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 	var cur attemptNote
 	if prev != nil {
@@ -208,13 +167,16 @@ func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 	for range 5 {
 		next, act := step(cur, op)
 		raw := next.encode()
-		// The note lives a park time past its last change, and the store
-		// call is bounded by the store's op timeout.
-		got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), prev, raw, m.ttl+time.Second)
+		got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), prev, raw, m.noteTTL(next))
 		if err != nil {
-			return meetAct{how: meetFailed}
+			if errors.Is(err, breaker.ErrNotesFull) {
+				return meetAct{how: meetFailed}
+			}
+			m.s.metrics.DecisionEvents.WithLabelValues(op.event().String(), "meet_unreachable").Inc()
+			return meetAct{how: meetUnreachable}
 		}
 		if ok {
+			m.count(op.event(), act)
 			return act
 		}
 		prev, cur = got, attemptNote{}
@@ -226,6 +188,36 @@ func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 	return meetAct{how: meetFailed}
 }
 
+// noteTTL: a note lives past the longest wait of what it holds. A waiting
+// route-role decision (N 0) and an observer's claim wait for a response
+// (decision_wait_sec); anything else a park time, long enough for a late
+// entry to find the note.
+func (m *meetings) noteTTL(n attemptNote) time.Duration {
+	if n.Obs || n.Parked != nil && n.Parked.N == 0 || n.Entry != nil && n.Entry.Attempt == 0 {
+		return max(m.s.cfg.Load().DecisionWait, m.ttl) + time.Second
+	}
+	return m.ttl + time.Second
+}
+
+// count tells fusebox_decision_events_total what an event became.
+func (m *meetings) count(ev noteEvent, act meetAct) {
+	var r string
+	switch act.how {
+	case meetDuplicate, meetByObserver:
+		r = "duplicate"
+	case meetMismatch:
+		r = "mismatch"
+	case meetConnErr, meetEntry, meetObserved, meetObserveFirst:
+		r = "recorded"
+		if act.late {
+			r = "late"
+		}
+	default:
+		return
+	}
+	m.s.metrics.DecisionEvents.WithLabelValues(ev.String(), r).Inc()
+}
+
 // park keeps st, which ended before any response headers, until its
 // request's next attempt, an access log entry or the park time.
 func (m *meetings) park(a *attemptStream) {
@@ -234,8 +226,10 @@ func (m *meetings) park(a *attemptStream) {
 		st.recordNeither()
 		return
 	}
+	now := st.now()
 	p := parkedNote{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
-		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
+		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease,
+		Start: st.startNs, Elapsed: max((now-st.startNs)/1e6, 0)}
 	m.mu.Lock()
 	if len(m.here) >= m.max {
 		m.mu.Unlock()
@@ -245,31 +239,40 @@ func (m *meetings) park(a *attemptStream) {
 	m.mu.Unlock()
 	act := m.run(st.decisionID, nil, meetOp{park: &p})
 	if act.older != nil {
-		m.settle(st.decisionID, act.older, meetConnErr, entryOutcome{})
+		m.settle(st.decisionID, act.older, meetConnErr, entryOutcome{}, act.olderLate)
 	}
 	switch act.how {
 	case meetParked:
-		h := &parkedHere{st: st, note: p}
-		id := st.decisionID
-		m.mu.Lock()
-		if old := m.here[id]; old != nil {
-			old.timer.Stop()
-		}
-		m.here[id] = h
-		h.timer = time.AfterFunc(m.ttl, func() { m.expire(id, h) })
-		m.mu.Unlock()
+		m.keep(st, p)
 	case meetConnErr:
-		st.recordConnError()
+		st.recordConnErrorAfter(p.Elapsed)
 	case meetEntry:
 		st.recordEntry(act.res)
 		st.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
+	case meetDuplicate:
+		// A replayed token's attempt: recorded already.
 	default:
 		st.recordNeither()
 	}
 }
 
-// expire ends h's park: a neither, unless another attempt or an entry
-// claimed it first (on any replica).
+// keep holds a parked attempt's stream on this replica until its park
+// time ends (on the server's clock).
+func (m *meetings) keep(st *stream, p parkedNote) {
+	h := &parkedHere{st: st, note: p}
+	id := st.decisionID
+	m.mu.Lock()
+	if old := m.here[id]; old != nil {
+		old.timer.Stop()
+	}
+	m.here[id] = h
+	h.timer = breaker.AfterFunc(m.s.clock, m.ttl, func() { m.expire(id, h) })
+	m.mu.Unlock()
+}
+
+// expire ends h's park: a neither that frees its slot, unless another
+// attempt or an entry claimed it first (on any replica). An expiry that
+// cannot reach the note records nothing (R-DL7).
 func (m *meetings) expire(id string, h *parkedHere) {
 	m.mu.Lock()
 	if m.here[id] == h {
@@ -277,9 +280,8 @@ func (m *meetings) expire(id string, h *parkedHere) {
 	}
 	m.mu.Unlock()
 	cur := attemptNote{Parked: &h.note}
-	act := m.run(id, cur.encode(), meetOp{park: &h.note, expire: true})
-	if act.how == meetNeither || act.how == meetFailed {
-		h.st.recordNeither()
+	if act := m.run(id, cur.encode(), meetOp{park: &h.note, expire: true}); act.how == meetNeither {
+		h.st.recordNeitherExpired()
 	}
 }
 
@@ -293,7 +295,7 @@ func (m *meetings) arrived(decision string, n int) {
 	go func() {
 		act := m.run(decision, nil, meetOp{arrive: n})
 		if act.how == meetConnErr {
-			m.settle(decision, act.claim, meetConnErr, entryOutcome{})
+			m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
 		}
 	}()
 }
@@ -304,21 +306,33 @@ func (m *meetings) entry(decision string, out entryOutcome) (string, bool) {
 	act := m.run(decision, nil, meetOp{entry: &out})
 	switch act.how {
 	case meetEntry:
-		m.settle(decision, act.claim, meetEntry, act.res)
+		m.settle(decision, act.claim, meetEntry, act.res, act.late)
+		return EntryRecorded, true
+	case meetConnErr:
+		// NC/UH for a later attempt: the parked one was retried, and the
+		// entry is the later attempt's own outcome.
+		m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
+		m.s.recordChained(decision, *act.chained)
+		return EntryRecorded, true
+	case meetChained:
+		m.s.recordChained(decision, out)
 		return EntryRecorded, true
 	case meetMismatch:
 		return EntryClusterMismatch, true
+	case meetDuplicate, meetByObserver:
+		return EntryDuplicate, true
 	}
 	return "", false
 }
 
 // settle records a claimed attempt: with its own stream when it is parked
-// on this replica, else with one rebuilt from the note.
-func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entryOutcome) {
+// on this replica, else with one rebuilt from the note. A late claim (its
+// park time had ended and freed its slot) is recorded without the slot.
+func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entryOutcome, late bool) {
 	m.mu.Lock()
 	h := m.here[decision]
 	var st *stream
-	if h != nil && h.note == *p {
+	if h != nil && h.note == *p && !late {
 		delete(m.here, decision)
 		h.timer.Stop()
 		st = h.st
@@ -329,9 +343,12 @@ func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entry
 			return // its route is gone (a reload since)
 		}
 	}
+	if late {
+		st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
+	}
 	switch how {
 	case meetConnErr:
-		st.recordConnError()
+		st.recordConnErrorAfter(p.Elapsed)
 	case meetEntry:
 		st.recordEntry(out)
 	default:
@@ -359,6 +376,38 @@ func (s *Server) streamFromNote(decision string, p *parkedNote) *stream {
 	st.startNs, st.decisionID = p.Start, decision
 	st.tracked = !st.target.Peek(context.Background(), s.store, st.now()).Off
 	return st
+}
+
+// recordChained records an NC or UH entry for attempt out.attempt of a
+// failover decision (R-AL5): the router answered it before any upstream
+// request, so no attempt stream exists to record it; it is charged to the
+// chain group Envoy's priority_group specifier picked for that attempt, in
+// the route's present generation.
+func (s *Server) recordChained(decision string, out entryOutcome) {
+	if len(out.chain) == 0 || out.attempt == 0 {
+		return
+	}
+	key := out.chain[min(int(out.attempt), len(out.chain))-1]
+	st := newStream(s)
+	st.rt = s.cfg.Load()
+	st.comp = s.compiledFor(st.rt)
+	gw, ok := st.rt.Gateway(out.gateway)
+	if !ok {
+		return
+	}
+	route, ok := gw.Routes[key]
+	if !ok || st.comp.targets[route] == nil {
+		return
+	}
+	st.gw, st.chosen, st.target, st.decisionID = gw, route, st.comp.targets[route], decision
+	now := st.now()
+	st.startNs = now
+	if st.tracked = !st.target.Peek(context.Background(), s.store, now).Off; !st.tracked {
+		st.reportClusterNotFound(out.res)
+		return
+	}
+	st.adm, _ = st.target.Acquire(context.Background(), s.store, now, true)
+	st.recordEntry(out)
 }
 
 // len reports how many attempts are parked on this replica (tests).

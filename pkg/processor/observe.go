@@ -225,13 +225,9 @@ func (s *Server) observedHere(id string) {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.state != pendingWaiting {
-		return
+	waiting := p.state == pendingWaiting
+	p.mu.Unlock()
+	if waiting && p.end() {
+		s.decisions.forget(id, p.st.rt.AccessLogWait, true, true)
 	}
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	p.state = pendingDone
-	s.decisions.forget(id, p.st.rt.AccessLogWait, true)
 }

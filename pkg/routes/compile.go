@@ -142,6 +142,13 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 		}
 		rt.AccessLogWait = time.Duration(*v) * time.Millisecond
 	}
+	rt.DecisionWait = DefaultDecisionWaitSec * time.Second
+	if v := f.DecisionWaitSec; v != nil {
+		if *v < 1 || *v > 3600 {
+			c.errf("decision_wait_sec: must be in 1..3600, got %d", *v)
+		}
+		rt.DecisionWait = time.Duration(*v) * time.Second
+	}
 	c.checkListen(f)
 	c.checkLimits(f)
 	c.checkStore(f)

@@ -6,16 +6,20 @@ import "time"
 // decoded strictly (unknown fields are errors) and then compiled into an
 // immutable Runtime; nothing on the request path reads a File.
 type File struct {
-	Listen    Listen                 `yaml:"listen"`
-	Limits    LimitsSpec             `yaml:"limits"`
-	AccessLog AccessLogSpec          `yaml:"access_log"`
-	Envoy     EnvoySpec              `yaml:"envoy"`
-	Admin     AdminConfig            `yaml:"admin"`
-	Store     StoreConfig            `yaml:"store"`
-	Headers   Headers                `yaml:"headers"`
-	Policies  map[string]*PolicySpec `yaml:"policies"`
-	Fleets    []FleetSpec            `yaml:"fleets"`
-	Gateways  []GatewaySpec          `yaml:"gateways"`
+	Listen    Listen        `yaml:"listen"`
+	Limits    LimitsSpec    `yaml:"limits"`
+	AccessLog AccessLogSpec `yaml:"access_log"`
+	// DecisionWaitSec is how long a decision whose route-role stream ended
+	// before its response (Envoy 1.37+ closes it after the last request
+	// reply, R-DL3) waits for the channel that sees the response.
+	DecisionWaitSec *int64                 `yaml:"decision_wait_sec"`
+	Envoy           EnvoySpec              `yaml:"envoy"`
+	Admin           AdminConfig            `yaml:"admin"`
+	Store           StoreConfig            `yaml:"store"`
+	Headers         Headers                `yaml:"headers"`
+	Policies        map[string]*PolicySpec `yaml:"policies"`
+	Fleets          []FleetSpec            `yaml:"fleets"`
+	Gateways        []GatewaySpec          `yaml:"gateways"`
 }
 
 // Listen holds the two listener addresses.
@@ -113,6 +117,11 @@ type EnvoySpec struct {
 
 // DefaultAccessLogWaitMs is access_log.wait_ms unset.
 const DefaultAccessLogWaitMs = 2000
+
+// DefaultDecisionWaitSec is decision_wait_sec unset: the shipped Envoy
+// configs' stream_idle_timeout, the longest Envoy waits for response
+// headers (R-DL3).
+const DefaultDecisionWaitSec = 300
 
 // AdminConfig configures the admin API.
 type AdminConfig struct {

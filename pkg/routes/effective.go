@@ -23,8 +23,9 @@ func (rt *Runtime) Effective() map[string]any {
 	doc := map[string]any{
 		"listen": map[string]any{"grpc": rt.Listen.GRPC, "admin": rt.Listen.Admin, "tls": map[string]any{
 			"cert_file": rt.Listen.TLS.CertFile, "key_file": rt.Listen.TLS.KeyFile, "client_ca_file": rt.Listen.TLS.ClientCAFile}},
-		"access_log": map[string]any{"wait_ms": rt.AccessLogWait.Milliseconds()},
-		"envoy":      map[string]any{"failover": rt.Envoy.Failover, "observer": rt.Envoy.Observer},
+		"access_log":        map[string]any{"wait_ms": rt.AccessLogWait.Milliseconds()},
+		"decision_wait_sec": int64(rt.DecisionWait / time.Second),
+		"envoy":             map[string]any{"failover": rt.Envoy.Failover, "observer": rt.Envoy.Observer},
 		"limits": map[string]any{"max_message_bytes": rt.Limits.MaxMessageBytes, "max_concurrent_streams": rt.Limits.MaxConcurrentStreams,
 			"max_config_bytes": rt.Limits.MaxConfigBytes, "max_stream_idle_sec": int64(rt.Limits.MaxStreamIdle / time.Second),
 			"max_stream_duration_sec": int64(rt.Limits.MaxStreamDuration / time.Second)},

@@ -16,7 +16,9 @@ type Runtime struct {
 	Limits Limits
 	// AccessLogWait is access_log.wait_ms.
 	AccessLogWait time.Duration
-	Admin         AdminConfig
+	// DecisionWait is decision_wait_sec (R-DL3).
+	DecisionWait time.Duration
+	Admin        AdminConfig
 	// Envoy is the envoy section (start-only).
 	Envoy    EnvoySpec
 	Store    StoreConfig
