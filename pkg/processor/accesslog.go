@@ -258,15 +258,24 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 		return
 	case meetParked:
 	default:
-		settle(st.recordNeither) // the note could not be written: nothing can meet it
-		return
+		// The note could not be written (the meeting place did not answer,
+		// or its table is full): the decision waits here alone, where an
+		// entry that reaches this replica still settles it (R-DL5, R-DL7).
+		parked = false
 	}
 	p.mu.Lock()
 	entry := p.entry
-	p.parked, p.state = &note, pendingWaiting
+	p.state = pendingWaiting
+	if parked {
+		p.parked = &note
+	}
 	p.timer = breaker.AfterFunc(s.clock, wait, func() { st.expireDecision(p, note, wait) })
 	p.mu.Unlock()
 	if entry == nil {
+		return
+	}
+	if !parked {
+		settle(func() { st.recordEntry(*entry) })
 		return
 	}
 	// An entry reached this replica while the stream ran: it claims the
@@ -290,12 +299,18 @@ func (st *stream) expireDecision(p *pending, note parkedNote, wait time.Duration
 	if !waiting {
 		return
 	}
-	cur := attemptNote{Parked: &note}
-	a := st.s.meet.run(st.decisionID, cur.encode(), meetOp{park: &note, expire: true})
-	if p.end() && a.how == meetNeither {
+	p.mu.Lock()
+	parked := p.parked != nil
+	p.mu.Unlock()
+	how := meetNeither // waiting here alone: nothing else can claim it
+	if parked {
+		cur := attemptNote{Parked: &note}
+		how = st.s.meet.run(st.decisionID, cur.encode(), meetOp{park: &note, expire: true}).how
+	}
+	if p.end() && how == meetNeither {
 		st.recordNeitherExpired()
 	}
-	st.s.decisions.forget(st.decisionID, wait, true, true)
+	st.s.decisions.forget(st.decisionID, wait, true, parked)
 }
 
 // entryResult judges an entry as the route role judges response headers

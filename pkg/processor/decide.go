@@ -205,8 +205,11 @@ func (st *stream) decide() decision {
 	}
 	if st.tracked {
 		d.stage = withDecision(d.stage, st.decisionID)
-		// The model, for the access log line a replay reads (R-R1).
-		d.stage.Fields["fusebox"].GetStructValue().Fields["model"] = structpb.NewStringValue(m.Name)
+		// The model and gateway, for the access log line a replay reads
+		// (R-R1, R-R8) and for an NC/UH entry of a chain (R-AL5).
+		ns := d.stage.Fields["fusebox"].GetStructValue().Fields
+		ns["model"] = structpb.NewStringValue(m.Name)
+		ns["gateway"] = structpb.NewStringValue(gw.ID)
 		if !st.handedOver {
 			st.s.decisions.add(st)
 			st.kept = true

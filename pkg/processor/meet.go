@@ -142,12 +142,18 @@ type meetings struct {
 
 	mu   sync.Mutex
 	here map[string]*parkedHere
+	// early counts the early-entry notes made since earlyFrom (R-DL5).
+	early     int
+	earlyFrom int64
 }
 
 type parkedHere struct {
 	st    *stream
 	note  parkedNote
 	timer breaker.Timer
+	// local: the meeting place did not answer when it parked, so it waits
+	// here only: what reaches this replica may still claim it (R-DL7).
+	local bool
 }
 
 func newMeetings(s *Server) *meetings {
@@ -243,7 +249,9 @@ func (m *meetings) park(a *attemptStream) {
 	}
 	switch act.how {
 	case meetParked:
-		m.keep(st, p)
+		m.keep(st, p, false)
+	case meetUnreachable:
+		m.keep(st, p, true)
 	case meetConnErr:
 		st.recordConnErrorAfter(p.Elapsed)
 	case meetEntry:
@@ -258,8 +266,8 @@ func (m *meetings) park(a *attemptStream) {
 
 // keep holds a parked attempt's stream on this replica until its park
 // time ends (on the server's clock).
-func (m *meetings) keep(st *stream, p parkedNote) {
-	h := &parkedHere{st: st, note: p}
+func (m *meetings) keep(st *stream, p parkedNote, local bool) {
+	h := &parkedHere{st: st, note: p, local: local}
 	id := st.decisionID
 	m.mu.Lock()
 	if old := m.here[id]; old != nil {
@@ -279,10 +287,29 @@ func (m *meetings) expire(id string, h *parkedHere) {
 		delete(m.here, id)
 	}
 	m.mu.Unlock()
+	if h.local {
+		h.st.recordNeitherExpired() // it never reached the note
+		return
+	}
 	cur := attemptNote{Parked: &h.note}
 	if act := m.run(id, cur.encode(), meetOp{park: &h.note, expire: true}); act.how == meetNeither {
 		h.st.recordNeitherExpired()
 	}
+}
+
+// claimHere takes an attempt parked on this replica alone (the meeting
+// place did not answer when it parked) when match says the event claims
+// it.
+func (m *meetings) claimHere(decision string, match func(p *parkedNote) bool) *parkedHere {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.here[decision]
+	if h == nil || !h.local || !match(&h.note) {
+		return nil
+	}
+	delete(m.here, decision)
+	h.timer.Stop()
+	return h
 }
 
 // arrived tells the note that attempt n (> 1) of decision began: a parked
@@ -294,16 +321,67 @@ func (m *meetings) arrived(decision string, n int) {
 	}
 	go func() {
 		act := m.run(decision, nil, meetOp{arrive: n})
-		if act.how == meetConnErr {
+		switch act.how {
+		case meetConnErr:
 			m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
+		case meetUnreachable:
+			if h := m.claimHere(decision, func(p *parkedNote) bool { return p.N < n }); h != nil {
+				h.st.recordConnErrorAfter(h.note.Elapsed)
+			}
 		}
 	}()
+}
+
+// maxEarly bounds the notes this replica creates for entries that name no
+// decision it knows, per park time (R-DL5): such an entry may be early (the
+// decision's stream ends on another replica soon), or forged, or a flood
+// of random ids. Past the bound they are dropped and counted, so they never
+// fill the note table that real decisions and parked attempts wait in (on
+// memory 2^17 notes; on Redis, keys).
+const maxEarly = 8192
+
+// earlyAllowed takes one of this park time's early-entry notes.
+func (m *meetings) earlyAllowed() bool {
+	now := m.s.clock.Now().UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if now-m.earlyFrom >= int64(m.ttl) {
+		m.earlyFrom, m.early = now, 0
+	}
+	if m.early >= maxEarly {
+		return false
+	}
+	m.early++
+	return true
 }
 
 // entry applies an access log entry to decision's note (R-AL5). ok is
 // false when no attempt was parked yet (the entry waits in the note).
 func (m *meetings) entry(decision string, out entryOutcome) (string, bool) {
-	act := m.run(decision, nil, meetOp{entry: &out})
+	if !out.chained() && !m.earlyAllowed() {
+		// An entry for a decision this replica does not hold may only
+		// wait in a note within the budget: an existing note (a parked
+		// attempt, a waiting decision) still takes it.
+		if act := m.runExisting(decision, meetOp{entry: &out}); act.how != meetNone {
+			return m.entryAct(decision, out, act)
+		}
+		m.s.metrics.DecisionEvents.WithLabelValues("entry", "dropped").Inc()
+		return EntryUnknown, true
+	}
+	return m.entryAct(decision, out, m.run(decision, nil, meetOp{entry: &out}))
+}
+
+// runExisting applies op only to a note that exists (it creates none).
+func (m *meetings) runExisting(decision string, op meetOp) meetAct {
+	got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), nil, nil, time.Second)
+	if err != nil || ok || got == nil {
+		// ok: there was no note (deleting nothing succeeded).
+		return meetAct{}
+	}
+	return m.run(decision, got, op)
+}
+
+func (m *meetings) entryAct(decision string, out entryOutcome, act meetAct) (string, bool) {
 	switch act.how {
 	case meetEntry:
 		m.settle(decision, act.claim, meetEntry, act.res, act.late)
@@ -321,6 +399,11 @@ func (m *meetings) entry(decision string, out entryOutcome) (string, bool) {
 		return EntryClusterMismatch, true
 	case meetDuplicate, meetByObserver:
 		return EntryDuplicate, true
+	case meetUnreachable:
+		if h := m.claimHere(decision, out.matchesNote); h != nil {
+			h.st.recordEntry(out)
+			return EntryRecorded, true
+		}
 	}
 	return "", false
 }

@@ -47,11 +47,21 @@ const (
 // observeNote is what the route role writes in fusebox.observe: the
 // decision as a parked note (N 0), so that recording on the observer's
 // replica is the same rebuild as recording a parked decision.
+//
+// It is sealed (R-DL4) with the fleet's key, as the attempt token is:
+// whoever reaches the ext_proc port cannot make one up, and one that is
+// replayed finds its decision observed already (the note's table) or is
+// older than decision_wait_sec.
 func (st *stream) observeNote() string {
 	n := observeNote{Decision: st.decisionID, Parked: parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
-		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}}
-	return n.encode()
+		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs},
+		ReqNs: max(st.now()-st.startNs, 0), Replica: st.s.replica}
+	return st.s.tokens.sealFor(observeAAD, []byte(n.encode()))
 }
+
+// observeAAD binds a sealed observe note to its use (never an attempt
+// token's).
+var observeAAD = []byte("fusebox observe note v2")
 
 // observeNote is the one field the observer is forwarded. Envoy sends the
 // forwarding namespaces' metadata on every observed message (every chunk
@@ -61,12 +71,18 @@ func (st *stream) observeNote() string {
 type observeNote struct {
 	Decision string
 	Parked   parkedNote
+	// ReqNs is the request phase as the route role measured it (its own
+	// clock), and Replica the process that measured it: the observer
+	// times from its own first message plus ReqNs unless it is that
+	// process (R-DL6: one clock per measurement).
+	ReqNs   int64
+	Replica uint64
 }
 
 // The note's encoding: its fields in order, each a decimal length, a
 // colon, the bytes (no escaping, any byte allowed in a name); version
 // first. A tenth of JSON's cost on both sides (pprof under bench-wire).
-const observeNoteVersion = "o1"
+const observeNoteVersion = "o2"
 
 func (n observeNote) encode() string {
 	p := n.Parked
@@ -76,7 +92,7 @@ func (n observeNote) encode() string {
 		b = append(b, ':')
 		b = append(b, f...)
 	}
-	for _, v := range []uint64{p.RouteGen, p.RouteLease, p.FleetGen, p.FleetLease, uint64(p.Start)} {
+	for _, v := range []uint64{p.RouteGen, p.RouteLease, p.FleetGen, p.FleetLease, uint64(p.Start), uint64(n.ReqNs), n.Replica} {
 		b = append(b, ' ')
 		b = strconv.AppendUint(b, v, 10)
 	}
@@ -98,7 +114,7 @@ func parseObserveNote(s string) (n observeNote, ok bool) {
 		}
 		strs[i], s = s[c+1:c+1+l], s[c+1+l:]
 	}
-	var nums [5]uint64
+	var nums [7]uint64
 	for i := range nums {
 		if len(s) == 0 || s[0] != ' ' {
 			return n, false
@@ -114,12 +130,13 @@ func parseObserveNote(s string) (n observeNote, ok bool) {
 		}
 		nums[i], s = v, s[e:]
 	}
-	if s != "" || strs[0] != observeNoteVersion || nums[4] > math.MaxInt64 {
+	if s != "" || strs[0] != observeNoteVersion || nums[4] > math.MaxInt64 || nums[5] > math.MaxInt64 {
 		return n, false
 	}
 	n.Decision = strs[1]
 	n.Parked = parkedNote{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
 		FleetGen: nums[2], FleetLease: nums[3], Start: int64(nums[4])}
+	n.ReqNs, n.Replica = int64(nums[5]), nums[6]
 	return n, true
 }
 
@@ -172,23 +189,49 @@ func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Pro
 // begin reads the decision from the forwarded metadata and claims it in its
 // note; nil when there is nothing to record.
 func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
+	s := o.s
 	raw := req.GetMetadataContext().GetFilterMetadata()[observeNS].GetFields()[observeKey].GetStringValue()
-	n, ok := parseObserveNote(raw)
-	if !ok || len(raw) > 4096 || n.Decision == "" || len(n.Decision) > 64 {
-		o.s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
+	if raw == "" {
+		s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
+		return nil
+	}
+	first := s.clock.Now().UnixNano()
+	var n observeNote
+	plain, err := s.tokens.openFor(observeAAD, raw)
+	ok := err == nil
+	if ok {
+		n, ok = parseObserveNote(string(plain))
+	}
+	if !ok || n.Decision == "" || len(n.Decision) > 64 {
+		// Not sealed by this fleet: forged, or from another one.
+		s.metrics.DecisionEvents.WithLabelValues("observe", "forged").Inc()
+		return nil
+	}
+	if first-n.Parked.Start > int64(s.cfg.Load().DecisionWait)+int64(time.Minute) {
+		// Older than any decision still waits: a replay.
+		s.metrics.DecisionEvents.WithLabelValues("observe", "duplicate").Inc()
 		return nil
 	}
 	id := n.Decision
-	st := o.s.streamFromNote(id, &n.Parked)
+	st := s.streamFromNote(id, &n.Parked)
 	if st == nil || !st.tracked {
 		return nil
 	}
-	switch act := o.s.meet.run(id, nil, meetOp{observe: true}); act.how {
+	// One clock per measurement (R-DL6): the route role's start where it
+	// is this process's own, else this stream's first message less the
+	// request phase the route role measured.
+	if n.Replica != s.replica {
+		st.startNs = first - n.ReqNs
+	}
+	switch act := s.meet.run(id, nil, meetOp{observe: true}); act.how {
 	case meetObserved:
-		o.s.observedHere(id)
-	case meetObserveFirst, meetFailed:
-		// Ours to record (a store that refused: recorded here, the route
-		// role's park failed the same way and records a neither at most).
+		if act.late {
+			st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
+		}
+		s.observedHere(id)
+	case meetObserveFirst, meetUnreachable:
+		// Ours to record (a meeting place that did not answer: the real
+		// outcome is recorded here, R-DL7).
 	default:
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,11 @@ type Server struct {
 	baselines          *baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
+	mism           mismatches
+	// replica names this process in the notes it writes (R-DL6: whether a
+	// time another stream measured is on this clock).
+	replica    uint64
+	onMismatch func(what, help string)
 }
 
 // Options configure a Server.
@@ -95,6 +101,9 @@ type Options struct {
 	// History, when set, keeps each route's recent outcomes for the
 	// dashboard's sparklines.
 	History *breaker.History
+	// OnMismatch hears of a deployment mismatch (R-DL10), at most once a
+	// minute per kind: /readyz shows it.
+	OnMismatch func(what, help string)
 }
 
 // NewServer returns the ext_proc service.
@@ -111,8 +120,9 @@ func NewServer(o Options) *Server {
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
-		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams}
+		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch}
 	s.meet = newMeetings(s)
+	s.replica = mrand.Uint64() | 1
 	s.tokens = newTokenSealer(o.TokenKey)
 	s.journal = o.Journal
 	// Registered once per registry: a second Server on the same metrics
@@ -157,11 +167,21 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
 	var st roleStream = newStream(s)
-	switch role {
+	switch env := s.cfg.Load().Envoy; role {
 	case roleAttempt:
+		if !env.Failover {
+			s.mismatch(MismatchAttempt)
+		}
 		st = newAttemptStream(s)
 	case roleObserve:
-		st = newObserverStream(s)
+		o := newObserverStream(s)
+		if !env.Observer {
+			// Not deployed: what it says is recorded nowhere (a forged
+			// or misrouted observer must not steer a breaker).
+			s.mismatch(MismatchObserver)
+			o.done = true
+		}
+		st = o
 	}
 	defer s.finish(st)
 	// The observer's stream decodes every message into one (its 50

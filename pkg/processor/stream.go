@@ -118,6 +118,9 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		return st.onRequestBody(r.RequestBody)
 	}
 	if st.rt != nil && (st.rt.Envoy.Failover || st.rt.Envoy.Observer) {
+		if _, ok := req.Request.(*extprocv3.ProcessingRequest_ResponseHeaders); ok && st.rt.Envoy.Failover {
+			st.s.mismatch(MismatchResponseInFail)
+		}
 		// The failover deployment: the attempt role records every
 		// attempt, so the route role never does, whatever response
 		// messages reach it (R-X8). The observer deployment: the

@@ -41,15 +41,21 @@ func newTokenSealer(key []byte) tokenSealer {
 	return tokenSealer{aead: aead}
 }
 
-func (s tokenSealer) seal(plain []byte) string {
+func (s tokenSealer) seal(plain []byte) string { return s.sealFor(tokenAAD, plain) }
+
+// sealFor seals plain for the use aad names.
+func (s tokenSealer) sealFor(aad, plain []byte) string {
 	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(plain)+s.aead.Overhead())
 	_, _ = crand.Read(nonce)
-	return base64.RawURLEncoding.EncodeToString(s.aead.Seal(nonce, nonce, plain, tokenAAD))
+	return base64.RawURLEncoding.EncodeToString(s.aead.Seal(nonce, nonce, plain, aad))
 }
 
 var errSealed = errors.New("not a token sealed with this key")
 
-func (s tokenSealer) open(tok string) ([]byte, error) {
+func (s tokenSealer) open(tok string) ([]byte, error) { return s.openFor(tokenAAD, tok) }
+
+// openFor opens what sealFor sealed for aad.
+func (s tokenSealer) openFor(aad []byte, tok string) ([]byte, error) {
 	if len(tok) == 0 || len(tok) > maxTokenBytes {
 		return nil, errSealed
 	}
@@ -58,7 +64,7 @@ func (s tokenSealer) open(tok string) ([]byte, error) {
 		return nil, errSealed
 	}
 	n := s.aead.NonceSize()
-	plain, err := s.aead.Open(nil, b[:n], b[n:], tokenAAD)
+	plain, err := s.aead.Open(nil, b[:n], b[n:], aad)
 	if err != nil {
 		return nil, errSealed
 	}

@@ -155,7 +155,7 @@ func TestInvalidConfigs(t *testing.T) {
 		// R-P7
 		{"mixed api", strings.Replace(cfg("", "", ""), "cluster: c2", "cluster: c2\n        api: anthropic", 1), []string{`model "m1": routes: all routes of a model must speak the same api`}},
 		// Strict decoding of the rest of the document.
-		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: access_log, admin, envoy, fleets, gateways, headers, limits, listen, policies, store; did you mean "listen"?)`}},
+		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: access_log, admin, decision_wait_sec, envoy, fleets, gateways, headers, limits, listen, policies, store; did you mean "listen"?)`}},
 		{"unknown route field", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        clustr: x", 1), []string{`unknown field "clustr" in a route (known: api, bias,`}},
 		{"no gateways", "gateways: []\n", []string{"at least one gateway"}},
 		{"duplicate gateway", cfg("", "", "") + "  - id: gw1\n    models: [{name: x, routes: [a:b]}]\n    routes: [{key: a:b, cluster: c}]\n", []string{`gateway "gw1": id: defined twice`}},

@@ -210,6 +210,10 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 			// Informational (R-AL6): fusebox serves without the channel.
 			in.Health.Set("access_log", admin.Component{Ready: true, Detail: detail})
 		},
+		OnMismatch: func(what, help string) {
+			// Still ready (traffic flows), and the details say what is off.
+			in.Health.Set("deployment", admin.Component{Ready: true, Degraded: true, Detail: what + ": " + help})
+		},
 	})
 	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, procSrv)
 	// The access log channel (SPEC §4a) on the same listener, TLS and limits.

@@ -57,15 +57,20 @@ func (g signer) openNote(name string, v []byte) ([]byte, error) {
 	return v[head:], nil
 }
 
-// SwapNote implements breaker.Store. While Redis does not answer, notes
-// live in this replica's own table: attempts that reach this replica still
-// meet, and nothing waits past the op timeout.
+// ErrNoteUnreachable: Redis did not answer a note's compare-and-set.
+var ErrNoteUnreachable = errors.New("redisstore: the note's meeting place (Redis) did not answer")
+
+// SwapNote implements breaker.Store. While Redis does not answer, a swap
+// reports that, never a success on this replica's own table (R-DL7):
+// another replica could claim the same note on its own table, and one
+// decision would be recorded twice. The caller holding a real outcome
+// records it on its own replica; nothing waits past the op timeout.
 func (s *Store) SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {
 	if len(next) > breaker.MaxNoteBytes {
 		return nil, false, errors.New("redisstore: note too large")
 	}
 	if s.degraded.Load() {
-		return s.notes.Swap(name, prev, next, ttl)
+		return nil, false, ErrNoteUnreachable
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -79,7 +84,7 @@ func (s *Store) SwapNote(ctx context.Context, name string, prev, next []byte, tt
 	vals, err := swapNote.Run(ctx, s.rdb, []string{s.prefix + "note:" + name}, args...).Slice()
 	if err != nil {
 		s.count("note")
-		return s.notes.Swap(name, prev, next, ttl)
+		return nil, false, fmt.Errorf("%w: %v", ErrNoteUnreachable, err)
 	}
 	if len(vals) == 0 {
 		return nil, false, fmt.Errorf("redisstore: note reply of %d values", len(vals))

@@ -88,7 +88,6 @@ type Store struct {
 	// store's own: the decision pays no extra call or Verdict copy.
 	*viewMemory
 	local    *breaker.Memory
-	notes    *breaker.NoteTable // notes while Redis does not answer
 	degraded atomic.Bool
 	ready    atomic.Bool
 	resync   atomic.Bool // the feed reconnected: reload every view
@@ -167,7 +166,7 @@ const localLease = uint64(1) << 62
 func New(opts Options) *Store {
 	s := &Store{rdb: opts.Client, prefix: opts.KeyPrefix, timeout: opts.OpTimeout, opts: opts, log: opts.Log,
 		origin: opts.ReplicaID, kick: make(chan struct{}, 1), hint: make(chan struct{}, 1), pub: make(chan *replicav1.Envelope, 4096),
-		sign: signer{key: opts.HMACKey}, notes: breaker.NewNoteTable(1 << 17), changes: newChangeLog(opts.KeyPrefix),
+		sign: signer{key: opts.HMACKey}, changes: newChangeLog(opts.KeyPrefix),
 		changed: make(chan struct{}, 1)}
 	s.feed = s.prefix + "feed"
 	// The record queues exist from the start: a stream served before Start
