@@ -59,168 +59,212 @@ func (st *stream) decide() decision {
 	// Each candidate is checked once (R-D2), through the store, with its
 	// own breakers' modes (R-M4).
 	now := st.startNs
-	ctx := context.Background()
 	var vbuf [maxStackCandidates]breaker.Verdict
 	var wbuf, fbuf [maxStackCandidates]bool
 	var obuf, sbuf [maxStackCandidates]int
-	verdicts, wouldSkip, off := vbuf[:0], wbuf[:0], fbuf[:0]
-	anyActive, anyWould := false, false
-	for _, r := range cands {
-		tv := st.comp.targets[r].Peek(ctx, st.s.store, now)
-		verdicts = append(verdicts, tv.Verdict)
-		ws := tv.WouldSkip && tv.Allowed
-		wouldSkip = append(wouldSkip, ws)
-		off = append(off, tv.Off)
-		anyActive = anyActive || !tv.Off
-		anyWould = anyWould || ws
-	}
-	if !anyActive {
+	pk := st.peekAll(cands, now, peeked{verdicts: vbuf[:0], wouldSkip: wbuf[:0], off: fbuf[:0]})
+	if !pk.anyActive {
 		// R-M1: nothing consulted or recorded, still dispatched.
 		st.chosen = cands[0]
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionRouted).Inc()
 		return decision{fallbacks: clusters(cands, nil, 0)}
 	}
-	sel := Select(now, verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, obuf[:0], sbuf[:0])
-
-	if sel.FailFast {
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionFailFast).Inc()
-		st.journalDecided(m, cands, nil, ActionFailFast, now)
-		hdrs := []*corev3.HeaderValueOption{setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
-		if !pol.FailFastClientRetry {
-			// The official SDKs otherwise sleep up to 60 s on retry-after
-			// and retry twice: a fast failure that takes two minutes (R-F3).
-			hdrs = append(hdrs, setHeader("x-should-retry", "false"))
-		}
-		resp := st.errorReply(503, typeUnavailable, codeAllOpen,
-			fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec), hdrs...)
-		resp.DynamicMetadata = stageMetadata(ActionFailFast, keys(cands, sel.Skipped), "")
-		return decision{immediate: resp}
+	var ramp Ramp
+	if pk.anyRamp {
+		ramp = &liveRamp{st: st, cands: cands, v: pk.verdicts, now: now}
 	}
-
-	// Dispatch to the first candidate that admits; a half-open route whose
-	// last slot was taken by a concurrent request is passed over.
-	skipped := sel.Skipped
-	chosenAt := -1
-	var ramped []int
-	for i, idx := range sel.Order {
-		// R-D8: a route on its recovery ramp takes this request with its
-		// share's probability, drawn from the decision id (deterministic
-		// for replay); passed over, the next candidate takes it. Never the
-		// last one left.
-		if r := verdicts[idx].RampPermille; r > 0 && i < len(sel.Order)-1 && !sel.TryAll {
-			if base := st.comp.bases[cands[idx]]; base != nil {
-				r = base.rampShare(r, cands[idx].Policy.BaselineMultiplier, now)
-			}
-			if st.decisionID == "" {
-				st.decisionID = newDecisionID()
-			}
-			if RampDraw(st.decisionID, cands[idx].Key) >= r {
-				ramped = append(ramped, idx)
-				continue
-			}
-		}
-		t := st.comp.targets[cands[idx]]
-		adm, ok := t.Acquire(ctx, st.s.store, now, !verdicts[idx].Allowed)
-		if ok {
-			st.adm, chosenAt = adm, i
-			break
-		}
-		skipped = append(skipped, idx)
+	plan := PlanRoutes(now, pk.verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, ramp, obuf[:0], sbuf[:0])
+	if plan.FailFast {
+		return st.failFast(m, cands, plan.Selection, now)
 	}
-	if chosenAt < 0 {
-		// Every admitting route lost its slot to a race: never fail the
-		// request for that; send it to the first one anyway.
-		chosenAt = 0
-		st.adm, _ = st.comp.targets[cands[sel.Order[0]]].Acquire(ctx, st.s.store, now, true)
-	}
-	idx := sel.Order[chosenAt]
+	skipped, chosenAt := st.admit(cands, pk.verdicts, plan, now)
+	idx := plan.Order[chosenAt]
 	st.chosen = cands[idx]
 	st.target = st.comp.targets[st.chosen]
-	st.tracked = !off[idx]
+	st.tracked = !pk.off[idx]
 	if st.tracked && st.decisionID == "" {
 		st.decisionID = newDecisionID()
 	}
-
-	d := decision{fallbacks: clusters(cands, sel.Order, chosenAt+1)}
+	d := decision{fallbacks: clusters(cands, plan.Order, chosenAt+1)}
 	var would string
-	if anyWould {
-		would = keys(cands, flagged(wouldSkip))
+	if pk.anyWould {
+		would = keys(cands, flagged(pk.wouldSkip))
 	}
-	if st.s.log.Enabled(ctx, slog.LevelDebug) {
+	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		st.s.log.Debug("decision", "gateway", gw.ID, "model", m.Name, "route", st.chosen.Key,
-			"skipped", keys(cands, skipped), "would_skip", would, "try_all", sel.TryAll, "probe", st.adm.Route.Lease != 0)
+			"skipped", keys(cands, skipped), "would_skip", would, "try_all", plan.TryAll, "probe", st.adm.Route.Lease != 0)
 	}
 	action := ActionRouted
 	switch {
-	case sel.TryAll:
+	case plan.TryAll:
 		action = ActionTryAll
-		d.stage = stageMetadata(ActionTryAll, keys(cands, unhealthy(verdicts)), would)
+		d.stage = stageMetadata(ActionTryAll, keys(cands, unhealthy(pk.verdicts)), would)
 	case len(skipped) > 0:
 		action = ActionSkipped
 		d.stage = stageMetadata(ActionSkipped, keys(cands, skipped), would)
-	case len(ramped) > 0:
+	case len(plan.Ramped) > 0:
 		action = ActionRamped
-		d.stage = stageMetadata(ActionRamped, keys(cands, ramped), would)
-	case anyWould:
+		d.stage = stageMetadata(ActionRamped, keys(cands, plan.Ramped), would)
+	case pk.anyWould:
 		// R-M2/R-M4: shadow breakers would have skipped these; they were
 		// not skipped.
 		action = ActionWouldSkip
 		d.stage = stageMetadata(ActionWouldSkip, would, "")
 	}
-	// The chain goes out in the failover deployment (envoy.failover, R-X8),
-	// always: there Envoy's priority_group specifier, not the cluster
-	// header, picks the cluster (it would fall back to its configured
-	// group without fusebox's override), and the attempt role records
-	// every attempt, even a single one. Elsewhere (envoy.yaml) the reply
-	// carries no chain whatever max_attempts says (a load warning says so).
 	if st.rt.Envoy.Failover {
-		// The attempt role records each attempt with the generation the
-		// route had now; the first group is the dispatched route with its
-		// admission (and probe slot). A later group is admitted now: one
-		// the store refuses, or one that turned half-open since its Peek
-		// (only the first group may hold a probe slot, R-X1), is left out
-		// and its slot given back, so no lease outlives the decision. The
-		// metadata is written from the groups kept, so the two agree.
-		idx := chainOf(cands, verdicts, sel.Order, chosenAt, max(m.MaxAttempts, 1))
-		groups := make([]chainGroup, 0, len(idx))
-		groups = append(groups, chainGroup{route: st.chosen, adm: st.adm})
-		kept := idx[:1]
-		for _, i := range idx[1:] {
-			t := st.comp.targets[cands[i]]
-			adm, ok := t.Acquire(ctx, st.s.store, now, false)
-			if !ok {
-				continue
-			}
-			if adm.Route.Lease != 0 || adm.Fleet.Lease != 0 {
-				t.Release(ctx, st.s.store, adm)
-				continue
-			}
-			groups = append(groups, chainGroup{route: cands[i], adm: adm})
-			kept = append(kept, i)
-		}
-		d.stage = withChain(d.stage, action, cands, kept)
-		d.attempt = st.chainToken(groups)
-		d.retries = len(groups) - 1
-		st.handedOver = true
+		st.withChainOf(&d, action, cands, pk.verdicts, plan.Order, chosenAt, m.MaxAttempts, now)
 	}
 	if st.tracked {
-		d.stage = withDecision(d.stage, st.decisionID)
-		// The model and gateway, for the access log line a replay reads
-		// (R-R1, R-R8) and for an NC/UH entry of a chain (R-AL5).
-		ns := d.stage.Fields["fusebox"].GetStructValue().Fields
-		ns["model"] = structpb.NewStringValue(m.Name)
-		ns["gateway"] = structpb.NewStringValue(gw.ID)
-		if !st.handedOver {
-			st.s.decisions.add(st)
-			st.kept = true
-			if st.rt.Envoy.Observer {
-				d.stage = withObserve(d.stage, st.chosen.Key, st.observeNote())
-			}
-		}
+		st.keepDecision(&d, m)
 	}
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
 	st.journalDecided(m, cands, st.chosen, action, now)
 	return d
+}
+
+// peeked is what the candidates' breakers say now.
+type peeked struct {
+	verdicts                     []breaker.Verdict
+	wouldSkip, off               []bool
+	anyActive, anyWould, anyRamp bool
+}
+
+// peekAll checks each candidate once (R-D2), through the store.
+func (st *stream) peekAll(cands []*routes.Route, now int64, pk peeked) peeked {
+	ctx := context.Background()
+	for _, r := range cands {
+		tv := st.comp.targets[r].Peek(ctx, st.s.store, now)
+		pk.verdicts = append(pk.verdicts, tv.Verdict)
+		ws := tv.WouldSkip && tv.Allowed
+		pk.wouldSkip = append(pk.wouldSkip, ws)
+		pk.off = append(pk.off, tv.Off)
+		pk.anyActive = pk.anyActive || !tv.Off
+		pk.anyWould = pk.anyWould || ws
+		pk.anyRamp = pk.anyRamp || tv.Verdict.RampPermille > 0
+	}
+	return pk
+}
+
+// liveRamp is the ramp as a live decision sees it: the breaker's share,
+// held while the route is slow (baseline.go), and the draw of this
+// decision's id (deterministic for replay).
+type liveRamp struct {
+	st    *stream
+	cands []*routes.Route
+	v     []breaker.Verdict
+	now   int64
+}
+
+func (r *liveRamp) Share(i int) uint16 {
+	share := r.v[i].RampPermille
+	if base := r.st.comp.bases[r.cands[i]]; share > 0 && base != nil {
+		share = base.rampShare(share, r.cands[i].Policy.BaselineMultiplier, r.now)
+	}
+	return share
+}
+
+func (r *liveRamp) Draw(i int) uint16 {
+	if r.st.decisionID == "" {
+		r.st.decisionID = newDecisionID()
+	}
+	return RampDraw(r.st.decisionID, r.cands[i].Key)
+}
+
+// failFast answers a model with no route left under fail_fast (R-F3).
+func (st *stream) failFast(m *routes.Model, cands []*routes.Route, sel Selection, now int64) decision {
+	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, m.Name, ActionFailFast).Inc()
+	st.journalDecided(m, cands, nil, ActionFailFast, now)
+	hdrs := []*corev3.HeaderValueOption{setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
+	if !m.Policy.FailFastClientRetry {
+		// The official SDKs otherwise sleep up to 60 s on retry-after
+		// and retry twice: a fast failure that takes two minutes (R-F3).
+		hdrs = append(hdrs, setHeader("x-should-retry", "false"))
+	}
+	resp := st.errorReply(503, typeUnavailable, codeAllOpen,
+		fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec), hdrs...)
+	resp.DynamicMetadata = stageMetadata(ActionFailFast, keys(cands, sel.Skipped), "")
+	return decision{immediate: resp}
+}
+
+// admit takes the plan's first route that admits, from plan.Start: a
+// half-open route whose last slot a concurrent request took is passed over
+// (and listed as skipped). It sets st.adm and returns where in plan.Order
+// the request goes.
+func (st *stream) admit(cands []*routes.Route, v []breaker.Verdict, plan Plan, now int64) (skipped []int, chosenAt int) {
+	ctx := context.Background()
+	skipped = plan.Skipped
+	for i := plan.Start; i < len(plan.Order); i++ {
+		idx := plan.Order[i]
+		adm, ok := st.comp.targets[cands[idx]].Acquire(ctx, st.s.store, now, !v[idx].Allowed)
+		if ok {
+			st.adm = adm
+			return skipped, i
+		}
+		skipped = append(skipped, idx)
+	}
+	// Every admitting route lost its slot to a race: never fail the
+	// request for that; send it to the first one anyway.
+	st.adm, _ = st.comp.targets[cands[plan.Order[0]]].Acquire(ctx, st.s.store, now, true)
+	return skipped, 0
+}
+
+// withChainOf adds the failover chain (envoy.failover, R-X8), always:
+// there Envoy's priority_group specifier, not the cluster header, picks
+// the cluster (it would fall back to its configured group without
+// fusebox's override), and the attempt role records every attempt, even a
+// single one. Elsewhere (envoy.yaml) the reply carries no chain whatever
+// max_attempts says (a load warning says so).
+//
+// The attempt role records each attempt with the generation the route had
+// now; the first group is the dispatched route with its admission (and
+// probe slot). A later group is admitted now: one the store refuses, or
+// one that turned half-open since its Peek (only the first group may hold
+// a probe slot, R-X1), is left out and its slot given back, so no lease
+// outlives the decision. The metadata is written from the groups kept, so
+// the two agree.
+func (st *stream) withChainOf(d *decision, action string, cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, maxAttempts int, now int64) {
+	ctx := context.Background()
+	idx := chainOf(cands, v, order, chosenAt, max(maxAttempts, 1))
+	groups := make([]chainGroup, 0, len(idx))
+	groups = append(groups, chainGroup{route: st.chosen, adm: st.adm})
+	kept := idx[:1]
+	for _, i := range idx[1:] {
+		t := st.comp.targets[cands[i]]
+		adm, ok := t.Acquire(ctx, st.s.store, now, false)
+		if !ok {
+			continue
+		}
+		if adm.Route.Lease != 0 || adm.Fleet.Lease != 0 {
+			t.Release(ctx, st.s.store, adm)
+			continue
+		}
+		groups = append(groups, chainGroup{route: cands[i], adm: adm})
+		kept = append(kept, i)
+	}
+	d.stage = withChain(d.stage, action, cands, kept)
+	d.attempt = st.chainToken(groups)
+	d.retries = len(groups) - 1
+	st.handedOver = true
+}
+
+// keepDecision names a tracked decision in the reply's metadata and, when
+// the route role settles it (not handed to the attempt role), keeps it in
+// the decision table (decisions.go).
+func (st *stream) keepDecision(d *decision, m *routes.Model) {
+	d.stage = withDecision(d.stage, st.decisionID)
+	// The model and gateway, for the access log line a replay reads
+	// (R-R1, R-R8) and for an NC/UH entry of a chain (R-AL5).
+	ns := d.stage.Fields["fusebox"].GetStructValue().Fields
+	ns["model"] = structpb.NewStringValue(m.Name)
+	ns["gateway"] = structpb.NewStringValue(st.gw.ID)
+	if st.handedOver {
+		return
+	}
+	st.s.decisions.add(st)
+	st.kept = true
+	if st.rt.Envoy.Observer {
+		d.stage = withObserve(d.stage, st.chosen.Key, st.observeNote())
+	}
 }
 
 // journalDecided tells the transition journal what handled this request

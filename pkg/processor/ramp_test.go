@@ -161,3 +161,66 @@ func TestRampHeldWhileSlow(t *testing.T) {
 		t.Fatalf("fast again: %d, want 800", got)
 	}
 }
+
+// R-DL9: a ramping route passes a request over only to a later candidate
+// that can take it by its own health, never to one the capacity floor
+// re-admitted while it is open. Before, right after the close, 90 of 100
+// requests went to the open route the floor (max_ejection_percent 0) had
+// re-admitted.
+func TestRampNeverHandsTrafficToAnOpenRoute(t *testing.T) {
+	cfg := strings.Replace(rampConfig, "recovery_ramp_start_percent: 10}", "recovery_ramp_start_percent: 10, max_ejection_percent: 0}", 1)
+	e := newEnvConfig(t, cfg)
+	e.openRoute("default", "openai:us:gpt")
+	e.clk.Advance(2 * time.Second) // half-open
+	e.roundTrip("gpt", "200", attrs(0, "via_upstream"), "content-type", "application/json")
+	if s := e.status("default", "openai:us:gpt"); s.State != "closed" || s.RampPercent == nil {
+		t.Fatalf("after the probe: %+v", s)
+	}
+	e.openRoute("default", "azure:eu:gpt")
+	first, actions := e.share("gpt", 100)
+	if first != 100 {
+		t.Fatalf("%d of 100 went to the ramping route (actions %v); the rest went to an open route", first, actions)
+	}
+}
+
+// The plan is a pure function: the same verdicts and draws give the same
+// order, and the ramp passes over only to a candidate Allowed by its own
+// health (table of cases).
+func TestPlanRoutesRamp(t *testing.T) {
+	ok := breaker.Verdict{Allowed: true, State: breaker.Closed}
+	ramping := breaker.Verdict{Allowed: true, State: breaker.Closed, RampPermille: 100}
+	open := breaker.Verdict{State: breaker.Open, RecoveryAt: 5}
+	forced := breaker.Verdict{State: breaker.Open, Forced: true, RecoveryAt: breaker.Never}
+	cases := []struct {
+		name   string
+		v      []breaker.Verdict
+		eject  int
+		draw   uint16
+		start  int
+		ramped int
+	}{
+		{"draw above the share, a healthy next", []breaker.Verdict{ramping, ok}, 100, 500, 1, 1},
+		{"draw below the share", []breaker.Verdict{ramping, ok}, 100, 50, 0, 0},
+		{"the next re-admitted by the floor", []breaker.Verdict{ramping, open}, 0, 500, 0, 0},
+		{"a healthy one after a re-admitted one", []breaker.Verdict{ramping, open, ok}, 0, 500, 2, 1},
+		{"the last candidate", []breaker.Verdict{ramping}, 100, 999, 0, 0},
+		{"the next forced open", []breaker.Verdict{ramping, forced}, 100, 500, 0, 0},
+		{"two ramping, then healthy", []breaker.Verdict{ramping, ramping, ok}, 100, 500, 2, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PlanRoutes(0, tc.v, tc.eject, "try_all", fixedRamp{v: tc.v, draw: tc.draw}, nil, nil)
+			if p.Start != tc.start || len(p.Ramped) != tc.ramped {
+				t.Fatalf("start %d ramped %v, want %d (order %v)", p.Start, p.Ramped, tc.start, p.Order)
+			}
+		})
+	}
+}
+
+type fixedRamp struct {
+	v    []breaker.Verdict
+	draw uint16
+}
+
+func (f fixedRamp) Share(i int) uint16 { return f.v[i].RampPermille }
+func (f fixedRamp) Draw(int) uint16    { return f.draw }

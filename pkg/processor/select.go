@@ -125,3 +125,65 @@ func Select(now int64, v []breaker.Verdict, maxEjectionPercent int, whenAllOpen 
 	}
 	return sel
 }
+
+// Plan is route selection as one pure function (SPEC R-DL9): the
+// candidates' verdicts, the policy and the ramp's draw in, the order to
+// dispatch in out. Live decisions (decide.go) and extproc replay use it,
+// so a what-if report routes as fusebox does; admission (the probe slot)
+// and the reply's encoding are separate steps.
+type Plan struct {
+	Selection
+	// Start is where dispatch begins in Order: the routes before it are
+	// on their recovery ramp and were passed over (R-D8), listed in Ramped.
+	Start  int
+	Ramped []int
+}
+
+// Ramp is what the plan needs of the recovery ramp: Share(i) is candidate
+// i's share of its traffic (per mille; 0 = not ramping) and Draw(i) this
+// request's draw for it (0..999, RampDraw).
+type Ramp interface {
+	Share(i int) uint16
+	Draw(i int) uint16
+}
+
+// PlanRoutes selects (Select) and then applies the recovery ramp: a
+// ramping route whose draw is at or above its share is passed over, but
+// only to a later candidate that can take the request by its own health
+// (Allowed: closed and admitted, or half-open with a free slot), never to
+// one the capacity floor or try_all re-admitted while it is unhealthy.
+// Before, 90 of 100 requests right after a close went to routes the floor
+// had re-admitted while they were open.
+func PlanRoutes(now int64, v []breaker.Verdict, maxEjectionPercent int, whenAllOpen string, ramp Ramp, dst, skipped []int) Plan {
+	p := Plan{Selection: Select(now, v, maxEjectionPercent, whenAllOpen, dst, skipped)}
+	if p.FailFast || p.TryAll || ramp == nil {
+		return p
+	}
+	for p.Start < len(p.Order)-1 {
+		i := p.Order[p.Start]
+		r := ramp.Share(i)
+		if r == 0 || ramp.Draw(i) < r {
+			break
+		}
+		next := healthyAfter(v, p.Order, p.Start+1)
+		if next < 0 {
+			break
+		}
+		// Passed over to the next candidate that can take it; those in
+		// between (re-admitted while unhealthy) are not tried for it.
+		p.Ramped = append(p.Ramped, i)
+		p.Start = next
+	}
+	return p
+}
+
+// healthyAfter is the position in order, from from on, of the first
+// candidate that can take a request by its own health; -1 when none can.
+func healthyAfter(v []breaker.Verdict, order []int, from int) int {
+	for k := from; k < len(order); k++ {
+		if j := order[k]; v[j].Allowed && !v[j].Forced {
+			return k
+		}
+	}
+	return -1
+}

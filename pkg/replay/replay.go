@@ -1,7 +1,9 @@
 package replay
 
 import (
+	"container/heap"
 	"context"
+	"math"
 	"sort"
 	"strings"
 
@@ -113,117 +115,182 @@ type engine struct {
 	// log saw it), for requests it did not serve live.
 	observed map[string]breaker.Result
 	now      int64
+	queue    outcomes
+	seq      int
+	vbuf     []breaker.Verdict
+	obuf     []int
+	sbuf     []int
 }
 
-// Run replays log under rt. The clock is the lines' own times.
+// Run replays log under rt on the lines' own clock, as one queue of events
+// in time order (R-R4): each request is decided at its start and its
+// outcome recorded at start + duration, as fusebox recorded it live; a
+// request that starts while an earlier one is still running sees the
+// breaker as that one left it (not as it would be had the outcome been
+// known at the start). Before, each outcome was recorded at its request's
+// start: replaying the live config on its own log (10 s timeouts,
+// threshold 3) opened at t+2 s instead of t+12 s, and every what-if report
+// overstated a tighter policy.
 func Run(rt *routes.Runtime, log *Log) *Report {
 	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[string]breaker.Result{},
 		rep: &Report{Lines: len(log.Lines), Malformed: log.Malformed, byKey: map[string]*RouteReport{}}}
 	e.st = breaker.NewMemory(e.event)
 	e.install()
-	ctx := context.Background()
-	var vbuf []breaker.Verdict
-	var obuf, sbuf []int
 	for i := range log.Lines {
 		l := &log.Lines[i]
+		e.flush(l.At)
 		e.now = l.At
-		gwID := l.Gateway
-		if gwID == "" {
-			gwID = "default"
-		}
-		gw, ok := rt.Gateway(gwID)
-		if !ok {
-			e.rep.Skipped++
-			continue
-		}
-		m, ok := gw.Model(l.Model)
-		if !ok {
-			e.rep.Skipped++
-			continue
-		}
-		cands := m.Candidates(nil)
-		live := liveRoute(cands, l)
-		res := resultOf(l)
-		liveErr := clientError(res)
-		if liveErr {
-			e.rep.LiveClientErrors++
-		}
-		if live != nil {
-			e.observed[gwID+"|"+live.Key] = res
-			e.rep.LiveCost += float64(l.Tokens) * live.CostPerMtok / 1e6
-		}
-		vbuf = vbuf[:0]
-		for _, c := range cands {
-			vbuf = append(vbuf, e.targets[c].Peek(ctx, e.st, l.At).Verdict)
-		}
-		sel := processor.Select(l.At, vbuf, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen, obuf[:0], sbuf[:0])
-		obuf, sbuf = sel.Order, sel.Skipped
-		if sel.FailFast || len(sel.Order) == 0 {
-			e.rep.ClientErrors++
-			if !liveErr {
-				e.rep.Added++
-			}
-			if live != nil {
-				e.rep.route(gwID, m.Name, live.Key).Rerouted++
-			}
-			continue
-		}
-		// R-D8: a route on its recovery ramp is passed over as the live
-		// decision would have been, by the same draw of the decision id.
-		at := 0
-		for at < len(sel.Order)-1 && !sel.TryAll {
-			r := vbuf[sel.Order[at]].RampPermille
-			if r == 0 || processor.RampDraw(l.Decision, cands[sel.Order[at]].Key) < r {
-				break
-			}
-			at++
-		}
-		chosen := cands[sel.Order[at]]
-		rr := e.rep.route(gwID, m.Name, chosen.Key)
-		rr.Served++
-		estimated := chosen != live
-		if estimated {
-			if live != nil {
-				e.rep.route(gwID, m.Name, live.Key).Rerouted++
-			}
-			if o, ok := e.observed[gwID+"|"+chosen.Key]; ok {
-				res = o
-			} else {
-				res = breaker.Result{Kind: breaker.KindAnswered, Status: 200, ElapsedMs: -1}
-			}
-		}
-		t := e.targets[chosen]
-		adm, _ := t.Acquire(ctx, e.st, l.At, sel.TryAll)
-		route, _, _ := t.Record(ctx, e.st, l.At, adm, res)
+		e.decide(l)
+	}
+	e.flush(math.MaxInt64)
+	e.finish()
+	return e.rep
+}
+
+// outcome is a request's result, recorded when it ended.
+type outcome struct {
+	at        int64
+	seq       int // decision order: equal times record in it
+	t         *breaker.Target
+	adm       breaker.TargetAdmission
+	res       breaker.Result
+	rr        *RouteReport
+	estimated bool
+}
+
+// outcomes is the queue of outcomes not yet recorded (a min-heap by time).
+type outcomes []outcome
+
+func (q outcomes) Len() int { return len(q) }
+func (q outcomes) Less(i, j int) bool {
+	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].seq < q[j].seq
+}
+func (q outcomes) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *outcomes) Push(x any)   { *q = append(*q, x.(outcome)) }
+func (q *outcomes) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// flush records every outcome that ended by until, in time order.
+func (e *engine) flush(until int64) {
+	ctx := context.Background()
+	for e.queue.Len() > 0 && e.queue[0].at <= until {
+		o := heap.Pop(&e.queue).(outcome)
+		e.now = o.at
+		route, _, _ := o.t.Record(ctx, e.st, o.at, o.adm, o.res)
 		if route.Applied && route.Outcome.Class == breaker.Failure {
-			rr.MetFailing++
-			if len(rr.Failures) < maxMarks {
-				rr.Failures = append(rr.Failures, float64(l.At)/1e9)
+			o.rr.MetFailing++
+			if len(o.rr.Failures) < maxMarks {
+				o.rr.Failures = append(o.rr.Failures, float64(o.at)/1e9)
 			}
-			if estimated {
-				rr.MetFailingEstimated++
+			if o.estimated {
+				o.rr.MetFailingEstimated++
 			}
-		}
-		cost := float64(l.Tokens) * chosen.CostPerMtok / 1e6
-		rr.Cost += cost
-		if estimated {
-			rr.CostEstimated += cost
-		}
-		candErr := clientError(res)
-		if candErr {
-			e.rep.ClientErrors++
-			if estimated {
-				e.rep.ClientErrorsEstimated++
-			}
-		}
-		switch {
-		case liveErr && !candErr:
-			e.rep.Avoided++
-		case !liveErr && candErr:
-			e.rep.Added++
 		}
 	}
-	// Breakers still open at the end count their time up to the last line.
+}
+
+// replayRamp is the ramp as replay draws it: the breaker's share and the
+// same draw of the decision id as the live decision made (R-D8).
+type replayRamp struct {
+	v        []breaker.Verdict
+	cands    []*routes.Route
+	decision string
+}
+
+func (r replayRamp) Share(i int) uint16 { return r.v[i].RampPermille }
+func (r replayRamp) Draw(i int) uint16  { return processor.RampDraw(r.decision, r.cands[i].Key) }
+
+// decide routes one request at its start with the live decision's plan
+// (processor.PlanRoutes) and queues its outcome for its end.
+func (e *engine) decide(l *Line) {
+	ctx := context.Background()
+	gwID := l.Gateway
+	if gwID == "" {
+		gwID = "default"
+	}
+	gw, ok := e.rt.Gateway(gwID)
+	if !ok {
+		e.rep.Skipped++
+		return
+	}
+	m, ok := gw.Model(l.Model)
+	if !ok {
+		e.rep.Skipped++
+		return
+	}
+	cands := m.Candidates(nil)
+	live := liveRoute(cands, l)
+	res := resultOf(l)
+	liveErr := clientError(res)
+	if liveErr {
+		e.rep.LiveClientErrors++
+	}
+	if live != nil {
+		e.observed[gwID+"|"+live.Key] = res
+		e.rep.LiveCost += float64(l.Tokens) * live.CostPerMtok / 1e6
+	}
+	e.vbuf = e.vbuf[:0]
+	for _, c := range cands {
+		e.vbuf = append(e.vbuf, e.targets[c].Peek(ctx, e.st, l.At).Verdict)
+	}
+	plan := processor.PlanRoutes(l.At, e.vbuf, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen,
+		replayRamp{v: e.vbuf, cands: cands, decision: l.Decision}, e.obuf[:0], e.sbuf[:0])
+	e.obuf, e.sbuf = plan.Order, plan.Skipped
+	if plan.FailFast || len(plan.Order) == 0 {
+		e.rep.ClientErrors++
+		if !liveErr {
+			e.rep.Added++
+		}
+		if live != nil {
+			e.rep.route(gwID, m.Name, live.Key).Rerouted++
+		}
+		return
+	}
+	chosen := cands[plan.Order[plan.Start]]
+	rr := e.rep.route(gwID, m.Name, chosen.Key)
+	rr.Served++
+	estimated := chosen != live
+	if estimated {
+		if live != nil {
+			e.rep.route(gwID, m.Name, live.Key).Rerouted++
+		}
+		if o, ok := e.observed[gwID+"|"+chosen.Key]; ok {
+			res = o
+		} else {
+			res = breaker.Result{Kind: breaker.KindAnswered, Status: 200, ElapsedMs: -1}
+		}
+	}
+	t := e.targets[chosen]
+	adm, _ := t.Acquire(ctx, e.st, l.At, plan.TryAll || !e.vbuf[plan.Order[plan.Start]].Allowed)
+	e.seq++
+	heap.Push(&e.queue, outcome{at: l.At + max(l.DurationMs, 0)*1e6, seq: e.seq, t: t, adm: adm, res: res, rr: rr, estimated: estimated})
+	cost := float64(l.Tokens) * chosen.CostPerMtok / 1e6
+	rr.Cost += cost
+	if estimated {
+		rr.CostEstimated += cost
+	}
+	candErr := clientError(res)
+	if candErr {
+		e.rep.ClientErrors++
+		if estimated {
+			e.rep.ClientErrorsEstimated++
+		}
+	}
+	switch {
+	case liveErr && !candErr:
+		e.rep.Avoided++
+	case !liveErr && candErr:
+		e.rep.Added++
+	}
+}
+
+// finish closes the report: breakers still open at the end count their
+// time up to the last event.
+func (e *engine) finish() {
 	for _, rr := range e.rep.Routes {
 		rr.bands(float64(e.now) / 1e9)
 		if rr.openedAt != 0 {
@@ -238,7 +305,6 @@ func Run(rt *routes.Runtime, log *Log) *Report {
 		}
 		return a.Model < b.Model
 	})
-	return e.rep
 }
 
 // install puts rt's breakers in the store, as the processor does.

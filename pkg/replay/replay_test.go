@@ -62,7 +62,7 @@ func TestThresholdMovesTheOpen(t *testing.T) {
 	for _, tc := range []struct {
 		threshold string
 		openAt    float64
-	}{{"3", 1764590400 + 12}, {"5", 1764590400 + 14}} {
+	}{{"3", 1764590400 + 12.012}, {"5", 1764590400 + 14.012}} { // each outcome at its end: start + 12 ms
 		rt, err := routes.Parse([]byte(strings.Replace(cfg, "failure_threshold: 3", "failure_threshold: "+tc.threshold, 1)), routes.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -77,6 +77,43 @@ func TestThresholdMovesTheOpen(t *testing.T) {
 		if b := rep.byKey["default|b:r:m"]; b == nil || b.Served == 0 || a.Rerouted != b.Served {
 			t.Fatalf("threshold %s: rerouted %d, b served %+v", tc.threshold, a.Rerouted, b)
 		}
+	}
+}
+
+// R-R4: replay keeps time as it happened. Requests that time out after
+// 10 s, one a second, under threshold 3: live, the third timeout is
+// recorded at its end, t+2+10 s, and the breaker opens at t+12 s, while
+// the requests started meanwhile went to the route. Replaying the live
+// config on its own log gives the same open time and 0 client errors
+// avoided or added. Before, each outcome was recorded at its start: the
+// open came at t+2 s and 9 client errors were "avoided".
+func TestReplayKeepsTimeAsItHappened(t *testing.T) {
+	var b bytes.Buffer
+	const t0 = 1764590400
+	for i := 0; i < 14; i++ {
+		code, flags, outcome, reason, dur := 504, "UT", "failure", "timeout", 10000
+		if t0+i >= t0+12 {
+			code, flags, outcome, reason, dur = 200, "-", "success", "success", 20
+		}
+		fmt.Fprintf(&b, `{"start_time":"%d.000","duration_ms":%d,"code":%d,"flags":%q,"cluster":"ca","gateway":"default","route":"a:r:m","fusebox":{"decision":"d%d","model":"m","outcome":%q,"reason":%q}}`+"\n",
+			t0+i, dur, code, flags, i, outcome, reason)
+	}
+	log := &Log{}
+	if err := log.read(&b); err != nil {
+		t.Fatal(err)
+	}
+	log.sort()
+	rt, err := routes.Parse([]byte(cfg), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Run(rt, log)
+	a := rep.byKey["default|a:r:m"]
+	if a == nil || len(a.Transitions) == 0 || a.Transitions[0].At != t0+12 {
+		t.Fatalf("the open: %+v, want at t+12 s", a)
+	}
+	if rep.Avoided != 0 || rep.Added != 0 {
+		t.Fatalf("the live config on its own log: %d avoided, %d added, want 0 and 0", rep.Avoided, rep.Added)
 	}
 }
 
