@@ -10,6 +10,7 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -29,6 +30,7 @@ const (
 	EntryNoDecision      = "no_decision"
 	EntryClusterMismatch = "cluster_mismatch"
 	EntryIgnored         = "ignored"
+	EntryDropped         = "dropped" // every worker was busy (the store stalled)
 )
 
 // entryOutcome is what one access log entry says of its request.
@@ -59,22 +61,66 @@ type accessLogServer struct {
 	s *Server
 }
 
-// StreamAccessLogs reads one Envoy worker's entries until it closes.
+// StreamAccessLogs reads one Envoy worker's entries until it closes. The
+// stream counts against limits.max_concurrent_streams and obeys the stream
+// lifetime bounds like an ext_proc stream (R-L13; before, 10,000 idle access
+// log streams held 163 MB), and its entries are settled by bounded workers,
+// never on this receive loop (R-DL8: settling may take a store round trip).
 func (a accessLogServer) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
 	s := a.s
+	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
+		s.streams.Add(-1)
+		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
+		return status.Errorf(codes.ResourceExhausted, "fusebox serves at most %d streams at once (limits.max_concurrent_streams)", s.maxStreams)
+	}
 	s.accessLogStreams(1)
 	defer s.accessLogStreams(-1)
+	if s.streamIdle <= 0 && s.streamMax <= 0 {
+		defer s.streams.Add(-1)
+		return s.readAccessLogs(stream, nil)
+	}
+	act := &activity{}
+	done := make(chan error, 1)
+	go func() {
+		defer s.streams.Add(-1)
+		done <- s.readAccessLogs(stream, act)
+	}()
+	return s.watchLifetime(done, act, s.streamIdle, s.streamMax)
+}
+
+func (s *Server) readAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer, act *activity) error {
 	for {
 		msg, err := stream.Recv()
+		if act != nil {
+			act.touch()
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
+				return stream.SendAndClose(&accesslogv3.StreamAccessLogsResponse{})
 			}
 			return s.recvErr(err)
 		}
 		for _, e := range msg.GetHttpLogs().GetLogEntry() {
-			s.onAccessLogEntry(e)
+			s.dispatchEntry(e)
 		}
+	}
+}
+
+// maxEntryWorkers bounds the entries settled at once: each takes at most
+// the store's op timeout, so a full set means the store is stalled.
+const maxEntryWorkers = 256
+
+// dispatchEntry hands an entry to a worker; when every worker is busy it
+// is dropped and counted rather than held on the receive loop.
+func (s *Server) dispatchEntry(e *accesslogdatav3.HTTPAccessLogEntry) {
+	select {
+	case s.entryWorkers <- struct{}{}:
+		go func() {
+			defer func() { <-s.entryWorkers }()
+			s.onAccessLogEntry(e)
+		}()
+	default:
+		s.metrics.AccessLogEntries.WithLabelValues(EntryDropped).Inc()
 	}
 }
 

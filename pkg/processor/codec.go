@@ -3,6 +3,10 @@ package processor
 import (
 	"sync"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -42,7 +46,17 @@ var responseBodyContinueWire = func() []byte {
 	return b
 }()
 
+// MaxAccessLogMessage bounds one access log message (a batch of entries):
+// Envoy's are a few KiB (its buffer_size_bytes flushes at 16 KiB by
+// default), and one above this is refused before it is decoded. Before,
+// entries up to limits.max_message_bytes (32 MiB) were decoded (RSS 449 MB
+// under a flood).
+const MaxAccessLogMessage = 1 << 20
+
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if _, ok := v.(*accesslogv3.StreamAccessLogsMessage); ok && data.Len() > MaxAccessLogMessage {
+		return status.Errorf(codes.ResourceExhausted, "an access log message of %d bytes, over fusebox's bound of %d", data.Len(), MaxAccessLogMessage)
+	}
 	m, ok := v.(*extprocv3.ProcessingRequest)
 	if !ok {
 		return encoding.GetCodecV2("proto").Unmarshal(data, v)

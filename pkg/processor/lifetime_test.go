@@ -1,14 +1,19 @@
 package processor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestStreamLifetimeBounds (R-L13): a stream with no message for
@@ -85,4 +90,56 @@ func TestStreamLifetimeBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// R-L13 for the access log channel: an idle access log stream is ended
+// like an ext_proc stream, and access log streams count against
+// max_concurrent_streams. Before, they obeyed neither (10,000 idle streams
+// held 163 MB).
+func TestAccessLogStreamsObeyTheLimits(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.StreamIdle, o.MaxStreams = 200*time.Millisecond, 1 })
+	s, err := e.al.StreamAccessLogs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the stream is counted", func() bool { return e.srv.streams.Load() == 1 })
+	// A second stream of either kind is over the limit.
+	s2, err := e.al.StreamAccessLogs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a second stream over max_concurrent_streams 1: %v", err)
+	}
+	// The first is idle: ended by fusebox.
+	eventually(t, "the idle stream is ended", func() bool { return e.srv.streams.Load() == 0 })
+	if _, err := s.CloseAndRecv(); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("idle access log stream ended with %v", err)
+	}
+	if v := testutil.ToFloat64(e.metrics.Refused.WithLabelValues(metrics.RefusedStreamIdle)); v != 1 {
+		t.Fatalf("stream_idle counted %v", v)
+	}
+}
+
+// An access log message over 1 MiB is refused before it is decoded.
+func TestCodecBoundsAccessLogMessages(t *testing.T) {
+	big := &accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{
+		LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{{Request: &accesslogdatav3.HTTPRequestProperties{Path: strings.Repeat("x", MaxAccessLogMessage)}}}}}}
+	raw, err := proto.Marshal(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m accesslogv3.StreamAccessLogsMessage
+	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &m); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a %d-byte message: %v", len(raw), err)
+	}
+	small, _ := proto.Marshal(logEntryMessage())
+	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(small)}, &m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func logEntryMessage() *accesslogv3.StreamAccessLogsMessage {
+	return &accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{
+		LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{logEntry{decision: "d", code: 503}.proto()}}}}
 }

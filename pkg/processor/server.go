@@ -71,6 +71,8 @@ type Server struct {
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 	mism           mismatches
+	// entryWorkers bounds the access log entries settled at once.
+	entryWorkers chan struct{}
 	// replica names this process in the notes it writes (R-DL6: whether a
 	// time another stream measured is on this clock).
 	replica    uint64
@@ -122,6 +124,7 @@ func NewServer(o Options) *Server {
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch}
 	s.meet = newMeetings(s)
+	s.entryWorkers = make(chan struct{}, maxEntryWorkers)
 	s.replica = mrand.Uint64() | 1
 	s.tokens = newTokenSealer(o.TokenKey)
 	s.journal = o.Journal
