@@ -34,6 +34,10 @@ type attemptNote struct {
 	Parked *parkedNote `json:"p,omitempty"`
 	Later  int         `json:"l,omitempty"` // the latest attempt seen arriving
 	Entry  *entryNote  `json:"e,omitempty"` // an access log entry that came first
+	// More are further early entries (at most maxEarlyEntries in all): an
+	// entry that names another cluster or attempt must not crowd out the
+	// one the parking attempt will match.
+	More []entryNote `json:"em,omitempty"`
 	// Obs: the observer role took the decision's response (observe.go):
 	// it records; a later park or entry of the decision records nothing.
 	Obs bool `json:"o,omitempty"`
@@ -83,7 +87,7 @@ func (o entryOutcome) matchesNote(p *parkedNote) bool {
 }
 
 func (n *attemptNote) empty() bool {
-	return n.Parked == nil && n.Later == 0 && n.Entry == nil && !n.Obs && !n.Done && !n.Expired && n.Rec == 0
+	return n.Parked == nil && n.Later == 0 && n.Entry == nil && len(n.More) == 0 && !n.Obs && !n.Done && !n.Expired && n.Rec == 0
 }
 
 // What an operation on a note did.

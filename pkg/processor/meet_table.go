@@ -94,6 +94,85 @@ func (n *attemptNote) claimParked(how meetHow, res entryOutcome) meetAct {
 	return act
 }
 
+// maxEarlyEntries bounds the early entries one note keeps.
+const maxEarlyEntries = 4
+
+// matchingEntry is the first early entry that p matches, or -1.
+func (n *attemptNote) matchingEntry(p *parkedNote) int {
+	if n.Entry != nil && n.Entry.outcome().matchesNote(p) {
+		return 0
+	}
+	for i := range n.More {
+		if n.More[i].outcome().matchesNote(p) {
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// takeEntry removes and returns early entry i (matchingEntry's index).
+func (n *attemptNote) takeEntry(i int) entryOutcome {
+	if i == 0 {
+		out := n.Entry.outcome()
+		n.Entry = nil
+		if len(n.More) > 0 {
+			e := n.More[0]
+			n.Entry, n.More = &e, n.More[1:]
+		}
+		if len(n.More) == 0 {
+			n.More = nil
+		}
+		return out
+	}
+	out := n.More[i-1].outcome()
+	n.More = append(n.More[:i-1:i-1], n.More[i:]...)
+	if len(n.More) == 0 {
+		n.More = nil
+	}
+	return out
+}
+
+// addEntry keeps an early entry, unless one like it is kept or the note
+// holds maxEarlyEntries already.
+func (n *attemptNote) addEntry(o *entryOutcome) {
+	e := entryNote{Res: o.res, Cluster: o.cluster, Attempt: o.attempt}
+	if n.Entry == nil {
+		n.Entry = &e
+		return
+	}
+	if *n.Entry == e {
+		return
+	}
+	for _, m := range n.More {
+		if m == e {
+			return
+		}
+	}
+	if 1+len(n.More) < maxEarlyEntries {
+		n.More = append(append([]entryNote(nil), n.More...), e)
+		return
+	}
+	// Full: Envoy writes one entry per request, for its last attempt, so
+	// the entry of the highest attempt is the one a park will match; one
+	// for an earlier attempt gives way to it.
+	low := -1 // -1: Entry; i: More[i]
+	lowAttempt := n.Entry.Attempt
+	for i, m := range n.More {
+		if m.Attempt < lowAttempt {
+			low, lowAttempt = i, m.Attempt
+		}
+	}
+	if e.Attempt <= lowAttempt {
+		return
+	}
+	n.More = append([]entryNote(nil), n.More...)
+	if low < 0 {
+		n.Entry = &e
+	} else {
+		n.More[low] = e
+	}
+}
+
 var noteTable = []noteRow{
 	// The observer (observe.go): one observer record per decision.
 	{ev: evObserve, when: "the decision is settled (observed, or recorded from an entry)", next: "unchanged", rec: "nothing (duplicate)",
@@ -121,14 +200,15 @@ var noteTable = []noteRow{
 		guard: func(n *attemptNote, op meetOp) bool { return op.park.N == 0 && n.settled() },
 		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetByObserver} }},
 	{ev: evPark, when: "N 0, an early entry matches", next: "settled", rec: "the entry's outcome",
-		guard: func(n *attemptNote, op meetOp) bool {
-			return op.park.N == 0 && n.Entry != nil && n.Entry.outcome().matchesNote(op.park)
-		},
+		guard: func(n *attemptNote, op meetOp) bool { return op.park.N == 0 && n.matchingEntry(op.park) >= 0 },
 		apply: func(n *attemptNote, op meetOp) meetAct {
-			out := n.Entry.outcome()
-			n.Entry, n.Done = nil, true
+			out := n.takeEntry(n.matchingEntry(op.park))
+			n.Entry, n.More, n.Done = nil, nil, true
 			return meetAct{how: meetEntry, claim: op.park, res: out}
 		}},
+	{ev: evPark, when: "N 0, parked already (waiting or expired)", next: "unchanged", rec: "nothing (duplicate)",
+		guard: func(n *attemptNote, op meetOp) bool { return op.park.N == 0 && n.Parked != nil && n.Parked.N == 0 },
+		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetDuplicate} }},
 	{ev: evPark, when: "N 0, otherwise", next: "parked N 0", rec: "nothing yet (waits decision_wait_sec or access_log.wait_ms)",
 		guard: func(_ *attemptNote, op meetOp) bool { return op.park.N == 0 },
 		apply: func(n *attemptNote, op meetOp) meetAct {
@@ -140,6 +220,9 @@ var noteTable = []noteRow{
 	{ev: evPark, when: "attempt n was recorded already (a replayed token)", next: "unchanged", rec: "nothing (duplicate)",
 		guard: func(n *attemptNote, op meetOp) bool { return n.recordedAttempt(op.park.N) },
 		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetDuplicate} }},
+	{ev: evPark, when: "attempt n is parked already, waiting or expired (a replayed park)", next: "unchanged", rec: "nothing (duplicate)",
+		guard: func(n *attemptNote, op meetOp) bool { return n.Parked != nil && n.Parked.N == op.park.N },
+		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetDuplicate} }},
 	{ev: evPark, when: "a later attempt arrived already (Later > n)", next: "attempt n recorded; Later kept", rec: "connection_error for attempt n",
 		guard: func(n *attemptNote, op meetOp) bool { return n.Later > op.park.N },
 		apply: func(n *attemptNote, op meetOp) meetAct {
@@ -147,10 +230,9 @@ var noteTable = []noteRow{
 			return meetAct{how: meetConnErr, claim: op.park}
 		}},
 	{ev: evPark, when: "an early entry names attempt n (or no attempt) and its cluster", next: "attempt n recorded", rec: "the entry's outcome",
-		guard: func(n *attemptNote, op meetOp) bool { return n.Entry != nil && n.Entry.outcome().matchesNote(op.park) },
+		guard: func(n *attemptNote, op meetOp) bool { return n.matchingEntry(op.park) >= 0 },
 		apply: func(n *attemptNote, op meetOp) meetAct {
-			out := n.Entry.outcome()
-			n.Entry = nil
+			out := n.takeEntry(n.matchingEntry(op.park))
 			n.markRecorded(op.park.N)
 			return meetAct{how: meetEntry, claim: op.park, res: out}
 		}},
@@ -217,6 +299,16 @@ var noteTable = []noteRow{
 			act.chained = op.entry
 			return act
 		}},
+	{ev: evEntry, when: "an entry for a later attempt than the parked one", next: "parked attempt recorded; the entry kept; Later = its attempt", rec: "connection_error for the parked attempt (Envoy retried it)",
+		guard: func(n *attemptNote, op meetOp) bool {
+			return n.Parked != nil && n.Parked.N > 0 && int(op.entry.attempt) > n.Parked.N
+		},
+		apply: func(n *attemptNote, op meetOp) meetAct {
+			act := n.claimParked(meetConnErr, entryOutcome{})
+			n.Later = max(n.Later, int(op.entry.attempt))
+			n.addEntry(op.entry)
+			return act
+		}},
 	{ev: evEntry, when: "a parked party that does not match", next: "unchanged", rec: "nothing (mismatch)",
 		guard: func(n *attemptNote, _ meetOp) bool { return n.Parked != nil },
 		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetMismatch} }},
@@ -230,11 +322,12 @@ var noteTable = []noteRow{
 			n.markRecorded(int(op.entry.attempt))
 			return meetAct{how: meetChained}
 		}},
-	{ev: evEntry, when: "otherwise (nothing parked yet)", next: "the first entry kept", rec: "nothing yet",
+	{ev: evEntry, when: "otherwise (nothing parked yet)", next: "the entry kept (at most 4, the highest attempts); Later = its attempt", rec: "nothing yet",
 		guard: always,
 		apply: func(n *attemptNote, op meetOp) meetAct {
-			if n.Entry == nil {
-				n.Entry = &entryNote{Res: op.entry.res, Cluster: op.entry.cluster, Attempt: op.entry.attempt}
+			n.addEntry(op.entry)
+			if op.entry.attempt > 1 {
+				n.Later = max(n.Later, int(op.entry.attempt))
 			}
 			return meetAct{how: meetEarly}
 		}},
@@ -253,6 +346,11 @@ func step(cur attemptNote, op meetOp) (attemptNote, meetAct) {
 		if r.ev == ev && r.guard(&cur, op) {
 			act := r.apply(&cur, op)
 			act.row = i
+			if ev == evPark && op.park.N > 0 {
+				// A park of attempt n says attempt n began: an earlier
+				// attempt that parks later was retried.
+				cur.Later = max(cur.Later, op.park.N)
+			}
 			return cur, act
 		}
 	}

@@ -132,15 +132,17 @@ func TestMeetStep(t *testing.T) {
 		how  meetHow
 		next attemptNote
 	}{
-		{"park on nothing", attemptNote{}, meetOp{park: p1}, meetParked, attemptNote{Parked: p1}},
+		{"park on nothing", attemptNote{}, meetOp{park: p1}, meetParked, attemptNote{Parked: p1, Later: 1}},
 		{"park after a later arrival", attemptNote{Later: 2}, meetOp{park: p1}, meetConnErr, attemptNote{Later: 2, Rec: 1 << 1}},
 		{"park after the same attempt's arrival", attemptNote{Later: 1}, meetOp{park: p1}, meetParked, attemptNote{Parked: p1, Later: 1}},
 		{"arrival claims an earlier park", attemptNote{Parked: p1}, meetOp{arrive: 2}, meetConnErr, attemptNote{Later: 2, Rec: 1 << 1}},
 		{"arrival of the parked attempt itself", attemptNote{Parked: p2}, meetOp{arrive: 2}, meetNone, attemptNote{Parked: p2, Later: 2}},
 		{"entry claims its park", attemptNote{Parked: p2}, meetOp{entry: &uf}, meetEntry, attemptNote{Rec: 1 << 2}},
-		{"entry for another cluster", attemptNote{Parked: p1}, meetOp{entry: &uf}, meetMismatch, attemptNote{Parked: p1}},
-		{"entry first waits", attemptNote{}, meetOp{entry: &uf}, meetEarly, attemptNote{Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}},
-		{"park takes an early entry", attemptNote{Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}, meetOp{park: p2}, meetEntry, attemptNote{Rec: 1 << 2}},
+		{"entry for a later attempt claims the parked one", attemptNote{Parked: p1}, meetOp{entry: &uf}, meetConnErr, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}, Rec: 1 << 1}},
+		{"entry for another cluster", attemptNote{Parked: p1}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c9", attempt: 1}}, meetMismatch, attemptNote{Parked: p1}},
+		{"entry for another attempt", attemptNote{Parked: p2}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c2", attempt: 1}}, meetMismatch, attemptNote{Parked: p2}},
+		{"entry first waits", attemptNote{}, meetOp{entry: &uf}, meetEarly, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}},
+		{"park takes an early entry", attemptNote{Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}, meetOp{park: p2}, meetEntry, attemptNote{Later: 2, Rec: 1 << 2}},
 		{"expiry of its own park", attemptNote{Parked: p1}, meetOp{park: p1, expire: true}, meetNeither, attemptNote{Parked: p1, Expired: true}},
 		{"expiry after a claim", attemptNote{}, meetOp{park: p1, expire: true}, meetNone, attemptNote{}},
 		{"expiry after a newer park", attemptNote{Parked: p2}, meetOp{park: p1, expire: true}, meetNone, attemptNote{Parked: p2}},

@@ -188,7 +188,8 @@ func FuzzObserveNote(f *testing.F) {
 		if start < 0 {
 			start = -start
 		}
-		n := observeNote{Decision: d, Parked: parkedNote{Gateway: g, Route: r, Cluster: c, RouteGen: gen, RouteLease: lease, FleetGen: gen / 2, Start: start}}
+		n := observeNote{Decision: d, Parked: parkedNote{Gateway: g, Route: r, Cluster: c, RouteGen: gen, RouteLease: lease, FleetGen: gen / 2, Start: start},
+			ReqNs: start / 3, Replica: lease ^ gen}
 		got, ok := parseObserveNote(n.encode())
 		if !ok || got != n {
 			t.Fatalf("%+v -> %q -> %+v %v", n, n.encode(), got, ok)
@@ -196,6 +197,47 @@ func FuzzObserveNote(f *testing.F) {
 		if m, ok := parseObserveNote(junk); ok {
 			if again, ok2 := parseObserveNote(m.encode()); !ok2 || again != m {
 				t.Fatalf("%q parsed to %+v, which does not round-trip", junk, m)
+			}
+		}
+	})
+}
+
+// FuzzSealedNotes (R-DL4): what a stream hands another is sealed. A sealed
+// observe note or attempt token opens with the fleet's key to what was
+// sealed, and with nothing else: another key, the other use, any change of
+// a byte, or junk never opens (and never panics).
+func FuzzSealedNotes(f *testing.F) {
+	f.Add([]byte("o2 note"), "junk", 3)
+	f.Add([]byte{}, "", 0)
+	f.Add([]byte(`{"v":1}`), "AAAA", 40)
+	ours, theirs := newTokenSealer([]byte("fleet a")), newTokenSealer([]byte("fleet b"))
+	f.Fuzz(func(t *testing.T, plain []byte, junk string, flip int) {
+		for _, aad := range [][]byte{observeAAD, tokenAAD} {
+			sealed := ours.sealFor(aad, plain)
+			got, err := ours.openFor(aad, sealed)
+			if err != nil || string(got) != string(plain) {
+				t.Fatalf("round trip: %q -> %q %v", plain, got, err)
+			}
+			if _, err := theirs.openFor(aad, sealed); err == nil {
+				t.Fatal("another fleet's key opened it")
+			}
+			other := tokenAAD
+			if string(aad) == string(tokenAAD) {
+				other = observeAAD
+			}
+			if _, err := ours.openFor(other, sealed); err == nil {
+				t.Fatal("sealed for one use, opened for the other")
+			}
+			b := []byte(sealed)
+			i := (flip%len(b) + len(b)) % len(b)
+			b[i] ^= 0x01
+			if g, err := ours.openFor(aad, string(b)); err == nil && string(g) != string(plain) {
+				t.Fatalf("a changed byte opened to %q", g)
+			}
+		}
+		if _, err := ours.openFor(observeAAD, junk); err == nil {
+			if _, err2 := ours.openFor(tokenAAD, junk); err2 == nil {
+				t.Fatal("junk opened for both uses")
 			}
 		}
 	})

@@ -225,8 +225,10 @@ func TestFailoverRecordsItsLastAttempt(t *testing.T) {
 	if last.Cluster != "openai_eu" {
 		t.Fatalf("last attempt on %s", last.Cluster)
 	}
-	if strings.Contains(w.scrape(), `class="neither",gateway="failover",reason="client_cancel"`) {
-		t.Fatal("an attempt was recorded as a client cancel")
+	for _, r := range []string{"client_cancel", "no_outcome"} {
+		if strings.Contains(w.scrape(), `class="neither",gateway="failover",reason="`+r+`"`) {
+			t.Fatalf("an attempt was recorded as a neither (%s)", r)
+		}
 	}
 }
 

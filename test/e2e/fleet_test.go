@@ -139,8 +139,10 @@ func TestFleetFailoverMeetsAcrossReplicas(t *testing.T) {
 			return b["state"] == "open" && b["reason"] == "connection_error"
 		})
 	}
-	if n := w.fleetSum(`aig_circuit_breaker_outcomes_total{class="neither",gateway="failover",reason="client_cancel",route="openai:us-east:gpt-4o-mini"}`); n != 0 {
-		t.Fatalf("%v refusals became a neither", n)
+	for _, r := range []string{"client_cancel", "no_outcome"} {
+		if n := w.fleetSum(`aig_circuit_breaker_outcomes_total{class="neither",gateway="failover",reason="` + r + `",route="openai:us-east:gpt-4o-mini"}`); n != 0 {
+			t.Fatalf("%v refusals became a neither (%s)", n, r)
+		}
 	}
 	if got := w.fleetSum(connErr); got != 3 {
 		t.Fatalf("%v connection errors, want 3 (each refusal once)", got)
