@@ -1,0 +1,74 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+)
+
+// R-DL7: when the meeting place cannot be reached, a note's
+// compare-and-set reports that, never a success on the replica's own
+// table. Two replicas through one stalled, then cut, proxy: neither claims
+// the note, so neither records the decision twice. Before, each replica
+// swapped on its own table and both reported ok. The notes are signed with
+// the fleet key (the signed path, which no test ran before), and a note
+// another writer put there unsigned is refused.
+func TestNoteSwapReportsAnUnreachableRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	open := func() *redisstore.Store {
+		client, err := redisstore.NewClient("redis://" + px.Addr + "/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: "notes:", OpTimeout: 50 * time.Millisecond,
+			Clock: breaker.NewFakeClock(time.Now()), HMACKey: []byte("the fleet key")})
+	}
+	a, b := open(), open()
+	ctx := context.Background()
+	if _, ok, err := a.SwapNote(ctx, "a:d1", nil, []byte(`{"p":{"n":0}}`), time.Minute); !ok || err != nil {
+		t.Fatalf("a healthy swap: %v %v", ok, err)
+	}
+	// The signed note reads back through the other replica.
+	cur, ok, err := b.SwapNote(ctx, "a:d1", nil, []byte("x"), time.Minute)
+	if ok || err != nil || string(cur) != `{"p":{"n":0}}` {
+		t.Fatalf("b read %q %v %v", cur, ok, err)
+	}
+	for _, fault := range []struct {
+		name string
+		on   func(bool)
+	}{{"stalled", px.Stall}, {"blackholed", px.Blackhole}} {
+		t.Run(fault.name, func(t *testing.T) {
+			fault.on(true)
+			defer fault.on(false)
+			for _, st := range []*redisstore.Store{a, b} {
+				t0 := time.Now()
+				_, ok, err := st.SwapNote(ctx, "a:d2", nil, []byte("claim"), time.Minute)
+				if ok || !errors.Is(err, redisstore.ErrNoteUnreachable) {
+					t.Fatalf("a swap through a %s Redis: ok %v, err %v (want ErrNoteUnreachable)", fault.name, ok, err)
+				}
+				if el := time.Since(t0); el > 500*time.Millisecond {
+					t.Fatalf("the swap waited %s (op timeout 50 ms)", el)
+				}
+			}
+		})
+	}
+	// Back: the note that neither could claim is still free.
+	eventually(t, "the note is free once Redis is back", func() bool {
+		_, ok, err := a.SwapNote(ctx, "a:d2", nil, []byte("claim"), time.Minute)
+		return ok && err == nil
+	})
+	// A note written without the fleet's signature is refused.
+	if err := srv.Client(t).Set(ctx, "notes:note:a:d3", `{"o":true}`, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := a.SwapNote(ctx, "a:d3", nil, []byte("claim"), time.Minute); ok || err == nil {
+		t.Fatalf("an unsigned note: ok %v err %v", ok, err)
+	}
+}
