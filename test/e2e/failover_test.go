@@ -351,3 +351,27 @@ func chatStatus(p *envoysim.Proxy) int {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
 }
+
+// R-AL5 in the failover deployment: when the chain's first cluster is
+// unknown to Envoy (NC) the router answers 503 before any upstream request:
+// no attempt stream exists, and the access log entry has no upstream
+// cluster. It is settled by its attempt count against its chain group:
+// R-O12's log line and counter. Before, the entry waited in the note until
+// it expired: three 503s with no log line and no counter.
+func TestFailoverNoClusterIsReported(t *testing.T) {
+	w := newFailoverWorld(t)
+	cfg := w.failoverConfig()
+	delete(cfg.Clusters, "openai_us")
+	p := w.startProxy(cfg)
+	for range 3 {
+		if r := chat(t, p, gpt, false); r.status != 503 {
+			t.Fatalf("%d from a chain whose first cluster Envoy lacks", r.status)
+		}
+	}
+	eventually(t, "NC counted for its chain group", func() bool {
+		return strings.Contains(w.scrape(), `aig_extproc_cluster_not_found_total{cluster="openai_us",gateway="failover"} 3`)
+	})
+	if !strings.Contains(w.logs.String(), "Envoy has no cluster for the route fusebox chose") {
+		t.Fatal("no R-O12 log line")
+	}
+}

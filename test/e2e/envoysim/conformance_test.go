@@ -34,6 +34,8 @@ type scripted struct {
 	// byRole, when set, answers instead of script, told the stream's
 	// x-fusebox-role (the failover tests play both roles).
 	byRole func(role string, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse
+	// ended is when each stream saw its end (Recv failed).
+	ended []time.Time
 }
 
 func (s *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
@@ -44,6 +46,9 @@ func (s *scripted) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	for {
 		req, err := st.Recv()
 		if err != nil {
+			s.mu.Lock()
+			s.ended = append(s.ended, time.Now())
+			s.mu.Unlock()
 			return nil
 		}
 		s.mu.Lock()

@@ -1,11 +1,15 @@
 package envoysim
 
 import (
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -172,5 +176,81 @@ func TestAccessLogBuffered(t *testing.T) {
 	waitFor(t, "the flush", func() bool { return len(als.got()) == 1 })
 	if el := time.Since(start); el < 900*time.Millisecond {
 		t.Fatalf("flushed after %s, want the 1 s interval", el)
+	}
+}
+
+// TestStreamCloseOptimizationPerRelease (docs/envoy.md, "When Envoy
+// closes the ext_proc stream"): from 1.37.0, a request headers reply that
+// leaves nothing more to send (the body mode overridden to NONE, every
+// response phase off: the observer profile with x-fusebox-model) closes the
+// stream at once, while the upstream is still answering; on 1.36 and with
+// the runtime guard false it stays open until the request ends. A BUFFERED
+// body reply never closes it.
+func TestStreamCloseOptimizationPerRelease(t *testing.T) {
+	noMore := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			r := reqHeadersReply(nil)
+			r.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_NONE,
+				ResponseHeaderMode: filterv3.ProcessingMode_SKIP, ResponseBodyMode: filterv3.ProcessingMode_NONE}
+			return r
+		}
+		return plain(req)
+	}
+	bodyThenNoMore := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			return reqHeadersReply(nil)
+		}
+		if req.GetRequestBody() != nil {
+			r := reqBodyReply(nil)
+			r.ModeOverride = &filterv3.ProcessingMode{ResponseHeaderMode: filterv3.ProcessingMode_SKIP, ResponseBodyMode: filterv3.ProcessingMode_NONE}
+			return r
+		}
+		return plain(req)
+	}
+	cases := []struct {
+		name    string
+		v       Version
+		runtime map[string]string
+		script  func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse
+		early   bool
+	}{
+		{"1.36: open until the end", Envoy136, nil, noMore, false},
+		{"1.37: closed after the headers reply", Version{1, 37, 0}, nil, noMore, true},
+		{"1.40: closed after the headers reply", Envoy140, nil, noMore, true},
+		{"1.40, guard false", Envoy140, map[string]string{streamCloseGuard: "false"}, noMore, false},
+		{"1.40, a BUFFERED body reply", Envoy140, nil, bodyThenNoMore, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var answered atomic.Int64
+			r := newRig(t, tc.script, func(c *Config) { c.Envoy, c.Runtime = tc.v, tc.runtime })
+			slow := newUpstream(t, func(w http.ResponseWriter, _ *http.Request) {
+				time.Sleep(150 * time.Millisecond)
+				answered.Store(time.Now().UnixNano())
+				w.WriteHeader(200)
+			})
+			r.proxy.cfg.Clusters["default"].Addr = strings.TrimPrefix(slow.srv.URL, "http://")
+			if resp, _ := r.post(`{"model":"m"}`); resp.StatusCode != 200 {
+				t.Fatalf("%d", resp.StatusCode)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				r.proc.mu.Lock()
+				n := len(r.proc.ended)
+				r.proc.mu.Unlock()
+				if n == 1 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			r.proc.mu.Lock()
+			defer r.proc.mu.Unlock()
+			if len(r.proc.ended) != 1 {
+				t.Fatal("the stream never ended")
+			}
+			if early := r.proc.ended[0].UnixNano() < answered.Load(); early != tc.early {
+				t.Fatalf("stream ended before the upstream answered: %v, want %v", early, tc.early)
+			}
+		})
 	}
 }

@@ -249,6 +249,7 @@ func (p *Proxy) upstreamRequestPhase(w http.ResponseWriter, e *Entry, ep *epStre
 			if resp.ModeOverride != nil && ep.c.AllowModeOverride {
 				ep.modes = overrideModes(resp.ModeOverride)
 			}
+			p.afterRequestHeaders(ep, eos)
 		}
 	}
 	if !eos && ep.active() && ep.modes.RequestBodyMode == filterv3.ProcessingMode_BUFFERED {

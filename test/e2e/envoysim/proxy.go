@@ -274,6 +274,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if resp.ModeOverride != nil && p.cfg.ExtProc.AllowModeOverride {
 				ep.modes = overrideModes(resp.ModeOverride)
 			}
+			p.afterRequestHeaders(ep, eos)
 		}
 	}
 

@@ -101,6 +101,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				if resp.ModeOverride != nil && ep.c.AllowModeOverride {
 					ep.modes = overrideModes(resp.ModeOverride)
 				}
+				p.afterResponseHeaders(ep, noBody)
 			default:
 				p.stats.add("spurious_msgs_received")
 				if !ep.fail(errSpurious) {
