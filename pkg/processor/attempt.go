@@ -217,7 +217,10 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	st.tracked = !st.target.Peek(context.Background(), st.s.store, st.startNs).Off
 	// A previous attempt of this request that ended before any response
 	// headers was retried by Envoy: its connection failed or was reset.
-	st.s.meet.arrived(st.decisionID, n)
+	// The note hears of every attempt's arrival: an attempt number seen
+	// twice is a replayed token, whose outcome is recorded nowhere.
+	st.gate = newArrivalGate()
+	st.s.meet.arrived(st.decisionID, n, st.gate)
 
 	// Per-attempt rewrites (R-X2): the header map is shared by every
 	// attempt, so :path is set on each one, back to the client's when the

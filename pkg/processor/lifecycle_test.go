@@ -280,3 +280,20 @@ func TestEntryFloodKeepsParkedAttempts(t *testing.T) {
 		t.Fatalf("dropped %v", v)
 	}
 }
+
+// R-DL4: a sealed attempt token replayed (the same attempt number again,
+// from whoever reaches the ext_proc port with a token a provider saw)
+// records nothing. Before, one token recorded 10 failures.
+func TestReplayedAttemptTokenRecordsOnce(t *testing.T) {
+	e := newFailoverEnv(t)
+	tok := e.routeRole()
+	for range 10 {
+		c, _, _ := e.attempt(tok, "r-1", 1, "/v1/chat/completions")
+		c.respHeaders("503", true, attrs(0, "via_upstream"))
+		c.end()
+	}
+	eventually(t, "the replays are counted", func() bool { return e.decisionEvents("arrive", "duplicate") == 9 })
+	if n := e.outcomes("openai:us:gpt", "failure", "provider_5xx"); n != 1 {
+		t.Fatalf("one token recorded %v failures", n)
+	}
+}

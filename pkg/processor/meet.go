@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
@@ -52,6 +53,9 @@ type attemptNote struct {
 	// Rec: the attempts (bit n) whose outcome was recorded through the
 	// note: one record per attempt number (R-DL4).
 	Rec uint64 `json:"rc,omitempty"`
+	// Arr: the attempts (bit n) whose arrival the note was told of: an
+	// attempt number that arrives twice is a replayed token (R-DL4).
+	Arr uint64 `json:"ar,omitempty"`
 }
 
 // parkedNote is a parked attempt, or a route-role decision waiting for
@@ -87,7 +91,7 @@ func (o entryOutcome) matchesNote(p *parkedNote) bool {
 }
 
 func (n *attemptNote) empty() bool {
-	return n.Parked == nil && n.Later == 0 && n.Entry == nil && len(n.More) == 0 && !n.Obs && !n.Done && !n.Expired && n.Rec == 0
+	return n.Parked == nil && n.Later == 0 && n.Entry == nil && len(n.More) == 0 && !n.Obs && !n.Done && !n.Expired && n.Rec == 0 && n.Arr == 0
 }
 
 // What an operation on a note did.
@@ -236,6 +240,12 @@ func (m *meetings) park(a *attemptStream) {
 		st.recordNeither()
 		return
 	}
+	if g := st.gate; g != nil && g.wait() {
+		// A replayed token's attempt: nothing to park or record. (Parking
+		// is off the request path: the stream has ended.)
+		st.recorded = true
+		return
+	}
 	now := st.now()
 	p := parkedNote{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease,
@@ -316,15 +326,18 @@ func (m *meetings) claimHere(decision string, match func(p *parkedNote) bool) *p
 	return h
 }
 
-// arrived tells the note that attempt n (> 1) of decision began: a parked
-// earlier attempt was retried. It runs off the attempt's request path (a
-// slow store must not delay it).
-func (m *meetings) arrived(decision string, n int) {
-	if decision == "" || n <= 1 {
+// arrived tells the note that attempt n of decision began: a parked
+// earlier attempt was retried, and an attempt number that arrives a second
+// time is a replayed token (R-DL4): g hears which. It runs off the
+// attempt's request path (a slow store must not delay it).
+func (m *meetings) arrived(decision string, n int, g *arrivalGate) {
+	if decision == "" {
+		g.open(false)
 		return
 	}
 	go func() {
 		act := m.run(decision, nil, meetOp{arrive: n})
+		g.open(act.how == meetDuplicate)
 		switch act.how {
 		case meetConnErr:
 			m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
@@ -334,6 +347,49 @@ func (m *meetings) arrived(decision string, n int) {
 			}
 		}
 	}()
+}
+
+// arrivalGate is what the note said of an attempt's arrival: a replayed
+// token's attempt records nothing. The attempt's response may be judged
+// before the note answers; its record then waits for the answer off the
+// reply path (record), bounded by gateWait.
+type arrivalGate struct {
+	done   chan struct{}
+	replay atomic.Bool
+}
+
+// gateWait bounds how long a record waits for the arrival's answer; past
+// it the attempt is recorded (a meeting place that does not answer must
+// not lose an outcome, R-DL7).
+const gateWait = time.Second
+
+func newArrivalGate() *arrivalGate { return &arrivalGate{done: make(chan struct{})} }
+
+func (g *arrivalGate) open(replay bool) {
+	g.replay.Store(replay)
+	close(g.done)
+}
+
+// known reports whether the answer came, and whether it was a replay.
+func (g *arrivalGate) known() (known, replay bool) {
+	select {
+	case <-g.done:
+		return true, g.replay.Load()
+	default:
+		return false, false
+	}
+}
+
+// wait waits for the answer (at most gateWait) and reports a replay.
+func (g *arrivalGate) wait() bool {
+	t := time.NewTimer(gateWait)
+	defer t.Stop()
+	select {
+	case <-g.done:
+		return g.replay.Load()
+	case <-t.C:
+		return false
+	}
 }
 
 // maxEarly bounds the notes this replica creates for entries that name no

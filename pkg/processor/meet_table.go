@@ -77,6 +77,12 @@ func (n *attemptNote) markRecorded(a int) {
 	}
 }
 
+func (n *attemptNote) markArrived(a int) {
+	if a >= 1 && a <= 63 {
+		n.Arr |= 1 << a
+	}
+}
+
 // settled: the decision's own outcome (N 0) is recorded, by an entry, the
 // observer, or the route role itself.
 func (n *attemptNote) settled() bool { return n.Done || n.Obs }
@@ -264,7 +270,10 @@ var noteTable = []noteRow{
 	{ev: evExpire, when: "otherwise (claimed, or another park since)", next: "unchanged", rec: "nothing",
 		guard: always, apply: func(*attemptNote, meetOp) meetAct { return meetAct{} }},
 
-	// Attempt n of the request began (n ≥ 2).
+	// Attempt n of the request began.
+	{ev: evArrive, when: "attempt n arrived already (a replayed token)", next: "unchanged", rec: "nothing: the replay's attempt records nothing (duplicate)",
+		guard: func(n *attemptNote, op meetOp) bool { return op.arrive <= 63 && n.Arr&(1<<op.arrive) != 0 },
+		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetDuplicate} }},
 	{ev: evArrive, when: "an earlier attempt is parked", next: "attempt recorded; Later = max(Later, n)", rec: "connection_error for the parked attempt",
 		guard: func(n *attemptNote, op meetOp) bool {
 			return n.Parked != nil && n.Parked.N > 0 && n.Parked.N < op.arrive
@@ -272,12 +281,14 @@ var noteTable = []noteRow{
 		apply: func(n *attemptNote, op meetOp) meetAct {
 			act := n.claimParked(meetConnErr, entryOutcome{})
 			n.Later = max(n.Later, op.arrive)
+			n.markArrived(op.arrive)
 			return act
 		}},
 	{ev: evArrive, when: "otherwise", next: "Later = max(Later, n)", rec: "nothing",
 		guard: always,
 		apply: func(n *attemptNote, op meetOp) meetAct {
 			n.Later = max(n.Later, op.arrive)
+			n.markArrived(op.arrive)
 			return meetAct{}
 		}},
 

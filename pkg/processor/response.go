@@ -208,6 +208,30 @@ func (st *stream) record(res breaker.Result, now int64) {
 	// Close the stall watch for this attempt; if it already counted the
 	// call, the outcome must not count it again.
 	res.Counted = !st.stallState.CompareAndSwap(stallOpen, stallClosed)
+	if g := st.gate; g != nil {
+		known, replay := g.known()
+		switch {
+		case replay:
+			return // counted when the note said so (meet.go)
+		case !known:
+			// The note has not answered the arrival yet: the record waits
+			// for it off the reply path (the access log line then lacks
+			// the outcome).
+			go func() {
+				if g.wait() {
+					return
+				}
+				st.apply(res, now, false)
+			}()
+			return
+		}
+	}
+	st.apply(res, now, true)
+}
+
+// apply records res on the attempt's breakers and counts it; withMeta: the
+// reply that follows carries the outcome to the access log.
+func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 	base := st.comp.bases[st.chosen]
 	if base != nil {
 		res.BaselineMs = base.p50(now)
@@ -226,9 +250,11 @@ func (st *stream) record(res breaker.Result, now int64) {
 	if route.Applied {
 		// The outcome goes into the access log line too (R-R1): the reply
 		// to the message that settled it carries it (outcome.go).
-		st.outcomeClass, st.outcomeReason = route.Outcome.Class.String(), route.Outcome.Reason
-		if st.classifier != nil {
-			st.outcomeUsage = st.classifier.Usage()
+		if withMeta {
+			st.outcomeClass, st.outcomeReason = route.Outcome.Class.String(), route.Outcome.Reason
+			if st.classifier != nil {
+				st.outcomeUsage = st.classifier.Usage()
+			}
 		}
 		m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
 		st.s.history.Add(st.target.Route.ID(), route.Outcome.Class, now)

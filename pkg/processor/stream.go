@@ -77,6 +77,9 @@ type stream struct {
 	// call is counted exactly once even when both race.
 	stall      *stallItem
 	stallState atomic.Int32
+	// gate: the attempt role's arrival as the note saw it (a replayed
+	// token records nothing, R-DL4); nil on the route role.
+	gate *arrivalGate
 }
 
 const (
