@@ -170,22 +170,7 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	st.startNs = st.now()
 	st.rt = st.s.cfg.Load()
 	st.comp = st.s.compiledFor(st.rt)
-	var token, path string
-	n := 1
-	if h.Headers != nil {
-		for _, hv := range h.Headers.Headers {
-			switch hv.Key {
-			case AttemptHeader:
-				token = headerValue(hv)
-			case attemptCountHeader:
-				if v, err := strconv.Atoi(headerValue(hv)); err == nil && v > 0 {
-					n = v
-				}
-			case ":path":
-				path = headerValue(hv)
-			}
-		}
-	}
+	token, path, n := attemptHeaders(h)
 	a.n = n
 	t, err := st.s.parseAttemptToken(token)
 	if err != nil {
@@ -247,6 +232,25 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 			ResponseHeaderMode: filterv3.ProcessingMode_SEND, ResponseBodyMode: st.respBodyMode}
 	}
 	return resp
+}
+
+// attemptHeaders reads the chain token, :path and the attempt number (1
+// when Envoy sent none).
+func attemptHeaders(h *extprocv3.HttpHeaders) (token, path string, n int) {
+	n = 1
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.Key {
+		case AttemptHeader:
+			token = headerValue(hv)
+		case attemptCountHeader:
+			if v, err := strconv.Atoi(headerValue(hv)); err == nil && v > 0 {
+				n = v
+			}
+		case ":path":
+			path = headerValue(hv)
+		}
+	}
+	return token, path, n
 }
 
 // attemptPassthrough answers a request that is none of fusebox's (no

@@ -94,23 +94,8 @@ func (st *stream) decide() decision {
 		st.s.log.Debug("decision", "gateway", gw.ID, "model", m.Name, "route", st.chosen.Key,
 			"skipped", keys(cands, skipped), "would_skip", would, "try_all", plan.TryAll, "probe", st.adm.Route.Lease != 0)
 	}
-	action := ActionRouted
-	switch {
-	case plan.TryAll:
-		action = ActionTryAll
-		d.stage = stageMetadata(ActionTryAll, keys(cands, unhealthy(pk.verdicts)), would)
-	case len(skipped) > 0:
-		action = ActionSkipped
-		d.stage = stageMetadata(ActionSkipped, keys(cands, skipped), would)
-	case len(plan.Ramped) > 0:
-		action = ActionRamped
-		d.stage = stageMetadata(ActionRamped, keys(cands, plan.Ramped), would)
-	case pk.anyWould:
-		// R-M2/R-M4: shadow breakers would have skipped these; they were
-		// not skipped.
-		action = ActionWouldSkip
-		d.stage = stageMetadata(ActionWouldSkip, would, "")
-	}
+	action, stage := stageOfPlan(cands, pk, plan, skipped, would)
+	d.stage = stage
 	if st.rt.Envoy.Failover {
 		st.withChainOf(&d, action, cands, pk.verdicts, plan.Order, chosenAt, m.MaxAttempts, now)
 	}
@@ -120,6 +105,24 @@ func (st *stream) decide() decision {
 	st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, action).Inc()
 	st.journalDecided(m, cands, st.chosen, action, now)
 	return d
+}
+
+// stageOfPlan is the decision's action and the stage metadata that names
+// it (nil for a plain route).
+func stageOfPlan(cands []*routes.Route, pk peeked, plan Plan, skipped []int, would string) (string, *structpb.Struct) {
+	switch {
+	case plan.TryAll:
+		return ActionTryAll, stageMetadata(ActionTryAll, keys(cands, unhealthy(pk.verdicts)), would)
+	case len(skipped) > 0:
+		return ActionSkipped, stageMetadata(ActionSkipped, keys(cands, skipped), would)
+	case len(plan.Ramped) > 0:
+		return ActionRamped, stageMetadata(ActionRamped, keys(cands, plan.Ramped), would)
+	case pk.anyWould:
+		// R-M2/R-M4: shadow breakers would have skipped these; they were
+		// not skipped.
+		return ActionWouldSkip, stageMetadata(ActionWouldSkip, would, "")
+	}
+	return ActionRouted, nil
 }
 
 // peeked is what the candidates' breakers say now.

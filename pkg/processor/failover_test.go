@@ -132,3 +132,25 @@ func TestChainLeavesOutRefusedGroups(t *testing.T) {
 		})
 	}
 }
+
+// A later chain group whose fleet breaker comes back holding a probe slot
+// is left out like one whose route breaker does, and the fleet's slot is
+// given back (only the first group may hold a slot, R-X1).
+func TestChainLeavesOutAFleetLeasedGroup(t *testing.T) {
+	cfg := "envoy: {failover: true}\n" + strings.Replace(testConfig, "      - name: llama\n", "      - name: folm\n        routes: [\"self:a:llama\", \"self:b:llama\"]\n        failover: {max_attempts: 2}\n      - name: llama\n", 1)
+	var rs *refusingStore
+	e := newEnvConfig(t, cfg, func(o *Options) {
+		rs = &refusingStore{Store: o.Store, route: "fleet:gpu", leased: true}
+		o.Store = rs
+	})
+	c := e.open("route")
+	r := c.chat("folm")
+	c.end()
+	chain := r.GetDynamicMetadata().GetFields()["fusebox"].GetStructValue().GetFields()["chain"].GetStringValue()
+	if chain != "self:a:llama" {
+		t.Fatalf("chain %q: the group whose fleet slot was leased stayed", chain)
+	}
+	if rs.released.Load() != 1 {
+		t.Fatalf("released %d fleet slots, want 1", rs.released.Load())
+	}
+}

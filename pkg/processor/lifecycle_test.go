@@ -297,3 +297,48 @@ func TestReplayedAttemptTokenRecordsOnce(t *testing.T) {
 		t.Fatalf("one token recorded %v failures", n)
 	}
 }
+
+// A decision waiting on its replica that the observer claimed on another
+// replica is settled: an entry that reaches the deciding replica then
+// records nothing (one record per decision).
+func TestWaitingDecisionClaimedElsewhereRecordsOnce(t *testing.T) {
+	a := newObserverEnv(t)
+	b := newObserverEnv(t, func(o *Options) { o.Store, o.Config, o.Clock = a.store, a.holder, a.clk })
+	c := a.open("")
+	d := c.chat("gpt")
+	id := decisionOf(t, d)
+	c.end()
+	eventually(t, "parked", func() bool {
+		p := a.srv.decisions.get(id)
+		if p == nil {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state == pendingWaiting
+	})
+	b.observe(fuseboxMetadata(t, d), "503", `{"error":{}}`)
+	eventually(t, "the observer records", func() bool { return a.status("default", "openai:us:gpt").Failures == 1 })
+	a.srv.onAccessLogEntry(logEntry{decision: id, cluster: "c_openai_us", code: 503, flags: uf}.proto())
+	if s := a.status("default", "openai:us:gpt"); s.Failures != 1 {
+		t.Fatalf("recorded again on the deciding replica: %+v", s)
+	}
+	if a.entries(EntryDuplicate) != 1 {
+		t.Fatalf("the entry was not counted a duplicate")
+	}
+}
+
+// A sealed observe note older than any decision still waits is a replay:
+// refused and counted, even where its note is gone from the store.
+func TestOldObserveNoteIsRefused(t *testing.T) {
+	e := newObserverEnv(t)
+	old := observeNote{Decision: newDecisionID(), Parked: parkedNote{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us",
+		RouteGen: 1, Start: e.clk.Now().Add(-400 * time.Second).UnixNano()}}
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
+		observeKey: structpb.NewStringValue(e.srv.tokens.sealFor(observeAAD, []byte(old.encode())))}}}}
+	e.observe(md, "503", `{"error":{}}`)
+	eventually(t, "refused", func() bool { return e.decisionEvents("observe", "duplicate") == 1 })
+	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {
+		t.Fatalf("an old note recorded: %+v", s)
+	}
+}

@@ -142,6 +142,8 @@ func TestMeetStep(t *testing.T) {
 		{"entry for a later attempt claims the parked one", attemptNote{Parked: p1}, meetOp{entry: &uf}, meetConnErr, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}, Rec: 1 << 1}},
 		{"entry for another cluster", attemptNote{Parked: p1}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c9", attempt: 1}}, meetMismatch, attemptNote{Parked: p1}},
 		{"entry for another attempt", attemptNote{Parked: p2}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c2", attempt: 1}}, meetMismatch, attemptNote{Parked: p2}},
+		{"an entry naming its cluster is not a no-host entry", attemptNote{Parked: p1}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c2", attempt: 2, gateway: "g", chain: []string{"r1", "r2"}}},
+			meetConnErr, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}, Rec: 1 << 1}},
 		{"entry first waits", attemptNote{}, meetOp{entry: &uf}, meetEarly, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}},
 		{"park takes an early entry", attemptNote{Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}, meetOp{park: p2}, meetEntry, attemptNote{Later: 2, Rec: 1 << 2}},
 		{"expiry of its own park", attemptNote{Parked: p1}, meetOp{park: p1, expire: true}, meetNeither, attemptNote{Parked: p1, Expired: true}},

@@ -268,6 +268,12 @@ func (e *engine) decide(l *Line) {
 	adm, _ := t.Acquire(ctx, e.st, l.At, plan.TryAll || !e.vbuf[plan.Order[plan.Start]].Allowed)
 	e.seq++
 	heap.Push(&e.queue, outcome{at: l.At + max(l.DurationMs, 0)*1e6, seq: e.seq, t: t, adm: adm, res: res, rr: rr, estimated: estimated})
+	e.tally(l, chosen, rr, res, liveErr, estimated)
+}
+
+// tally counts what the request cost on the route the config chose, and
+// whether the client would have seen an error, against what it saw.
+func (e *engine) tally(l *Line, chosen *routes.Route, rr *RouteReport, res breaker.Result, liveErr, estimated bool) {
 	cost := float64(l.Tokens) * chosen.CostPerMtok / 1e6
 	rr.Cost += cost
 	if estimated {
