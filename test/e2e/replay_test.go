@@ -13,7 +13,6 @@ import (
 
 	"github.com/fusebox-llm/fusebox/pkg/replay"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
-	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
 )
 
@@ -51,10 +50,10 @@ func outageLog(t *testing.T) ([]byte, []map[string]any) {
 	}
 	eventually(t, "every stream's end is recorded", func() bool { return len(p.Log()) == 180 })
 	var buf bytes.Buffer
-	at := func(e envoysim.Entry) float64 {
+	at := func(wall time.Time) float64 {
 		f := marks[0].fake
 		for _, m := range marks {
-			if !m.wall.After(e.Start) {
+			if !m.wall.After(wall) {
 				f = m.fake
 			}
 		}
