@@ -16,6 +16,8 @@ func TestSpecNames(t *testing.T) {
 	m.Decisions.WithLabelValues("g", "", "passthrough").Inc()
 	m.ClusterNotFound.WithLabelValues("g", "c").Inc()
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
+	m.DecisionEvents.WithLabelValues("observe", "duplicate").Inc()
+	m.DeploymentMismatch.WithLabelValues("attempt_without_failover").Inc()
 	m.StoreErrors.WithLabelValues("record").Inc()
 	families, err := m.Registry.Gather()
 	if err != nil {
@@ -71,6 +73,8 @@ func TestREADMEListsEverySeries(t *testing.T) {
 	m.Decisions.WithLabelValues("g", "", "passthrough").Inc()
 	m.ClusterNotFound.WithLabelValues("g", "c").Inc()
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
+	m.DecisionEvents.WithLabelValues("observe", "duplicate").Inc()
+	m.DeploymentMismatch.WithLabelValues("attempt_without_failover").Inc()
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
