@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -340,5 +342,31 @@ func TestOldObserveNoteIsRefused(t *testing.T) {
 	eventually(t, "refused", func() bool { return e.decisionEvents("observe", "duplicate") == 1 })
 	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {
 		t.Fatalf("an old note recorded: %+v", s)
+	}
+}
+
+// TestFloodFigures prints (FUSEBOX_FIGURES=1) what the flood of #34 costs:
+// 140,000 entries for random decision ids, the notes they leave and the
+// live heap after a collection, against the heap before the flood (same
+// run). The bound itself is asserted: at most maxEarly notes.
+func TestFloodFigures(t *testing.T) {
+	e := newEnv(t)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for range 140000 {
+		e.srv.onAccessLogEntry(logEntry{decision: newDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
+	}
+	after := heap()
+	if n := e.store.NoteCount(); n > maxEarly {
+		t.Fatalf("%d notes after the flood, bound %d", n, maxEarly)
+	}
+	if os.Getenv("FUSEBOX_FIGURES") != "" {
+		t.Logf("flood_figures: 140000 entries: %d notes kept (bound %d), %d dropped; live heap %.1f MiB -> %.1f MiB",
+			e.store.NoteCount(), maxEarly, int(e.decisionEvents("entry", "dropped")), float64(before)/(1<<20), float64(after)/(1<<20))
 	}
 }

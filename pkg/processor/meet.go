@@ -202,12 +202,16 @@ func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 	return meetAct{how: meetFailed}
 }
 
-// noteTTL: a note lives past the longest wait of what it holds. A waiting
-// route-role decision (N 0) and an observer's claim wait for a response
-// (decision_wait_sec); anything else a park time, long enough for a late
-// entry to find the note.
+// noteTTL: a note lives past the longest wait of what it holds. Only two
+// states wait for a response: a route-role decision (N 0) parked and not
+// yet expired, and an observer that came before the route role's park (on
+// Envoy 1.36 the route role's stream ends with the response); they live
+// decision_wait_sec. Anything else lives a park time: long enough for a
+// late or duplicate event to find it. (Every observed decision's note
+// living decision_wait_sec would hold 300 s of traffic in the store.)
 func (m *meetings) noteTTL(n attemptNote) time.Duration {
-	if n.Obs || n.Parked != nil && n.Parked.N == 0 || n.Entry != nil && n.Entry.Attempt == 0 {
+	waiting := n.Parked != nil && n.Parked.N == 0 && !n.Expired
+	if waiting || n.Obs && !n.Done {
 		return max(m.s.cfg.Load().DecisionWait, m.ttl) + time.Second
 	}
 	return m.ttl + time.Second

@@ -202,9 +202,12 @@ var noteTable = []noteRow{
 		}},
 
 	// The route role's stream ended with no response (park N 0).
-	{ev: evPark, when: "N 0, the decision is settled", next: "unchanged", rec: "nothing (the observer or an entry records)",
+	{ev: evPark, when: "N 0, the decision is settled", next: "settled (the park seen)", rec: "nothing (the observer or an entry records)",
 		guard: func(n *attemptNote, op meetOp) bool { return op.park.N == 0 && n.settled() },
-		apply: func(*attemptNote, meetOp) meetAct { return meetAct{how: meetByObserver} }},
+		apply: func(n *attemptNote, _ meetOp) meetAct {
+			n.Done = true
+			return meetAct{how: meetByObserver}
+		}},
 	{ev: evPark, when: "N 0, an early entry matches", next: "settled", rec: "the entry's outcome",
 		guard: func(n *attemptNote, op meetOp) bool { return op.park.N == 0 && n.matchingEntry(op.park) >= 0 },
 		apply: func(n *attemptNote, op meetOp) meetAct {
