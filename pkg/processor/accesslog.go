@@ -375,6 +375,7 @@ func entryResult(e *accesslogdatav3.HTTPAccessLogEntry) entryOutcome {
 		{f.GetUpstreamRemoteReset(), flagUR}, {f.GetUpstreamConnectionFailure(), flagUF},
 		{f.GetUpstreamConnectionTermination(), flagUC}, {f.GetUpstreamOverflow(), flagUO},
 		{f.GetUpstreamRetryLimitExceeded(), flagURX}, {f.GetUpstreamProtocolError(), flagUPE}, {f.GetNoClusterFound(), flagNC},
+		{f.GetStreamIdleTimeout(), flagSI}, {f.GetUpstreamMaxStreamDurationReached(), flagUMSDR}, {f.GetDurationTimeout(), flagDT},
 	} {
 		if b.on {
 			flags |= b.bit

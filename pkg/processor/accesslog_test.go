@@ -125,6 +125,16 @@ func TestAccessLogEntryJudgesWhatTheRouteRoleNeverSaw(t *testing.T) {
 		{"overflow", false, 503, "upstream_reset_before_response_started{overflow}", uo, true, "neither", "envoy_overflow"},
 		{"client went away", false, 0, "downstream_remote_disconnect", dc, false, "neither", "client_cancel"},
 		{"provider 503 after retries (via_upstream)", false, 503, "via_upstream", urx, false, "failure", "provider_5xx"},
+		// R-O15: a refused connection whose retry the cluster's retry
+		// circuit breaker refused (UF|UO) is that connection failure.
+		// Before, UO was checked first: a neither.
+		{"refused connection, retry overflowed", false, 503, "upstream_reset_before_response_started{remote_connection_failure}",
+			&accesslogdatav3.ResponseFlags{UpstreamConnectionFailure: true, UpstreamOverflow: true}, false, "failure", "connection_error"},
+		// R-AL4: Envoy's own timeouts. A provider that stalls before its
+		// headers meets the stream idle timeout (SI); before, not mapped.
+		{"stream idle timeout", false, 504, "stream_idle_timeout", &accesslogdatav3.ResponseFlags{StreamIdleTimeout: true}, false, "failure", "timeout"},
+		{"max stream duration", false, 504, "upstream_max_stream_duration_reached", &accesslogdatav3.ResponseFlags{UpstreamMaxStreamDurationReached: true}, false, "failure", "timeout"},
+		{"duration timeout", false, 504, "duration_timeout", &accesslogdatav3.ResponseFlags{DurationTimeout: true}, false, "failure", "timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

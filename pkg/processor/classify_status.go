@@ -10,19 +10,31 @@ import (
 // Envoy's legacy response-flag bits, as response.flags carries them
 // (docs/ext_proc.md, Attributes).
 const (
-	flagUH  = 0x2
-	flagUT  = 0x4
-	flagLR  = 0x8
-	flagUR  = 0x10
-	flagUF  = 0x20
-	flagUC  = 0x40
-	flagUO  = 0x80
-	flagNR  = 0x100
-	flagURX = 0x8000
-	flagUPE = 0x800000
-	flagNC  = 0x1000000
+	flagUH    = 0x2
+	flagUT    = 0x4
+	flagLR    = 0x8
+	flagUR    = 0x10
+	flagUF    = 0x20
+	flagUC    = 0x40
+	flagUO    = 0x80
+	flagNR    = 0x100
+	flagURX   = 0x8000
+	flagSI    = 0x10000 // stream idle timeout: a provider that stalled
+	flagUMSDR = 0x80000 // upstream max stream duration reached
+	flagDT    = 0x400000
+	flagUPE   = 0x800000
+	flagNC    = 0x1000000
 
 	connFlags = flagUF | flagUC | flagUR | flagLR | flagUPE | flagUH
+	// attemptConnFlags are the flags of an attempt whose connection
+	// failed: with UO, the attempt failed and only its retry was refused by
+	// the cluster's retry circuit breaker (router.cc sets UO on a
+	// NoOverflow retry status), so it is that connection failure (R-O15).
+	attemptConnFlags = flagUF | flagUC | flagUR | flagLR | flagUPE
+	// timeoutFlags are Envoy's own timeouts of a request (R-AL4): the
+	// route timeout, the stream idle timeout, the upstream max stream
+	// duration, the downstream duration.
+	timeoutFlags = flagUT | flagSI | flagUMSDR | flagDT
 )
 
 // respHead is what the response headers say.
@@ -61,10 +73,17 @@ func judgeHead(h respHead) (breaker.Result, evidence) {
 	case (h.hasFlags && h.flags&flagNC != 0) || h.details == "cluster_not_found":
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonClusterNotFound
 		return r, haveAll
+	case h.hasFlags && h.flags&flagUO != 0 && h.flags&attemptConnFlags != 0:
+		// R-O15: the attempt's connection failed; its retry overflowed.
+		r.Kind = breaker.KindConnError
+		return r, haveAll
 	case (h.hasFlags && h.flags&flagUO != 0) || h.overloaded:
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonEnvoyOverflow
 		return r, haveAll
-	case h.status >= 500 && ((h.hasFlags && h.flags&flagUT != 0) || strings.HasPrefix(h.details, "upstream_response_timeout")):
+	case h.status >= 400 && h.hasFlags && h.flags&(flagSI|flagUMSDR|flagDT) != 0:
+		r.Kind = breaker.KindTimeout // a 408 or 504 of Envoy's own timeouts
+		return r, haveAll
+	case h.status >= 500 && ((h.hasFlags && h.flags&timeoutFlags != 0) || strings.HasPrefix(h.details, "upstream_response_timeout")):
 		r.Kind = breaker.KindTimeout
 		return r, haveAll
 	case h.status >= 500 && ((h.hasFlags && h.flags&connFlags != 0) || strings.HasPrefix(h.details, "upstream_reset_before_response_started")):

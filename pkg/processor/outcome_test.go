@@ -44,6 +44,8 @@ func TestStatusOutcomes(t *testing.T) {
 		{"strict list: provider 503 is neither", "strict", "openai:us:st", "503", attrs(upstream, "via_upstream"), nil, "", false, "status_not_listed", "neither", 0},
 		{"cluster not found NC", "gpt", "openai:us:gpt", "503", attrs(flagNC, "cluster_not_found"), nil, "", false, "cluster_not_found", "neither", 0},
 		{"overflow UO", "gpt", "openai:us:gpt", "503", attrs(flagUO, "upstream_reset_before_response_started{overflow}"), nil, "", false, "envoy_overflow", "neither", 0},
+		{"UF with UO: the retry overflowed (R-O15)", "strict", "openai:us:st", "503", attrs(flagUF|flagUO, "upstream_reset_before_response_started{remote_connection_failure}"), nil, "", true, "connection_error", "failure", 0},
+		{"stream idle timeout SI", "strict", "openai:us:st", "504", attrs(flagSI, "stream_idle_timeout"), nil, "", true, "timeout", "failure", 0},
 		{"overloaded header", "gpt", "openai:us:gpt", "503", nil, []string{"x-envoy-overloaded", "true"}, "", false, "envoy_overflow", "neither", 0},
 		{"no attributes: connect text", "strict", "openai:us:st", "503", nil, []string{"content-type", "text/plain"}, "upstream connect error or disconnect/reset before headers. reset reason: connection failure", true, "connection_error", "failure", 0},
 		{"no attributes: timeout text", "strict", "openai:us:st", "504", nil, []string{"content-type", "text/plain"}, "upstream request timeout", true, "timeout", "failure", 0},

@@ -91,6 +91,7 @@ func flagString(f *accesslogdatav3.ResponseFlags) string {
 		{f.GetUpstreamRemoteReset(), "UR"}, {f.GetUpstreamConnectionFailure(), "UF"}, {f.GetUpstreamConnectionTermination(), "UC"},
 		{f.GetUpstreamOverflow(), "UO"}, {f.GetNoRouteFound(), "NR"}, {f.GetDownstreamConnectionTermination(), "DC"},
 		{f.GetUpstreamRetryLimitExceeded(), "URX"}, {f.GetNoClusterFound(), "NC"}, {f.GetUpstreamProtocolError(), "UPE"},
+		{f.GetStreamIdleTimeout(), "SI"}, {f.GetUpstreamMaxStreamDurationReached(), "UMSDR"}, {f.GetDurationTimeout(), "DT"},
 	} {
 		if b.on {
 			out = append(out, b.name)

@@ -382,7 +382,9 @@ func resultOf(l *Line) breaker.Result {
 	}
 	r := breaker.Result{ElapsedMs: elapsed}
 	switch {
-	case strings.Contains(l.Flags, "UT"):
+	case hasAny(l.Flags, "UO") && hasAny(l.Flags, "UF", "UC", "UR", "LR", "UPE"):
+		r.Kind = breaker.KindConnError // R-O15: the attempt failed, its retry overflowed
+	case hasAny(l.Flags, "UT", "SI", "UMSDR", "DT"):
 		r.Kind = breaker.KindTimeout
 	case hasAny(l.Flags, "UF", "UC", "UR", "LR", "UPE", "UH"):
 		r.Kind = breaker.KindConnError

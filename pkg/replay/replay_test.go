@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -176,5 +177,24 @@ func TestCostAndAvoided(t *testing.T) {
 	b := rep.byKey["default|b:r:m"]
 	if b.Cost != 3*float64(b.Served) || b.CostEstimated != b.Cost || rep.Avoided != b.Served || rep.Added != 0 {
 		t.Fatalf("b %+v, avoided %d, added %d", b, rep.Avoided, rep.Added)
+	}
+}
+
+// resultOf judges a line's flags as the live channels do (R-AL4, R-O15):
+// Envoy's own timeouts (UT, SI, UMSDR, DT) are timeouts, and a connection
+// failure whose retry overflowed (UF with UO) is that connection failure.
+func TestResultOfFlags(t *testing.T) {
+	cases := []struct {
+		flags string
+		kind  breaker.Kind
+	}{
+		{"UT", breaker.KindTimeout}, {"SI", breaker.KindTimeout}, {"UMSDR", breaker.KindTimeout}, {"DT", breaker.KindTimeout},
+		{"UF", breaker.KindConnError}, {"UF,UO", breaker.KindConnError}, {"UO,UC", breaker.KindConnError},
+		{"UO", breaker.KindNeither}, {"DC", breaker.KindNeither},
+	}
+	for _, tc := range cases {
+		if r := resultOf(&Line{Code: 503, Flags: tc.flags}); r.Kind != tc.kind {
+			t.Errorf("%s: kind %v, want %v", tc.flags, r.Kind, tc.kind)
+		}
 	}
 }

@@ -201,7 +201,7 @@ func contains(l []string, s string) bool {
 // Envoy-generated ending, over the fusebox cluster.
 func TestEveryConfigHasTheAccessLogChannel(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
-	want := []string{"UF", "UC", "UR", "LR", "UPE", "UH", "UT", "UO", "NC", "URX", "DC"}
+	want := []string{"UF", "UC", "UR", "LR", "UPE", "UH", "UT", "UO", "NC", "URX", "DC", "SI", "UMSDR", "DT"}
 	for _, f := range files {
 		b, err := Load(f)
 		if err != nil {

@@ -39,6 +39,7 @@ type AccessLogConfig struct {
 var flagNames = map[string]uint64{
 	"UH": flagUH, "UT": flagUT, "LR": flagLR, "UR": flagUR, "UF": flagUF, "UC": flagUC, "UO": flagUO,
 	"NR": flagNR, "DC": flagDC, "URX": flagURX, "UPE": flagUPE, "NC": flagNC,
+	"SI": flagSI, "UMSDR": flagUMSDR, "DT": flagDT,
 }
 
 // accessLogger is the logger of each worker.
@@ -188,6 +189,7 @@ func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
 		UpstreamConnectionTermination: f&flagUC != 0, UpstreamOverflow: f&flagUO != 0, NoRouteFound: f&flagNR != 0,
 		DownstreamConnectionTermination: f&flagDC != 0, UpstreamRetryLimitExceeded: f&flagURX != 0,
 		UpstreamProtocolError: f&flagUPE != 0, NoClusterFound: f&flagNC != 0,
+		StreamIdleTimeout: f&flagSI != 0, UpstreamMaxStreamDurationReached: f&flagUMSDR != 0, DurationTimeout: f&flagDT != 0,
 	}
 	cp := &accesslogdatav3.AccessLogCommon{
 		StartTime: timestamppb.New(e.Start), Duration: durationpb.New(time.Since(e.Start)), ResponseFlags: flags,

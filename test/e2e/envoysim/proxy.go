@@ -643,16 +643,19 @@ func (p *Proxy) upstreamRequest(ctx context.Context, c *Cluster, h headers, body
 
 // Response flag bits (docs/ext_proc.md, Attributes).
 const (
-	flagUH  = 0x2
-	flagUT  = 0x4
-	flagLR  = 0x8
-	flagUR  = 0x10
-	flagUF  = 0x20
-	flagUC  = 0x40
-	flagUO  = 0x80
-	flagNR  = 0x100
-	flagDC  = 0x4000
-	flagURX = 0x8000
-	flagUPE = 0x800000
-	flagNC  = 0x1000000
+	flagUH    = 0x2
+	flagUT    = 0x4
+	flagLR    = 0x8
+	flagUR    = 0x10
+	flagUF    = 0x20
+	flagUC    = 0x40
+	flagUO    = 0x80
+	flagNR    = 0x100
+	flagDC    = 0x4000
+	flagURX   = 0x8000
+	flagSI    = 0x10000
+	flagUMSDR = 0x80000
+	flagDT    = 0x400000
+	flagUPE   = 0x800000
+	flagNC    = 0x1000000
 )
