@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"testing"
@@ -369,4 +370,27 @@ func TestFloodFigures(t *testing.T) {
 		t.Logf("flood_figures: 140000 entries: %d notes kept (bound %d), %d dropped; live heap %.1f MiB -> %.1f MiB",
 			e.store.NoteCount(), maxEarly, int(e.decisionEvents("entry", "dropped")), float64(before)/(1<<20), float64(after)/(1<<20))
 	}
+}
+
+// slowNotes delays every note swap: the meeting place answers after the
+// attempt's response was judged.
+type slowNotes struct {
+	breaker.Store
+	delay time.Duration
+}
+
+func (s slowNotes) SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {
+	time.Sleep(s.delay)
+	return s.Store.SwapNote(ctx, name, prev, next, ttl)
+}
+
+// An attempt whose response is judged before the note answered its
+// arrival is recorded once the note answers (off the reply path).
+func TestAttemptRecordedAfterASlowArrival(t *testing.T) {
+	e := newFailoverEnv(t, func(o *Options) { o.Store = slowNotes{Store: o.Store, delay: 200 * time.Millisecond} })
+	tok := e.routeRole()
+	c, _, _ := e.attempt(tok, "r-1", 1, "/v1/chat/completions")
+	c.respHeaders("503", true, attrs(0, "via_upstream"))
+	c.end()
+	e.waitOutcomes("openai:us:gpt", "failure", "provider_5xx", 1)
 }
