@@ -204,7 +204,7 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// headers was retried by Envoy: its connection failed or was reset.
 	// The note hears of every attempt's arrival: an attempt number seen
 	// twice is a replayed token, whose outcome is recorded nowhere.
-	st.gate = newArrivalGate()
+	st.gate = newArrivalGate(st.s.clock)
 	st.s.meet.arrived(st.decisionID, n, st.gate)
 
 	// Per-attempt rewrites (R-X2): the header map is shared by every

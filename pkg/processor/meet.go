@@ -360,6 +360,7 @@ func (m *meetings) arrived(decision string, n int, g *arrivalGate) {
 type arrivalGate struct {
 	done   chan struct{}
 	replay atomic.Bool
+	clock  breaker.Clock // the server's: the wait's bound runs on it
 }
 
 // gateWait bounds how long a record waits for the arrival's answer; past
@@ -367,7 +368,9 @@ type arrivalGate struct {
 // not lose an outcome, R-DL7).
 const gateWait = time.Second
 
-func newArrivalGate() *arrivalGate { return &arrivalGate{done: make(chan struct{})} }
+func newArrivalGate(c breaker.Clock) *arrivalGate {
+	return &arrivalGate{done: make(chan struct{}), clock: c}
+}
 
 func (g *arrivalGate) open(replay bool) {
 	g.replay.Store(replay)
@@ -386,12 +389,18 @@ func (g *arrivalGate) known() (known, replay bool) {
 
 // wait waits for the answer (at most gateWait) and reports a replay.
 func (g *arrivalGate) wait() bool {
-	t := time.NewTimer(gateWait)
+	select {
+	case <-g.done:
+		return g.replay.Load()
+	default:
+	}
+	expired := make(chan struct{})
+	t := breaker.AfterFunc(g.clock, gateWait, func() { close(expired) })
 	defer t.Stop()
 	select {
 	case <-g.done:
 		return g.replay.Load()
-	case <-t.C:
+	case <-expired:
 		return false
 	}
 }
