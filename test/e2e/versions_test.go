@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,47 @@ func TestMutatedEnvoysimFailsTheOutage(t *testing.T) {
 	}
 	if p.Stats().Get("local_reply_not_sent_to_ext_proc") != 4 {
 		t.Fatalf("envoysim 1.36 sent local replies to ext_proc: %d hidden", p.Stats().Get("local_reply_not_sent_to_ext_proc"))
+	}
+}
+
+// TestRefusalsAtLoadOpenTheBreaker (R-O15, #35): at load, a refused
+// connection's retry is refused by the cluster's retry circuit breaker
+// (max_retries: 3 in every shipped provider cluster), and Envoy adds UO to
+// the attempt's UF. 120 concurrent requests into a route that refuses
+// connections: every one is a connection_error, none an envoy_overflow
+// neither, and the breaker opens, on every shipped profile and both
+// channels. Before, UO was judged first: beyond three concurrent retries
+// each refusal was a neither.
+func TestRefusalsAtLoadOpenTheBreaker(t *testing.T) {
+	const n = 120
+	for _, pr := range profiles {
+		t.Run(pr.Name, func(t *testing.T) {
+			w := newWorldOn(t, pr)
+			p := w.proxy("default", nil)
+			w.providers["openai_us"].Down()
+			codes := make(chan int, n)
+			var start sync.WaitGroup
+			start.Add(1)
+			for range n {
+				go func() {
+					start.Wait()
+					codes <- chatStatus(p)
+				}()
+			}
+			start.Done()
+			for range n {
+				<-codes
+			}
+			if p.Stats().Get("upstream_rq_retry_overflow") == 0 {
+				t.Fatal("no retry overflowed: the scenario did not load the retry resource")
+			}
+			eventually(t, "the breaker opens on connection errors", func() bool {
+				b := w.breaker("default", "openai:us-east:gpt-4o-mini")
+				return b["state"] == "open" && b["reason"] == "connection_error"
+			})
+			if m := w.scrape(); strings.Contains(m, `reason="envoy_overflow",route="openai:us-east:gpt-4o-mini"`) {
+				t.Fatal("refusals whose retry overflowed were recorded as envoy_overflow neithers")
+			}
+		})
 	}
 }

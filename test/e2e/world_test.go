@@ -200,11 +200,19 @@ func (w *world) deployment(gateway string, vhostHeaders map[string]string) envoy
 	if cfg.AccessLog != nil {
 		cfg.AccessLog.Addr = w.grpcAddr
 	}
-	// The clusters of this test topology: one per fake provider, and the
-	// file's default cluster served by the "fallback" provider.
+	// The clusters of this test topology: one per fake provider, each with
+	// the file's provider cluster thresholds (max_requests, max_retries:
+	// envoysim plays what the file tells Envoy), and the file's default
+	// cluster served by the "fallback" provider.
+	tmpl := envoysim.Cluster{MaxRequests: 1024}
+	if c := cfg.Clusters["openai_us_east"]; c != nil {
+		tmpl = *c
+	}
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for n, p := range w.providers {
-		cfg.Clusters[n] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
+		c := tmpl
+		c.Addr = p.Addr()
+		cfg.Clusters[n] = &c
 	}
 	cfg.ServeDefaultsFrom(envoysim.Cluster{Addr: w.providers["fallback"].Addr(), MaxRequests: 1024})
 	return cfg

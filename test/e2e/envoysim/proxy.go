@@ -539,13 +539,26 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		return localReply(503, flagUO, "upstream_reset_before_response_started{overflow}",
 			"upstream connect error or disconnect/reset before headers. reset reason: overflow", kv{"x-envoy-overloaded", "true"})
 	}
-	release := sync.OnceFunc(func() { active.Add(-1) })
+	// The request's retry state holds a slot of the cluster's retry
+	// resource from each retry until the retried attempt's outcome, here
+	// until the request's end (retries.go); a retry the resource refuses is
+	// not made, and the failed attempt's answer goes to the client with UO
+	// added (router.cc: a NoOverflow retry status sets UpstreamOverflow).
+	slot := &retrySlot{p: p, cluster: cluster}
+	release := sync.OnceFunc(func() {
+		active.Add(-1)
+		slot.reset()
+	})
 
 	var lastErr error
 	var flags uint64
 	numRetries := maxRetries(&h, p.cfg.NumRetries, len(p.cfg.RetryOn) > 0)
 	for attempt := 0; attempt <= numRetries; attempt++ {
 		if attempt > 0 {
+			if !slot.take() {
+				flags |= flagUO
+				break
+			}
 			p.stats.add("upstream_rq_retry")
 			flags |= flagURX
 		}
