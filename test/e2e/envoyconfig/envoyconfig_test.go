@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
@@ -243,4 +244,61 @@ func TestConfigFor136(t *testing.T) {
 	if cfg.Runtime["envoy.reloadable_features.skip_ext_proc_on_local_reply"] != "false" {
 		t.Fatalf("runtime %v", cfg.Runtime)
 	}
+	// The guard can be flipped live: an admin layer over the static one.
+	admin := false
+	for _, l := range b.GetLayeredRuntime().GetLayers() {
+		admin = admin || l.GetAdminLayer() != nil
+	}
+	if !admin {
+		t.Fatal("envoy-1.36.yaml has no admin runtime layer: a guard cannot be flipped without a restart")
+	}
+}
+
+// The observer filter counts apart from the route role's (stat_prefix).
+func TestObserverHasItsOwnStats(t *testing.T) {
+	b, err := Load(filepath.Join(envoyDir, "envoy-observer.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ep := range extProcFilters(t, b) {
+		if ep.GetObservabilityMode() {
+			found = true
+			if ep.GetStatPrefix() == "" {
+				t.Fatal("the observer filter has no stat_prefix: its counters mix with the route role's")
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no observer filter in envoy-observer.yaml")
+	}
+}
+
+// extProcFilters are the ext_proc filters of b's listeners' HTTP chains.
+func extProcFilters(t *testing.T, b *bootstrapv3.Bootstrap) []*filterv3.ExternalProcessor {
+	t.Helper()
+	var out []*filterv3.ExternalProcessor
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if !f.GetTypedConfig().MessageIs(&hcm) {
+					continue
+				}
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatal(err)
+				}
+				for _, hf := range hcm.GetHttpFilters() {
+					ep := &filterv3.ExternalProcessor{}
+					if hf.GetTypedConfig().MessageIs(ep) {
+						if err := hf.GetTypedConfig().UnmarshalTo(ep); err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, ep)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
