@@ -12,7 +12,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -77,10 +77,12 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			if r.GetRoute().GetClusterHeader() != "x-fusebox-cluster" {
 				t.Errorf("route %v", &r)
 			}
+			removesFuseboxHeaders(t, "Envoy Gateway", r.GetRequestHeadersToRemove())
 		case "type.googleapis.com/envoy.config.listener.v3.Listener":
 			for _, e := range v.([]any) {
 				var ext corev3.TypedExtensionConfig
 				envoyProto(t, "early header mutation", e, &ext)
+				stripsFuseboxPrefix(t, "Envoy Gateway", &ext)
 			}
 		default:
 			t.Errorf("unexpected patch type %s", p.Type)
@@ -119,6 +121,13 @@ func TestIstioEnvoyFilter(t *testing.T) {
 			if p.GetPatch().GetOperation().String() != "INSERT_FIRST" || r.GetRoute().GetClusterHeader() != "x-fusebox-cluster" {
 				t.Errorf("route patch %v", p)
 			}
+			removesFuseboxHeaders(t, "Istio", r.GetRequestHeadersToRemove())
+			// Whatever port the Gateway's server listens on: a match on
+			// one port silently skips every other (the route is never
+			// inserted and fusebox's choice ignored).
+			if rc := p.GetMatch().GetRouteConfiguration(); rc.GetPortNumber() != 0 || rc.GetPortName() != "" {
+				t.Errorf("the fusebox route is inserted only for port %d %q", rc.GetPortNumber(), rc.GetPortName())
+			}
 		case "NETWORK_FILTER":
 			// A partial connection manager (a merge): decoded strictly,
 			// not validated as a whole one.
@@ -131,8 +140,45 @@ func TestIstioEnvoyFilter(t *testing.T) {
 			if len(hcm.GetAccessLog()) != 1 || len(hcm.GetEarlyHeaderMutationExtensions()) != 1 {
 				t.Errorf("connection manager merge %v", &hcm)
 			}
+			for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
+				stripsFuseboxPrefix(t, "Istio", ext)
+			}
 		default:
 			t.Errorf("unexpected applyTo %s", p.GetApplyTo())
 		}
 	}
+}
+
+// fuseboxSets are the headers fusebox sets on a request (routes' header
+// defaults and the attempt role's chain): none may reach a provider.
+var fuseboxSets = []string{"x-fusebox-cluster", "x-fusebox-route", "x-fusebox-fallbacks", "x-fusebox-attempt",
+	"x-fusebox-gateway", "x-fusebox-model", "x-fusebox-residency"}
+
+func removesFuseboxHeaders(t *testing.T, where string, removed []string) {
+	t.Helper()
+	have := map[string]bool{}
+	for _, h := range removed {
+		have[h] = true
+	}
+	for _, h := range fuseboxSets {
+		if !have[h] {
+			t.Errorf("%s: %s reaches the provider (request_headers_to_remove %v)", where, h, removed)
+		}
+	}
+}
+
+// stripsFuseboxPrefix: the early header mutation removes every client
+// header of fusebox's prefix, not a list of names that misses new ones.
+func stripsFuseboxPrefix(t *testing.T, where string, ext *corev3.TypedExtensionConfig) {
+	t.Helper()
+	var hm earlyv3.HeaderMutation
+	if err := ext.GetTypedConfig().UnmarshalTo(&hm); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	for _, m := range hm.GetMutations() {
+		if m.GetRemoveOnMatch().GetKeyMatcher().GetPrefix() == "x-fusebox-" {
+			return
+		}
+	}
+	t.Errorf("%s: the early header mutation does not strip the x-fusebox- prefix: %v", where, &hm)
 }
