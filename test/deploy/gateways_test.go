@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	istionet "istio.io/client-go/pkg/apis/networking/v1alpha3"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -62,6 +64,37 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 	sink := proxy.Spec.Telemetry.AccessLog.Settings[0].Sinks[0]
 	if sink.Type != egv1a1.ProxyAccessLogSinkTypeALS || sink.ALS == nil || sink.ALS.BackendRefs[0].Name != "gw-fusebox" {
 		t.Errorf("access log sink %+v", sink)
+	}
+	// The EnvoyProxy is attached (an unreferenced one is never applied),
+	// and carries the runtime layer Envoy 1.35/1.36 need (EG v1.5, v1.6).
+	var gw gwapiv1.Gateway
+	strict(t, byKind["Gateway"][0], &gw)
+	ref := gw.Spec.Infrastructure
+	if ref == nil || ref.ParametersRef == nil || string(ref.ParametersRef.Kind) != "EnvoyProxy" ||
+		string(ref.ParametersRef.Group) != "gateway.envoyproxy.io" || ref.ParametersRef.Name != proxy.Name {
+		t.Errorf("the Gateway does not attach EnvoyProxy %q: %+v", proxy.Name, ref)
+	}
+	if ext.Spec.TargetRefs[0].Name != gwapiv1.ObjectName(gw.Name) {
+		t.Errorf("the policy targets %q, the Gateway is %q", ext.Spec.TargetRefs[0].Name, gw.Name)
+	}
+	bs := proxy.Spec.Bootstrap
+	if bs == nil || bs.Type == nil || *bs.Type != egv1a1.BootstrapTypeMerge || bs.Value == nil {
+		t.Fatalf("EnvoyProxy bootstrap %+v", bs)
+	}
+	var boot bootstrapv3.Bootstrap
+	var bv any
+	if err := yaml.Unmarshal([]byte(*bs.Value), &bv); err != nil {
+		t.Fatal(err)
+	}
+	envoyProto(t, "the bootstrap merge", bv, &boot)
+	guard := false
+	for _, l := range boot.GetLayeredRuntime().GetLayers() {
+		if f := l.GetStaticLayer().GetFields()["envoy.reloadable_features.skip_ext_proc_on_local_reply"]; f != nil && !f.GetBoolValue() {
+			guard = true
+		}
+	}
+	if !guard {
+		t.Error("the EnvoyProxy bootstrap does not turn skip_ext_proc_on_local_reply off (Envoy 1.35/1.36 in EG v1.5/v1.6)")
 	}
 	var patch egv1a1.EnvoyPatchPolicy
 	strict(t, byKind["EnvoyPatchPolicy"][0], &patch)
