@@ -283,11 +283,6 @@ func (a *attemptStream) onBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	})
 }
 
-func (st *stream) recordConnError() {
-	now := st.now()
-	st.record(st.timed(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection}, now), now)
-}
-
 // recordConnErrorAfter records a parked attempt that Envoy retried: it ran
 // elapsedMs until it ended, measured where it parked (R-DL6).
 func (st *stream) recordConnErrorAfter(elapsedMs int64) {

@@ -31,11 +31,6 @@ import (
 // on Envoy 1.34–1.36, which observability mode is not shown either), the
 // access log entry or the park's end settles it, as before.
 
-// observeWait bounds how long a route-role decision waits in its note for
-// the observer: the observer's response headers are sent when Envoy
-// encodes them, the moment the route role's stream closes.
-const observeWait = 2 * time.Second
-
 // observeNS is the metadata namespace the route role writes for the
 // observer, apart from fusebox's own so that the access log line (which
 // logs %DYNAMIC_METADATA(fusebox)%) does not carry it; observeKey its field.
