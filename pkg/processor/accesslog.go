@@ -10,7 +10,6 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -68,24 +67,11 @@ type accessLogServer struct {
 // never on this receive loop (R-DL8: settling may take a store round trip).
 func (a accessLogServer) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
 	s := a.s
-	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
-		s.streams.Add(-1)
-		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
-		return status.Errorf(codes.ResourceExhausted, "fusebox serves at most %d streams at once (limits.max_concurrent_streams)", s.maxStreams)
-	}
-	s.accessLogStreams(1)
-	defer s.accessLogStreams(-1)
-	if s.streamIdle <= 0 && s.streamMax <= 0 {
-		defer s.streams.Add(-1)
-		return s.readAccessLogs(stream, nil)
-	}
-	act := &activity{}
-	done := make(chan error, 1)
-	go func() {
-		defer s.streams.Add(-1)
-		done <- s.readAccessLogs(stream, act)
-	}()
-	return s.watchLifetime(done, act, s.streamIdle, s.streamMax)
+	return s.bounded(func(act *activity) error {
+		s.accessLogStreams(1)
+		defer s.accessLogStreams(-1)
+		return s.readAccessLogs(stream, act)
+	})
 }
 
 func (s *Server) readAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer, act *activity) error {

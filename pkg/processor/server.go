@@ -141,6 +141,13 @@ func NewServer(o Options) *Server {
 // Process serves one ext_proc stream (one HTTP request), within the stream
 // lifetime bounds (lifetime.go).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	return s.bounded(func(act *activity) error { return s.serve(stream, act) })
+}
+
+// bounded runs one stream of either service (ext_proc, access log): it
+// counts against limits.max_concurrent_streams and is ended at the stream
+// lifetime bounds (R-L13); act, when set, hears of each message.
+func (s *Server) bounded(run func(act *activity) error) error {
 	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
 		s.streams.Add(-1)
 		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
@@ -148,14 +155,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 	if s.streamIdle <= 0 && s.streamMax <= 0 {
 		defer s.streams.Add(-1)
-		return s.serve(stream, nil)
+		return run(nil)
 	}
 	act := &activity{}
 	done := make(chan error, 1)
 	go func() {
 		// The stream counts against the limit until its goroutine ends.
 		defer s.streams.Add(-1)
-		done <- s.serve(stream, act)
+		done <- run(act)
 	}()
 	return s.watchLifetime(done, act, s.streamIdle, s.streamMax)
 }

@@ -307,19 +307,9 @@ func TestFailoverAtLoad(t *testing.T) {
 			p := w.startProxy(cfg)
 			w.providers["openai_us"].SetFault(fakeprovider.Fault{Status: 503})
 			w.providers["azure_eu"].SetFault(fakeprovider.Fault{SlowFirstToken: 300 * time.Millisecond})
-			codes := make(chan int, n)
-			var start sync.WaitGroup
-			start.Add(1)
-			for range n {
-				go func() {
-					start.Wait()
-					codes <- chatStatus(p)
-				}()
-			}
-			start.Done()
 			errs := 0
-			for range n {
-				if c := <-codes; c != 200 {
+			for _, c := range chatAtOnce(p, n) {
+				if c != 200 {
 					errs++
 				}
 			}
@@ -341,6 +331,26 @@ func TestFailoverAtLoad(t *testing.T) {
 }
 
 // chatStatus sends one chat request and returns its status (0: no answer).
+// chatAtOnce sends n chat requests through p at the same moment and
+// returns their statuses.
+func chatAtOnce(p *envoysim.Proxy, n int) []int {
+	codes := make(chan int, n)
+	var start sync.WaitGroup
+	start.Add(1)
+	for range n {
+		go func() {
+			start.Wait()
+			codes <- chatStatus(p)
+		}()
+	}
+	start.Done()
+	out := make([]int, 0, n)
+	for range n {
+		out = append(out, <-codes)
+	}
+	return out
+}
+
 func chatStatus(p *envoysim.Proxy) int {
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 	resp, err := http.Post(p.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))

@@ -3,7 +3,6 @@ package e2e
 import (
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -176,19 +175,7 @@ func TestRefusalsAtLoadOpenTheBreaker(t *testing.T) {
 			w := newWorldOn(t, pr)
 			p := w.proxy("default", nil)
 			w.providers["openai_us"].Down()
-			codes := make(chan int, n)
-			var start sync.WaitGroup
-			start.Add(1)
-			for range n {
-				go func() {
-					start.Wait()
-					codes <- chatStatus(p)
-				}()
-			}
-			start.Done()
-			for range n {
-				<-codes
-			}
+			chatAtOnce(p, n)
 			if p.Stats().Get("upstream_rq_retry_overflow") == 0 {
 				t.Fatal("no retry overflowed: the scenario did not load the retry resource")
 			}
