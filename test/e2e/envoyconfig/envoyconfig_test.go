@@ -302,3 +302,50 @@ func extProcFilters(t *testing.T, b *bootstrapv3.Bootstrap) []*filterv3.External
 	}
 	return out
 }
+
+// TestEveryFilterReceivesWhatFuseboxWrites (#35): Envoy keeps a reply's
+// dynamic metadata only in the filter's receiving namespaces; a filter
+// with none keeps nothing. Every shipped filter that fusebox answers
+// receives each namespace fusebox writes there: fusebox (the decision, the
+// stage, the outcome) on the route role and on every attempt-role filter
+// of the failover deployment, fusebox.failover (the chain) and
+// fusebox.observe (the observer's note) where those deployments write
+// them. Before, the attempt-role filters had none: the failover
+// deployment's access log never held an outcome.
+func TestEveryFilterReceivesWhatFuseboxWrites(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
+	for _, f := range files {
+		b, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Harness(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		want := []string{"fusebox"}
+		switch filepath.Base(f) {
+		case "envoy-failover.yaml":
+			want = append(want, "fusebox.failover")
+		case "envoy-observer.yaml":
+			want = append(want, "fusebox.observe")
+		}
+		receives(t, f+" route role", cfg.ExtProc.ReceivingNamespaces, want)
+		if cfg.Failover != nil {
+			receives(t, f+" attempt role", cfg.Failover.Attempt.ReceivingNamespaces, []string{"fusebox"})
+		}
+	}
+}
+
+func receives(t *testing.T, where string, have, want []string) {
+	t.Helper()
+	got := map[string]bool{}
+	for _, ns := range have {
+		got[ns] = true
+	}
+	for _, ns := range want {
+		if !got[ns] {
+			t.Errorf("%s: receiving_namespaces %v lacks %s: Envoy drops what fusebox writes there", where, have, ns)
+		}
+	}
+}

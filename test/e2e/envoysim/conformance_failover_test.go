@@ -362,3 +362,35 @@ func TestRetryResource(t *testing.T) {
 		})
 	}
 }
+
+// TestAttemptMetadataNeedsItsOwnNamespaces (docs/envoy.md, "In-request
+// failover"): the attempt role's reply metadata reaches the request's
+// dynamic metadata (the access log line) only through the attempt-role
+// filter's own receiving namespaces, never the route role's: a filter with
+// none keeps nothing. Before, envoysim applied the route role's list to
+// attempt replies, which hid that envoy-failover.yaml's attempt filters had
+// none.
+func TestAttemptMetadataNeedsItsOwnNamespaces(t *testing.T) {
+	outcome := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		r := plain(req)
+		if req.GetResponseHeaders() != nil {
+			md, _ := structpb.NewStruct(map[string]any{"fusebox": map[string]any{"outcome": "success"}})
+			r.DynamicMetadata = md
+		}
+		return r
+	}
+	for _, ns := range [][]string{nil, {"fusebox"}} {
+		t.Run(fmt.Sprint(ns), func(t *testing.T) {
+			fr := newFailoverRig(t, map[string]int{}, []string{"c1"}, 1, outcome)
+			fr.proxy.cfg.Failover.Attempt.ReceivingNamespaces = ns
+			if resp, _ := fr.post(`{"a":1}`); resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			log := fr.proxy.Log()
+			got := log[len(log)-1].Metadata["fusebox"].GetFields()["outcome"].GetStringValue()
+			if want := map[bool]string{false: "", true: "success"}[ns != nil]; got != want {
+				t.Fatalf("attempt filter namespaces %v: the entry's fusebox.outcome %q, want %q", ns, got, want)
+			}
+		})
+	}
+}

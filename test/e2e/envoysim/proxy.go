@@ -381,7 +381,7 @@ func (p *Proxy) applyRequestReply(w http.ResponseWriter, e *Entry, h *headers, r
 		return false
 	}
 	p.clearRouteCache(cr, h, rt, false)
-	p.keepMetadata(e, resp)
+	p.keepMetadata(e, &p.cfg.ExtProc, resp)
 	return true
 }
 
@@ -398,15 +398,21 @@ func (p *Proxy) clearRouteCache(cr *extprocv3.CommonResponse, h *headers, rt *ro
 	*rt = p.computeRoute(*h)
 }
 
-// keepMetadata keeps the dynamic metadata of the receiving namespaces, as
-// StreamInfoImpl::setDynamicMetadata does: merged into what the namespace
-// holds (a later reply's fields replace the same fields, and add others).
-func (p *Proxy) keepMetadata(e *Entry, resp *extprocv3.ProcessingResponse) {
+// keepMetadata keeps the dynamic metadata of the receiving namespaces of
+// the filter c that got the reply (the route role's, or an attempt role's
+// in a cluster's upstream chain), as Filter::setDynamicMetadata does: a
+// filter with none keeps nothing ("leave unset to disallow writing any
+// received dynamic metadata"). An upstream filter writes into the
+// downstream request's StreamInfo (UpstreamFilterManager::streamInfo,
+// upstream_request.cc), so the access log line sees it. Merged into what
+// the namespace holds (StreamInfoImpl::setDynamicMetadata): a later reply's
+// fields replace the same fields, and add others.
+func (p *Proxy) keepMetadata(e *Entry, c *ExtProcConfig, resp *extprocv3.ProcessingResponse) {
 	md := resp.GetDynamicMetadata()
 	if md == nil {
 		return
 	}
-	for _, ns := range p.cfg.ExtProc.ReceivingNamespaces {
+	for _, ns := range c.ReceivingNamespaces {
 		v, ok := md.Fields[ns]
 		if !ok || v.GetStructValue() == nil {
 			continue
@@ -468,7 +474,7 @@ func (p *Proxy) errorReply(err error) *response {
 // writeImmediate sends the processor's local reply (status < 200 becomes
 // 200); it does not go back through the processor.
 func (p *Proxy) writeImmediate(w http.ResponseWriter, e *Entry, ep *epStream, ir *extprocv3.ImmediateResponse, resp *extprocv3.ProcessingResponse) {
-	p.keepMetadata(e, resp)
+	p.keepMetadata(e, ep.c, resp)
 	status := int(ir.GetStatus().GetCode())
 	if status < 200 {
 		status = 200

@@ -97,7 +97,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				if cr.GetClearRouteCache() {
 					p.stats.add("clear_route_cache_ignored") // response path
 				}
-				p.keepMetadata(e, resp)
+				p.keepMetadata(e, ep.c, resp)
 				if resp.ModeOverride != nil && ep.c.AllowModeOverride {
 					ep.modes = overrideModes(resp.ModeOverride)
 				}
@@ -223,7 +223,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				if nb, replaced := bodyMutation(x.ResponseBody.GetResponse(), out); replaced {
 					out = nb
 				}
-				p.keepMetadata(e, resp)
+				p.keepMetadata(e, ep.c, resp)
 			} else {
 				p.stats.add("spurious_msgs_received")
 				if !ep.fail(errSpurious) {
