@@ -544,25 +544,17 @@ func (s *Server) recordChained(decision string, out entryOutcome) {
 		return
 	}
 	key := out.chain[min(int(out.attempt), len(out.chain))-1]
-	st := newStream(s)
-	st.rt = s.cfg.Load()
-	st.comp = s.compiledFor(st.rt)
-	gw, ok := st.rt.Gateway(out.gateway)
-	if !ok {
-		return
+	st := s.streamFromNote(decision, &parkedNote{Gateway: out.gateway, Route: key})
+	if st == nil {
+		return // a gateway or route gone since (a reload)
 	}
-	route, ok := gw.Routes[key]
-	if !ok || st.comp.targets[route] == nil {
-		return
-	}
-	st.gw, st.chosen, st.target, st.decisionID = gw, route, st.comp.targets[route], decision
-	now := st.now()
-	st.startNs = now
-	if st.tracked = !st.target.Peek(context.Background(), s.store, now).Off; !st.tracked {
+	if !st.tracked {
 		st.reportClusterNotFound(out.res)
 		return
 	}
-	st.adm, _ = st.target.Acquire(context.Background(), s.store, now, true)
+	// The route's present generation (no admission travelled with it).
+	st.startNs = st.now()
+	st.adm, _ = st.target.Acquire(context.Background(), s.store, st.startNs, true)
 	st.recordEntry(out)
 }
 

@@ -14,6 +14,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 )
 
 const envoyDir = "../../../envoy"
@@ -201,17 +202,8 @@ func contains(l []string, s string) bool {
 // sends fusebox unbuffered entries for the flags that show an
 // Envoy-generated ending, over the fusebox cluster.
 func TestEveryConfigHasTheAccessLogChannel(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
 	want := []string{"UF", "UC", "UR", "LR", "UPE", "UH", "UT", "UO", "NC", "URX", "DC", "SI", "UMSDR", "DT"}
-	for _, f := range files {
-		b, err := Load(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := Harness(b)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for f, cfg := range shippedHarnesses(t) {
 		al := cfg.AccessLog
 		if al == nil || al.BufferSizeBytes != 0 || strings.Join(al.Flags, ",") != strings.Join(want, ",") {
 			t.Errorf("%s: access log %+v", filepath.Base(f), al)
@@ -313,16 +305,7 @@ func extProcFilters(t *testing.T, b *bootstrapv3.Bootstrap) []*filterv3.External
 // them. Before, the attempt-role filters had none: the failover
 // deployment's access log never held an outcome.
 func TestEveryFilterReceivesWhatFuseboxWrites(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
-	for _, f := range files {
-		b, err := Load(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := Harness(b)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for f, cfg := range shippedHarnesses(t) {
 		want := []string{"fusebox"}
 		switch filepath.Base(f) {
 		case "envoy-failover.yaml":
@@ -348,4 +331,24 @@ func receives(t *testing.T, where string, have, want []string) {
 			t.Errorf("%s: receiving_namespaces %v lacks %s: Envoy drops what fusebox writes there", where, have, ns)
 		}
 	}
+}
+
+// shippedHarnesses is every shipped Envoy config as envoysim plays it, by
+// file.
+func shippedHarnesses(t *testing.T) map[string]envoysim.Config {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(envoyDir, "*.yaml"))
+	out := map[string]envoysim.Config{}
+	for _, f := range files {
+		b, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Harness(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[f] = cfg
+	}
+	return out
 }
