@@ -352,3 +352,23 @@ func shippedHarnesses(t *testing.T) map[string]envoysim.Config {
 	}
 	return out
 }
+
+// The observer's memory bound is the fusebox cluster's HTTP/2 stream window
+// (#35): every shipped profile with an observer sets it, at most 1 MiB per
+// observed stream. Before, none did: 16 MiB per stream on 1.36+, 256 MiB
+// before, where the docs said 1 MiB.
+func TestObserverBufferIsBounded(t *testing.T) {
+	seen := false
+	for f, cfg := range shippedHarnesses(t) {
+		if cfg.Observer == nil {
+			continue
+		}
+		seen = true
+		if w := cfg.Observer.StreamWindow; w <= 0 || w > 1<<20 {
+			t.Errorf("%s: the fusebox cluster's initial_stream_window_size is %d: each observed stream may queue that much (Envoy's default when 0)", f, w)
+		}
+	}
+	if !seen {
+		t.Fatal("no shipped profile has an observer")
+	}
+}

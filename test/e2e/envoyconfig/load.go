@@ -121,6 +121,7 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			}
 		}
 	}
+	obsCluster := ""
 	for _, f := range hcm.GetHttpFilters() {
 		var ep extprocv3.ExternalProcessor
 		if f.GetTypedConfig().MessageIs(&ep) {
@@ -131,6 +132,7 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 				// The observer profile's second filter (envoy-observer.yaml).
 				o := extProcConfig(&ep)
 				cfg.Observer = &o
+				obsCluster = ep.GetGrpcService().GetEnvoyGrpc().GetClusterName()
 				continue
 			}
 			cfg.ExtProc = extProcConfig(&ep)
@@ -204,7 +206,34 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		}
 		cfg.Clusters[c.GetName()] = cl
 	}
+	if cfg.Observer != nil {
+		w, err := streamWindow(b, obsCluster)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Observer.StreamWindow = w
+	}
 	return cfg, nil
+}
+
+// streamWindow is the named cluster's HTTP/2 initial_stream_window_size, 0
+// when the file leaves Envoy's default.
+func streamWindow(b *bootstrapv3.Bootstrap, cluster string) (int, error) {
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() != cluster {
+			continue
+		}
+		opts, ok := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+		if !ok {
+			return 0, nil
+		}
+		var hpo upstreamhttpv3.HttpProtocolOptions
+		if err := opts.UnmarshalTo(&hpo); err != nil {
+			return 0, err
+		}
+		return int(hpo.GetExplicitHttpConfig().GetHttp2ProtocolOptions().GetInitialStreamWindowSize().GetValue()), nil
+	}
+	return 0, fmt.Errorf("no %s cluster", cluster)
 }
 
 func retry(cfg *envoysim.Config, rp *routev3.RetryPolicy) {

@@ -110,6 +110,10 @@ type ExtProcConfig struct {
 	ObservabilityMode    bool
 	ForwardingNamespaces []string
 	DeferredClose        time.Duration
+	// StreamWindow is the ext_proc cluster's HTTP/2
+	// initial_stream_window_size: the side stream's send buffer in
+	// observability mode (observe.go); 0 = the release's default.
+	StreamWindow int
 }
 
 // ServeDefaultsFrom makes every default route (the catch-all and each

@@ -1,6 +1,10 @@
 package envoysim
 
 import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +184,73 @@ func TestObservabilityModeLocalReplies(t *testing.T) {
 		if got := len(r.proc.byRoleSeen("observe")) > 0; got != v.sees {
 			t.Fatalf("%s: the observer saw the local reply: %v, want %v", v.name, got, v.sees)
 		}
+	}
+}
+
+// The observer's side-stream buffer is the fusebox cluster's HTTP/2
+// initial_stream_window_size (#35): a fusebox that stops reading slows the
+// response once that much is queued, and not before. A 64 KiB window pauses a
+// 1 MiB response; the release default (16 MiB on 1.36+) does not. Before, the
+// harness paused at a fixed 1 MiB whatever the file said.
+func TestObserverBufferIsTheClusterWindow(t *testing.T) {
+	big := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := "data: " + strings.Repeat("x", 16<<10) + "\n\n"
+		for i := 0; i < 64; i++ {
+			io.WriteString(w, chunk)
+			w.(http.Flusher).Flush()
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		window int
+		pauses bool
+	}{{"64 KiB window", 64 << 10, true}, {"release default", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			stuck := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+				<-release // a fusebox that stopped reading
+				return nil
+			}
+			r := observerRig(t, routeWithMetadata, stuck, func(c *Config) {
+				c.Envoy = Envoy140
+				c.Observer.StreamWindow = tc.window
+			})
+			r.up = newUpstream(t, big)
+			r.proxy.cfg.Clusters["chosen"].Addr = strings.TrimPrefix(r.up.srv.URL, "http://")
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			done := make(chan int, 1)
+			go func() {
+				resp, body := r.post(`{"model":"m"}`)
+				if len(body) < 1<<20 {
+					t.Errorf("the client got %d bytes", len(body))
+				}
+				done <- resp.StatusCode
+			}()
+			deadline := time.After(20 * time.Second)
+			released := false
+			for {
+				select {
+				case code := <-done:
+					if tc.pauses && !released {
+						t.Fatalf("the response (%d) went through a stuck observer with a %d-byte window", code, tc.window)
+					}
+					if n := r.proxy.Stats().Get("observer_high_watermark"); !tc.pauses && n != 0 {
+						t.Fatalf("paused %d times below the release default window", n)
+					}
+					return
+				case <-deadline:
+					t.Fatal("the response never finished")
+				case <-time.After(10 * time.Millisecond):
+				}
+				if tc.pauses && !released && r.proxy.Stats().Get("observer_high_watermark") > 0 {
+					// Paused at the watermark: let fusebox read, and the
+					// response finishes.
+					once.Do(func() { close(release) })
+					released = true
+				}
+			}
+		})
 	}
 }

@@ -27,10 +27,17 @@ import (
 //   - on 1.34–1.36 a local reply is not sent (processing complete), as for
 //     the synchronous filter.
 
-// observerHighWatermark is the side stream's buffer before Envoy pauses
-// the main stream: the fusebox cluster's per_connection_buffer_limit_bytes
-// default (1 MiB).
-const observerHighWatermark = 1 << 20
+// highWatermark is the side stream's buffer before Envoy pauses the main
+// stream: the HTTP/2 codec's per-stream send buffer limit, which is the
+// ext_proc cluster's http2_protocol_options.initial_stream_window_size
+// (codec_impl.cc: per_stream_buffer_limit_), so the file decides it; unset,
+// it is the release's default (version.go, StreamWindowDefault).
+func (o *obsStream) highWatermark() int {
+	if w := o.p.cfg.Observer.StreamWindow; w > 0 {
+		return w
+	}
+	return o.p.cfg.Envoy.StreamWindowDefault()
+}
 
 // obsStream is the observer filter's stream for one request.
 type obsStream struct {
@@ -184,10 +191,11 @@ func (o *obsStream) send(req *extprocv3.ProcessingRequest) {
 	req.ObservabilityMode = true
 	req.MetadataContext = o.metadata()
 	n := size(req)
+	high := o.highWatermark()
 	o.mu.Lock()
-	if o.buffered+n > observerHighWatermark && o.buffered > 0 {
+	if o.buffered+n > high && o.buffered > 0 {
 		o.p.stats.add("observer_high_watermark")
-		for o.buffered+n > observerHighWatermark/2 && o.buffered > 0 {
+		for o.buffered+n > high/2 && o.buffered > 0 {
 			o.cond.Wait()
 		}
 	}

@@ -44,3 +44,15 @@ func (v Version) SkipsLocalReplies(runtime map[string]string) bool {
 	}
 	return false
 }
+
+// StreamWindowDefault is the HTTP/2 initial_stream_window_size a cluster
+// gets when its file sets none: 16 MiB from 1.36.0, 256 MiB before (the
+// 1.36.0 release notes, "The default value for the initial stream window
+// size in HTTP/2 has been changed from 256MiB to 16MiB"). The zero Version
+// plays the current release.
+func (v Version) StreamWindowDefault() int {
+	if v != (Version{}) && (v.Major < 1 || v.Major == 1 && v.Minor < 36) {
+		return 256 << 20
+	}
+	return 16 << 20
+}
