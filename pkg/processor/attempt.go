@@ -34,6 +34,7 @@ const AttemptHeader = "x-fusebox-attempt"
 
 const (
 	attemptCountHeader = "x-envoy-attempt-count"
+	expectedHeader     = "x-envoy-expected-rq-timeout-ms"
 	// maxTokenBytes bounds what the attempt role decodes: ten groups of
 	// route keys fit many times over.
 	maxTokenBytes = 8 << 10
@@ -124,6 +125,10 @@ func (st *stream) chainToken(groups []chainGroup) string {
 type attemptStream struct {
 	j *stream
 	n int // the attempt number (x-envoy-attempt-count)
+	// expect is the attempt's x-envoy-expected-rq-timeout-ms: the router
+	// writes its per-try timeout there (or what is left of the route's)
+	// before each attempt's upstream filters run; 0 when absent.
+	expect int64
 	// model is the model this attempt's route wants in the body.
 	model string
 }
@@ -170,8 +175,8 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	st.startNs = st.now()
 	st.rt = st.s.cfg.Load()
 	st.comp = st.s.compiledFor(st.rt)
-	token, path, n := attemptHeaders(h)
-	a.n = n
+	token, path, n, expect := attemptHeaders(h)
+	a.n, a.expect = n, expect
 	t, err := st.s.parseAttemptToken(token)
 	if err != nil {
 		if token != "" {
@@ -236,7 +241,7 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 
 // attemptHeaders reads the chain token, :path and the attempt number (1
 // when Envoy sent none).
-func attemptHeaders(h *extprocv3.HttpHeaders) (token, path string, n int) {
+func attemptHeaders(h *extprocv3.HttpHeaders) (token, path string, n int, expect int64) {
 	n = 1
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.Key {
@@ -246,11 +251,15 @@ func attemptHeaders(h *extprocv3.HttpHeaders) (token, path string, n int) {
 			if v, err := strconv.Atoi(headerValue(hv)); err == nil && v > 0 {
 				n = v
 			}
+		case expectedHeader:
+			if v, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && v > 0 {
+				expect = v
+			}
 		case ":path":
 			path = headerValue(hv)
 		}
 	}
-	return token, path, n
+	return token, path, n, expect
 }
 
 // attemptPassthrough answers a request that is none of fusebox's (no
@@ -283,11 +292,25 @@ func (a *attemptStream) onBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 	})
 }
 
-// recordConnErrorAfter records a parked attempt that Envoy retried: it ran
-// elapsedMs until it ended, measured where it parked (R-DL6).
-func (st *stream) recordConnErrorAfter(elapsedMs int64) {
-	st.record(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection, ElapsedMs: elapsedMs}, st.now())
+// recordRetried records a parked attempt that Envoy retried: it ended
+// before any response headers, after p.Elapsed as measured where it parked
+// (R-DL6). One that ran for its whole per-try timeout
+// (the router reset it when the timer fired; a retry follows, since the
+// shipped policy retries on reset) is a timeout; any other ended on a
+// connect failure or a reset, a connection error.
+func (st *stream) recordRetried(p parkedNote) {
+	if p.Expect > 0 && p.Elapsed+perTrySlackMs >= p.Expect {
+		st.record(breaker.Result{Kind: breaker.KindTimeout, Reason: breaker.ReasonTimeout, ElapsedMs: p.Elapsed}, st.now())
+		return
+	}
+	st.record(breaker.Result{Kind: breaker.KindConnError, Reason: breaker.ReasonConnection, ElapsedMs: p.Elapsed}, st.now())
 }
+
+// perTrySlackMs absorbs the clocks' granularity: Envoy's per-try timer
+// starts after the attempt's headers reached fusebox (the pool is ready,
+// the request complete), so an attempt its timer ended ran at least that
+// long as fusebox measures it, give or take a millisecond of rounding.
+const perTrySlackMs = 5
 
 func (st *stream) recordNeither() {
 	st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: -1}, st.now())

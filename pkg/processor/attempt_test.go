@@ -3,6 +3,7 @@ package processor
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -303,5 +304,49 @@ func TestRouteRoleOfFailoverNeverRecords(t *testing.T) {
 				t.Fatalf("the route role recorded %v %s/%s", n, class, reason)
 			}
 		}
+	}
+}
+
+// A retried attempt that ran its whole per-try timeout was timed out by
+// the router, not refused (#35): the router announces the per-try timeout
+// in x-envoy-expected-rq-timeout-ms before each attempt's upstream filters
+// run, and an attempt that lasted that long before its stream was reset is
+// a timeout. One that ended sooner is a connection error. Before, both were
+// connection errors.
+func TestPerTryTimeoutIsATimeout(t *testing.T) {
+	cases := []struct {
+		name   string
+		ran    time.Duration
+		expect string
+		reason string
+	}{
+		{"ran the per-try timeout", 60 * time.Second, "60000", "timeout"},
+		{"refused at once", 200 * time.Millisecond, "60000", "connection_error"},
+		{"no per-try timeout announced", 60 * time.Second, "", "connection_error"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Each case on a fresh breaker: two failures would open it.
+			e := newFailoverEnv(t)
+			before := e.outcomes("openai:us:gpt", "failure", tc.reason)
+			tok := e.routeRole()
+			id := fmt.Sprint("pt-", i)
+			c := e.open("attempt")
+			hdr := []string{":path", "/v1/chat/completions", "content-type", "application/json", AttemptHeader, tok,
+				"x-envoy-attempt-count", "1", "x-request-id", id}
+			if tc.expect != "" {
+				hdr = append(hdr, "x-envoy-expected-rq-timeout-ms", tc.expect)
+			}
+			c.reqHeaders(false, hdr...)
+			c.reqBody(foBody)
+			e.clk.Advance(tc.ran)
+			c.end()
+			eventually(t, "parked", func() bool { return e.srv.meet.len() == 1 })
+			c2, _, _ := e.attempt(tok, id, 2, "/v1/chat/completions")
+			e.waitOutcomes("openai:us:gpt", "failure", tc.reason, before+1)
+			c2.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
+			c2.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+			c2.end()
+		})
 	}
 }

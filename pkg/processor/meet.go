@@ -74,6 +74,10 @@ type parkedNote struct {
 	// Elapsed is how long the attempt ran until it parked (ms, measured on
 	// the parking replica: one clock, R-DL6).
 	Elapsed int64 `json:"e,omitempty"`
+	// Expect is the attempt's per-try timeout as the router announced it
+	// (ms, x-envoy-expected-rq-timeout-ms; 0 unknown): a retried attempt
+	// that ran that long was timed out, not refused (recordRetried).
+	Expect int64 `json:"x,omitempty"`
 }
 
 type entryNote struct {
@@ -253,7 +257,7 @@ func (m *meetings) park(a *attemptStream) {
 	now := st.now()
 	p := parkedNote{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease,
-		Start: st.startNs, Elapsed: max((now-st.startNs)/1e6, 0)}
+		Start: st.startNs, Elapsed: max((now-st.startNs)/1e6, 0), Expect: a.expect}
 	m.mu.Lock()
 	if len(m.here) >= m.max {
 		m.mu.Unlock()
@@ -271,7 +275,7 @@ func (m *meetings) park(a *attemptStream) {
 	case meetUnreachable:
 		m.keep(st, p, true)
 	case meetConnErr:
-		st.recordConnErrorAfter(p.Elapsed)
+		st.recordRetried(p)
 	case meetEntry:
 		st.recordEntry(act.res)
 		st.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
@@ -347,7 +351,7 @@ func (m *meetings) arrived(decision string, n int, g *arrivalGate) {
 			m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
 		case meetUnreachable:
 			if h := m.claimHere(decision, func(p *parkedNote) bool { return p.N < n }); h != nil {
-				h.st.recordConnErrorAfter(h.note.Elapsed)
+				h.st.recordRetried(h.note)
 			}
 		}
 	}()
@@ -504,7 +508,7 @@ func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entry
 	}
 	switch how {
 	case meetConnErr:
-		st.recordConnErrorAfter(p.Elapsed)
+		st.recordRetried(*p)
 	case meetEntry:
 		st.recordEntry(out)
 	default:

@@ -79,21 +79,36 @@ func (w *world) failoverConfig() envoysim.Config {
 func TestFailoverHidesAnOutage(t *testing.T) {
 	cases := []struct {
 		name   string
-		fault  func(p *fakeprovider.Provider)
+		fault  func(w *world, p *fakeprovider.Provider)
 		reason string
+		perTry time.Duration // the route's per_try_timeout, shortened here from the file's 60 s
 	}{
-		{"provider 503", func(p *fakeprovider.Provider) { p.SetFault(fakeprovider.Fault{Status: 503}) }, "provider_5xx"},
-		{"connection refused", func(p *fakeprovider.Provider) { p.Down() }, "connection_error"},
+		{"provider 503", func(_ *world, p *fakeprovider.Provider) { p.SetFault(fakeprovider.Fault{Status: 503}) }, "provider_5xx", 0},
+		{"connection refused", func(_ *world, p *fakeprovider.Provider) { p.Down() }, "connection_error", 0},
+		// A provider that never answers: the router's per-try timer resets
+		// the attempt and retries it (#35). fusebox runs on the world's
+		// fake clock, so each hung request moves it past the per-try
+		// timeout the router announced.
+		{"provider hangs", func(w *world, p *fakeprovider.Provider) {
+			p.SetFault(fakeprovider.Fault{Hang: time.Minute, OnRequest: func() { w.clk.Advance(time.Second) }})
+		}, "timeout", 300 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newFailoverWorld(t)
-			p := w.failoverProxy()
+			cfg := w.failoverConfig()
+			if tc.perTry > 0 {
+				if cfg.Failover.PerTryTimeout == 0 {
+					t.Fatal("envoy-failover.yaml sets no per_try_timeout: a hung provider is never failed over")
+				}
+				cfg.Failover.PerTryTimeout = tc.perTry
+			}
+			p := w.startProxy(cfg)
 			if r := chat(t, p, gpt, false); r.status != 200 || r.servedBy() != "openai_us" {
 				t.Fatalf("healthy: %d %q", r.status, r.servedBy())
 			}
 			p.Attempts()
-			tc.fault(w.providers["openai_us"])
+			tc.fault(w, w.providers["openai_us"])
 			for i := 0; i < 10; i++ {
 				r := chat(t, p, gpt, i%2 == 0)
 				if r.status != 200 || r.servedBy() != "azure_eu" || r.route() != "azure:eu-west:gpt-4o-mini" {

@@ -11,6 +11,7 @@ import (
 	credentialv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/credential_injector/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	genericv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/injected_credentials/generic/v3"
@@ -122,7 +123,15 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		}
 	}
 	obsCluster := ""
+	suppressEnvoyHeaders := false
 	for _, f := range hcm.GetHttpFilters() {
+		var rf routerv3.Router
+		if f.GetTypedConfig().MessageIs(&rf) {
+			if err := f.GetTypedConfig().UnmarshalTo(&rf); err != nil {
+				return cfg, err
+			}
+			suppressEnvoyHeaders = rf.GetSuppressEnvoyHeaders()
+		}
 		var ep extprocv3.ExternalProcessor
 		if f.GetTypedConfig().MessageIs(&ep) {
 			if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
@@ -206,6 +215,9 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		}
 		cfg.Clusters[c.GetName()] = cl
 	}
+	if cfg.Failover != nil {
+		cfg.Failover.SuppressEnvoyHeaders = suppressEnvoyHeaders
+	}
 	if cfg.Observer != nil {
 		w, err := streamWindow(b, obsCluster)
 		if err != nil {
@@ -275,6 +287,7 @@ func failoverHarness(cfg *envoysim.Config, b *bootstrapv3.Bootstrap, vh *routev3
 	if n := rp.GetNumRetries(); n != nil {
 		fo.NumRetries = int(n.GetValue())
 	}
+	fo.PerTryTimeout = rp.GetPerTryTimeout().AsDuration()
 	if !rp.GetRefreshClusterOnRetry() {
 		return fmt.Errorf("route (a): refresh_cluster_on_retry is off: retries would stay on the first cluster")
 	}

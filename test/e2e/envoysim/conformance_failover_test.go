@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -390,6 +391,64 @@ func TestAttemptMetadataNeedsItsOwnNamespaces(t *testing.T) {
 			got := log[len(log)-1].Metadata["fusebox"].GetFields()["outcome"].GetStringValue()
 			if want := map[bool]string{false: "", true: "success"}[ns != nil]; got != want {
 				t.Fatalf("attempt filter namespaces %v: the entry's fusebox.outcome %q, want %q", ns, got, want)
+			}
+		})
+	}
+}
+
+// per_try_timeout (router.cc onPerTryTimeoutCommon): an attempt whose
+// response headers do not come in time is reset, its ext_proc stream with
+// it, and retried as a reset (the policy retries on reset); the last one
+// ends in a 504 UT, upstream_per_try_timeout. Before each attempt the
+// router writes x-envoy-expected-rq-timeout-ms (setTimeoutHeaders), which
+// the attempt role and the provider see, unless suppress_envoy_headers.
+// Before, envoysim played no per-try timeout: a hung first route was never
+// failed over.
+func TestFailoverPerTryTimeout(t *testing.T) {
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	cases := []struct {
+		name     string
+		groups   []string
+		retries  int
+		suppress bool
+		status   int
+		attempts string
+		expected string
+	}{
+		{"failed over", []string{"c1", "c2"}, 2, false, 200, "c1:0,c2:200", "150"},
+		{"the last attempt", []string{"c1"}, 0, false, 504, "c1:0", "150"},
+		{"suppress_envoy_headers", []string{"c1", "c2"}, 2, true, 200, "c1:0,c2:200", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := newFailoverRig(t, nil, tc.groups, tc.retries, nil)
+			slow := newUpstream(t, hang)
+			fr.proxy.cfg.Clusters["c1"].Addr = strings.TrimPrefix(slow.srv.URL, "http://")
+			fr.proxy.cfg.Failover.PerTryTimeout = 150 * time.Millisecond
+			fr.proxy.cfg.Failover.SuppressEnvoyHeaders = tc.suppress
+			resp, _ := fr.post(`{"a":1}`)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if got := clustersOf(fr.proxy.Attempts()); got != tc.attempts {
+				t.Fatalf("attempts %s, want %s", got, tc.attempts)
+			}
+			if n := fr.proxy.Stats().Get("upstream_rq_per_try_timeout"); n != 1 {
+				t.Fatalf("%d per-try timeouts", n)
+			}
+			if tc.status == 504 {
+				log := fr.proxy.Log()
+				if e := log[len(log)-1]; e.Flags&flagUT == 0 || e.Details != "upstream_per_try_timeout" {
+					t.Fatalf("entry flags %#x details %q", e.Flags, e.Details)
+				}
+			}
+			for _, r := range fr.attempts {
+				if r.GetRequestHeaders() == nil {
+					continue
+				}
+				if got := headerOf(r, "x-envoy-expected-rq-timeout-ms"); got != tc.expected {
+					t.Fatalf("attempt %s: x-envoy-expected-rq-timeout-ms %q, want %q", headerOf(r, "x-envoy-attempt-count"), got, tc.expected)
+				}
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -26,13 +28,27 @@ import (
 //   - retries on connect-failure, reset and the retriable status codes, at
 //     most NumRetries; nothing is retried once response headers went
 //     downstream; an immediate response from the attempt role is a local
-//     reply that ends the request.
+//     reply that ends the request;
+//   - per_try_timeout bounds each attempt until its response headers: when
+//     it fires the router resets the attempt (and its ext_proc stream) and
+//     retries it as a reset (maybeRetryReset(LocalReset, TimeoutRetry::Yes):
+//     retried under reset, 5xx or gateway-error); the last one is a 504 UT
+//     with upstream_per_try_timeout;
+//   - before each attempt the router writes x-envoy-expected-rq-timeout-ms
+//     on the shared header map (setTimeoutHeaders: the per-try timeout, or
+//     what is left of the route's, at least 1), unless the router filter
+//     has suppress_envoy_headers.
 type FailoverConfig struct {
 	Namespace            string
 	Groups               []string // the configured groups' clusters
 	RetryOn              []string // connect-failure, reset, retriable-status-codes
 	RetriableStatusCodes []int
 	NumRetries           int
+	// PerTryTimeout is the retry policy's per_try_timeout (0: none).
+	PerTryTimeout time.Duration
+	// SuppressEnvoyHeaders is the router filter's suppress_envoy_headers:
+	// no x-envoy-expected-rq-timeout-ms is written.
+	SuppressEnvoyHeaders bool
 	IncludeAttemptCount  bool
 	// Attempt is the upstream ext_proc (attempt role); Addr "" = none.
 	Attempt ExtProcConfig
@@ -82,6 +98,38 @@ func (p *Proxy) retriable(status int) bool {
 	return false
 }
 
+// retriesReset is wouldRetryFromReset for an attempt that ended before its
+// response: a reset (a per-try timeout is a LocalReset) is retried under
+// reset, 5xx or gateway-error; a connect failure under connect-failure
+// too.
+func (p *Proxy) retriesReset(kind string, perTry bool) bool {
+	on := p.cfg.Failover.RetryOn
+	if contains(on, "reset") || contains(on, "5xx") || contains(on, "gateway-error") {
+		return true
+	}
+	return !perTry && kind == "connect-failure" && contains(on, "connect-failure")
+}
+
+// expectedTimeoutMs is what setTimeoutHeaders writes after elapsed: the
+// per-try timeout, or the route's when there is none (or it is not
+// shorter), capped by what is left of the route's; at least 1 once the
+// route's is spent; 0 when neither is set.
+func (p *Proxy) expectedTimeoutMs(elapsed time.Duration) int64 {
+	global := p.cfg.RouteTimeout.Milliseconds()
+	exp := p.cfg.Failover.PerTryTimeout.Milliseconds()
+	if exp == 0 || (global > 0 && exp >= global) {
+		exp = global
+	}
+	if exp > 0 && global > 0 {
+		if left := global - elapsed.Milliseconds(); left <= 0 {
+			exp = 1
+		} else {
+			exp = min(exp, left)
+		}
+	}
+	return exp
+}
+
 func contains(l []string, s string) bool {
 	for _, x := range l {
 		if x == s {
@@ -102,6 +150,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// every retry of the request (retries.go).
 	slot := &retrySlot{p: p, cluster: p.failoverGroups(e)[0]}
 	defer slot.reset()
+	begun := time.Now() // the downstream request is complete (buffered)
 	for n := 1; n <= numRetries+1; n++ {
 		// The specifier re-reads the override at every evaluation.
 		groups := p.failoverGroups(e)
@@ -120,6 +169,9 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if fo.IncludeAttemptCount {
 			h.set("x-envoy-attempt-count", strconv.Itoa(n))
 		}
+		if ms := p.expectedTimeoutMs(time.Since(begun)); ms > 0 && !fo.SuppressEnvoyHeaders {
+			h.set("x-envoy-expected-rq-timeout-ms", strconv.FormatInt(ms, 10))
+		}
 		// The cluster's upstream chain, on the shared header map and a
 		// fresh copy of the router's body.
 		abody := append([]byte(nil), body...)
@@ -136,7 +188,16 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		// Route (a) of the failover file removes no headers itself: the
 		// upstream header_mutation above did.
-		req, err := p.upstreamRequest(ctx, c, *h, abody, nil)
+		// The attempt's own context: its per-try timer cancels it until
+		// the response headers come.
+		actx, cancelTry := context.WithCancel(ctx)
+		defer cancelTry()
+		var timedOut atomic.Bool
+		var perTry *time.Timer
+		if fo.PerTryTimeout > 0 {
+			perTry = time.AfterFunc(fo.PerTryTimeout, func() { timedOut.Store(true); cancelTry() })
+		}
+		req, err := p.upstreamRequest(actx, c, *h, abody, nil)
 		if err != nil {
 			ep.reset()
 			p.writeLocalFlags(w, e, localReply(500, 0, "bad_request", err.Error()))
@@ -153,6 +214,12 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 		}
 		resp, err := p.transport.RoundTrip(req)
+		if perTry != nil && !perTry.Stop() && err == nil {
+			// The timer fired as the headers came: the router reset the
+			// attempt first.
+			resp.Body.Close()
+			err = context.Canceled
+		}
 		if err != nil {
 			// No response: the upstream request is reset, and so is its
 			// filter chain's ext_proc stream.
@@ -163,10 +230,16 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if isConnectFailure(err) {
 				kind = "connect-failure"
 			}
-			if ctx.Err() == nil && contains(fo.RetryOn, kind) && n <= numRetries && slot.take() {
+			perTryOver := timedOut.Load() && ctx.Err() == nil
+			if perTryOver {
+				p.stats.add("upstream_rq_per_try_timeout")
+			}
+			if ctx.Err() == nil && p.retriesReset(kind, perTryOver) && n <= numRetries && slot.take() {
 				continue
 			}
 			switch {
+			case perTryOver:
+				p.writeLocalFlags(w, e, localReply(504, flags|flagUT, "upstream_per_try_timeout", "upstream request timeout"))
 			case ctx.Err() != nil:
 				p.writeLocalFlags(w, e, localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout"))
 			case kind == "connect-failure":

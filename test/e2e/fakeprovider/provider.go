@@ -32,6 +32,9 @@ type Fault struct {
 	// StallAfterFirstToken holds a stream after its first token until the
 	// channel is closed (or the client goes away): a stall mid-generation.
 	StallAfterFirstToken chan struct{} `json:"-"`
+	// OnRequest, when set, runs as each request arrives (a test moves a
+	// fake clock with it: the time a hung request costs).
+	OnRequest func() `json:"-"`
 }
 
 // Provider is one fake upstream (one Envoy cluster).
@@ -182,6 +185,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.last, p.model, p.path = r.Header.Clone(), req.Model, r.URL.RequestURI()
 	p.mu.Unlock()
 
+	if f.OnRequest != nil {
+		f.OnRequest()
+	}
 	if f.ResetBeforeHeaders {
 		hijackClose(w)
 		return
