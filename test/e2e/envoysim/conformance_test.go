@@ -625,3 +625,60 @@ func TestClientCancelEndsStream(t *testing.T) {
 		}
 	}
 }
+
+// STREAMED bodies run under one message timer per direction
+// (processor_state.cc): every chunk sent re-arms it, every reply disables
+// it. All chunks sent at once, the first answered at once and the rest slowly
+// (each reply later than the timeout after its own chunk): no timeout, since
+// nothing was sent after the first reply. A processor that answers nothing
+// meets the timer armed by the last send. Before, envoysim gave each chunk
+// its own deadline and timed out the first case.
+func TestStreamedMessageTimerPerDirection(t *testing.T) {
+	chunk := strings.Repeat("x", chunkSize)
+	cases := []struct {
+		name     string
+		first    time.Duration // the first body reply's delay
+		rest     time.Duration // every later one's
+		timeouts bool
+	}{
+		{"slow after the first reply", 50 * time.Millisecond, 500 * time.Millisecond, false},
+		{"never answered in time", time.Second, time.Second, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			bodies := 0
+			r := newRig(t, func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+				if req.GetResponseBody() != nil {
+					mu.Lock()
+					bodies++
+					n := bodies
+					mu.Unlock()
+					if n == 1 {
+						time.Sleep(tc.first)
+					} else {
+						time.Sleep(tc.rest)
+					}
+				}
+				return plain(req)
+			}, func(c *Config) { c.ExtProc.MessageTimeout = 250 * time.Millisecond })
+			r.up = newUpstream(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for i := 0; i < 3; i++ {
+					io.WriteString(w, chunk)
+					w.(http.Flusher).Flush()
+				}
+			})
+			// The plain processor routes nothing: the default route serves.
+			r.proxy.cfg.Clusters["default"].Addr = strings.TrimPrefix(r.up.srv.URL, "http://")
+			_, body := r.post(`{"model":"m"}`)
+			got := r.proxy.Stats().Get("message_timeouts") > 0
+			if got != tc.timeouts {
+				t.Fatalf("message timeouts %v, want %v (%d bytes through)", got, tc.timeouts, len(body))
+			}
+			if !tc.timeouts && len(body) != 3*chunkSize {
+				t.Fatalf("%d bytes through, want %d", len(body), 3*chunkSize)
+			}
+		})
+	}
+}

@@ -153,6 +153,81 @@ func (e *epStream) next(since time.Time) (*extprocv3.ProcessingResponse, error) 
 	}
 }
 
+// dirTimer is the filter's message timer for one direction in STREAMED
+// mode (processor_state.cc: one message_timer_ per direction;
+// onStartProcessorCall re-arms it for every chunk sent, onFinishProcessorCall
+// disables it at every reply): a reply's deadline is the last send's, and
+// after a reply no deadline runs until the next chunk is sent.
+type dirTimer struct {
+	timeout  time.Duration
+	mu       sync.Mutex
+	armed    bool
+	deadline time.Time
+	changed  chan struct{}
+}
+
+func newDirTimer(timeout time.Duration) *dirTimer {
+	return &dirTimer{timeout: timeout, changed: make(chan struct{}, 1)}
+}
+
+// arm restarts the timer: a message was sent at at.
+func (d *dirTimer) arm(at time.Time) {
+	d.mu.Lock()
+	d.armed, d.deadline = true, at.Add(d.timeout)
+	d.mu.Unlock()
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dirTimer) stop() {
+	d.mu.Lock()
+	d.armed = false
+	d.mu.Unlock()
+}
+
+func (d *dirTimer) state() (bool, time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.armed, d.deadline
+}
+
+// nextOn waits for the next reply under the direction's timer.
+func (e *epStream) nextOn(d *dirTimer) (*extprocv3.ProcessingResponse, error) {
+	for {
+		armed, deadline := d.state()
+		var fire <-chan time.Time
+		var t *time.Timer
+		if armed {
+			t = time.NewTimer(max(time.Until(deadline), 0))
+			fire = t.C
+		}
+		select {
+		case r := <-e.replies:
+			if t != nil {
+				t.Stop()
+			}
+			d.stop()
+			if r.err != nil {
+				if errors.Is(r.err, io.EOF) {
+					return nil, io.EOF
+				}
+				return nil, r.err
+			}
+			e.p.stats.add("stream_msgs_received")
+			return r.resp, nil
+		case <-fire:
+			e.p.stats.add("message_timeouts")
+			return nil, errMessageTimeout
+		case <-d.changed:
+			if t != nil {
+				t.Stop()
+			}
+		}
+	}
+}
+
 // exchange sends req and waits for its reply.
 func (e *epStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 	t0 := time.Now()

@@ -41,7 +41,8 @@ const chunkSize = 16 << 10
 
 // respond runs the response phase: headers through ext_proc, then the body
 // chunk by chunk (STREAMED: one message per chunk, pipelined, each chunk
-// forwarded once its own reply arrives), then ends the ext_proc stream.
+// forwarded once its own reply arrives, under the direction's one message
+// timer: dirTimer), then ends the ext_proc stream.
 func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *epStream, up *response) {
 	streamed := func() bool { return ep.active() && ep.modes.ResponseBodyMode == filterv3.ProcessingMode_STREAMED }
 	h := headers{{":status", strconv.Itoa(up.status)}}
@@ -179,6 +180,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	}
 	queue := make(chan sent, 256)
 	upErr := make(chan error, 1)
+	timer := newDirTimer(ep.c.MessageTimeout)
 	go func() {
 		defer close(queue)
 		buf := make([]byte, chunkSize)
@@ -190,6 +192,8 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				if ep.active() {
 					if serr := ep.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: c}}}); serr != nil {
 						s.at = time.Time{}
+					} else {
+						timer.arm(s.at)
 					}
 				}
 				queue <- s
@@ -197,7 +201,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 			if err == io.EOF {
 				s := sent{at: time.Now(), eos: true}
 				if ep.active() {
-					_ = ep.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}})
+					if ep.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}}) == nil {
+						timer.arm(s.at)
+					}
 				}
 				queue <- s
 				return
@@ -212,7 +218,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	for s := range queue {
 		out := s.chunk
 		if processing && ep.active() && !s.at.IsZero() {
-			resp, err := ep.next(s.at)
+			resp, err := ep.nextOn(timer)
 			if err != nil {
 				if !ep.fail(err) {
 					e.Reset = true
