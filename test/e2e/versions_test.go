@@ -74,6 +74,18 @@ var outages = []outage{
 		"failure", "connection_error", true},
 	{"route timeout", func(w *world) { w.providers["openai_us"].SetFault(fakeprovider.Fault{Hang: 2 * time.Second}) },
 		func(c *envoysim.Config) { c.RouteTimeout = 200 * time.Millisecond }, "failure", "timeout", true},
+	// A provider that never sends its headers meets the stream idle
+	// timeout (the file's route idle_timeout, shortened here) before the
+	// route's: a 504 with SI, a timeout on every channel (#35). Before, no
+	// shipped response_flag_filter had SI: on 1.36 with envoy.yaml the
+	// stall was never reported, a neither.
+	{"stream idle timeout", func(w *world) { w.providers["openai_us"].SetFault(fakeprovider.Fault{Hang: 10 * time.Second}) },
+		func(c *envoysim.Config) {
+			if c.StreamIdleTimeout <= 0 || c.StreamIdleTimeout >= c.RouteTimeout {
+				panic("the file's stream idle timeout does not come before its route timeout")
+			}
+			c.StreamIdleTimeout, c.RouteTimeout = 200*time.Millisecond, 5*time.Second
+		}, "failure", "timeout", true},
 	// Envoy's capacity, not the route's health: never opens.
 	{"overflow", nil, func(c *envoysim.Config) { c.Clusters["openai_us"].MaxRequests = -1 }, "neither", "envoy_overflow", false},
 	// A config error: never blamed on the route, counted.

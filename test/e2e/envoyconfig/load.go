@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -19,6 +20,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 )
@@ -189,6 +191,7 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		}
 		cfg.RequestHeadersToRemove = r.GetRequestHeadersToRemove()
 		cfg.RouteTimeout = ra.GetTimeout().AsDuration()
+		cfg.StreamIdleTimeout = streamIdle(ra.GetIdleTimeout(), hcm.GetStreamIdleTimeout())
 		retry(&cfg, ra.GetRetryPolicy())
 	}
 	cfg.Clusters = map[string]*envoysim.Cluster{}
@@ -228,6 +231,23 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 	return cfg, nil
 }
 
+// streamIdle is a route's stream idle timeout as envoysim takes it: the
+// route's idle_timeout, else the connection manager's stream_idle_timeout,
+// else 0 (Envoy's default); a 0s in the file turns it off (negative).
+func streamIdle(route, hcm *durationpb.Duration) time.Duration {
+	d := route
+	if d == nil {
+		d = hcm
+	}
+	if d == nil {
+		return 0
+	}
+	if d.AsDuration() == 0 {
+		return -1
+	}
+	return d.AsDuration()
+}
+
 // streamWindow is the named cluster's HTTP/2 initial_stream_window_size, 0
 // when the file leaves Envoy's default.
 func streamWindow(b *bootstrapv3.Bootstrap, cluster string) (int, error) {
@@ -253,6 +273,7 @@ func retry(cfg *envoysim.Config, rp *routev3.RetryPolicy) {
 		return
 	}
 	cfg.RetryOn = strings.Split(rp.GetRetryOn(), ",")
+	cfg.RetryBackOff = envoysim.BackOff{Base: rp.GetRetryBackOff().GetBaseInterval().AsDuration(), Max: rp.GetRetryBackOff().GetMaxInterval().AsDuration()}
 	cfg.NumRetries = 1
 	if n := rp.GetNumRetries(); n != nil {
 		cfg.NumRetries = int(n.GetValue())

@@ -43,8 +43,15 @@ type Config struct {
 	// RequestHeadersToRemove are removed before a request goes upstream.
 	RequestHeadersToRemove []string
 	RouteTimeout           time.Duration
-	RetryOn                []string // "connect-failure", "reset"
-	NumRetries             int
+	// StreamIdleTimeout is the route's idle_timeout, else the connection
+	// manager's stream_idle_timeout (0: Envoy's 5 min default; negative:
+	// the file turned it off with 0s). idle.go.
+	StreamIdleTimeout time.Duration
+	RetryOn           []string // "connect-failure", "reset"
+	NumRetries        int
+	// RetryBackOff is the route's retry_back_off (zero: Envoy's 25 ms base,
+	// 10 × base max); retries.go.
+	RetryBackOff BackOff
 	// BufferLimit is the listener's per-request buffer limit (413 above).
 	BufferLimit int
 	// Failover, when set, plays Envoy >= 1.40's in-request failover on
@@ -58,6 +65,9 @@ type Config struct {
 	// AccessLog, when set, is the listener's http_grpc access logger.
 	AccessLog *AccessLogConfig
 }
+
+// BackOff is a retry policy's retry_back_off.
+type BackOff struct{ Base, Max time.Duration }
 
 // PrefixRoute is a route matching a :path prefix to a cluster.
 type PrefixRoute struct {

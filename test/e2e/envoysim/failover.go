@@ -2,6 +2,7 @@ package envoysim
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -234,12 +235,16 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if perTryOver {
 				p.stats.add("upstream_rq_per_try_timeout")
 			}
-			if ctx.Err() == nil && p.retriesReset(kind, perTryOver) && n <= numRetries && slot.take() {
+			if ctx.Err() == nil && p.retriesReset(kind, perTryOver) && n <= numRetries && slot.take() && slot.backoff(ctx) {
 				continue
 			}
 			switch {
 			case perTryOver:
 				p.writeLocalFlags(w, e, localReply(504, flags|flagUT, "upstream_per_try_timeout", "upstream request timeout"))
+			case errors.Is(ctx.Err(), context.Canceled):
+				// The client went away: nothing is written (clientGone).
+				g := clientGone()
+				e.Flags, e.Details = g.flags, g.details
 			case ctx.Err() != nil:
 				p.writeLocalFlags(w, e, localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout"))
 			case kind == "connect-failure":
@@ -254,7 +259,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		hdr := upstreamHeaders(resp)
 		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
-		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() {
+		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() && slot.backoff(ctx) {
 			// The upstream filters see the response headers before the
 			// router decides to retry; then the attempt is reset.
 			if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {

@@ -191,6 +191,8 @@ type response struct {
 	flags   uint64
 	details string
 	local   bool
+	// gone: the client went away before any response (clientGone).
+	gone bool
 }
 
 func localReply(status int, flags uint64, details, body string, extra ...kv) *response {
@@ -323,6 +325,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	up := p.dispatch(ctx, rt.cluster, h, body)
 	defer up.body.Close()
 	entry.Flags, entry.Details = up.flags, up.details
+	if up.gone {
+		// The connection manager destroys the stream: the ext_proc stream
+		// is reset without a response, and nothing is written.
+		ep.reset()
+		return
+	}
 	if up.local && p.cfg.Envoy.SkipsLocalReplies(p.cfg.Runtime) {
 		// Envoy 1.34–1.36 (and the backports): onLocalReply marks
 		// processing complete, so the server is sent nothing of the reply;
@@ -565,19 +573,33 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 				flags |= flagUO
 				break
 			}
+			if !slot.backoff(ctx) {
+				break
+			}
 			p.stats.add("upstream_rq_retry")
 			flags |= flagURX
 		}
-		req, err := p.upstreamRequest(ctx, c, h, body, p.cfg.RequestHeadersToRemove)
+		ictx, idle := p.watchIdle(ctx)
+		req, err := p.upstreamRequest(ictx, c, h, body, p.cfg.RequestHeadersToRemove)
 		if err != nil {
+			idle.done()
 			release()
 			return localReply(500, 0, "bad_request", err.Error())
 		}
 		resp, err := p.transport.RoundTrip(req)
 		if err == nil {
-			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: resp.Body, release: release}, details: "via_upstream"}
+			idle.touch()
+			done := func() { idle.done(); release() }
+			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: &idleBody{ReadCloser: resp.Body, ctx: ictx, w: idle}, release: done}, details: "via_upstream"}
 		}
+		idle.done()
 		lastErr = err
+		if errors.Is(context.Cause(ictx), errStreamIdle) {
+			// The connection manager's timer, not the router's: no retry.
+			release()
+			p.stats.add("downstream_rq_idle_timeout")
+			return localReply(504, flagSI, "stream_idle_timeout", "stream timeout")
+		}
 		if ctx.Err() != nil {
 			break
 		}
@@ -595,7 +617,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		return localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout")
 	}
 	if ctx.Err() != nil {
-		return localReply(503, flagUR, "upstream_reset_before_response_started{downstream_reset}", "client went away")
+		return clientGone()
 	}
 	if isConnectFailure(lastErr) {
 		return localReply(503, flags|flagUF, "upstream_reset_before_response_started{connection_failure}",

@@ -166,6 +166,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 			}
 			if err != nil {
 				e.Reset = true
+				if errors.Is(err, errStreamIdle) {
+					e.Flags |= flagSI
+				}
 				panic(http.ErrAbortHandler) // upstream reset after headers: reset downstream
 			}
 		}
@@ -264,11 +267,14 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 		}
 	}
 	select {
-	case <-upErr:
+	case err := <-upErr:
 		// Upstream reset after headers: the downstream stream is reset
 		// and the processor sees no end_of_stream.
 		ep.reset()
 		e.Reset = true
+		if errors.Is(err, errStreamIdle) {
+			e.Flags |= flagSI
+		}
 		panic(http.ErrAbortHandler)
 	default:
 	}

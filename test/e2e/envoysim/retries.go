@@ -1,8 +1,11 @@
 package envoysim
 
 import (
+	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The router's retry resource (docs/envoy.md, "Retries at load"): a retry
@@ -40,6 +43,7 @@ type retrySlot struct {
 	p       *Proxy
 	cluster string
 	held    bool
+	retries int // admitted so far
 }
 
 // reset is resetRetry: the slot of the previous retry is given back.
@@ -60,7 +64,39 @@ func (s *retrySlot) take() bool {
 		return false
 	}
 	s.held = true
+	s.retries++
 	return true
+}
+
+// Envoy's retry back-off (route retry_back_off, else base 25 ms, the
+// runtime upstream.base_retry_backoff_ms, and max 10 × base): fully
+// jittered, retry k waits uniform [0, base·2^(k-1)), the interval capped
+// at max (backoff_strategy.cc, JitteredExponentialBackOffStrategy). The
+// admitted retry's slot is held while it waits.
+const defaultRetryBase = 25 * time.Millisecond
+
+// backoff waits before the retry just admitted; false when ctx ended.
+func (s *retrySlot) backoff(ctx context.Context) bool {
+	base, most := s.p.cfg.RetryBackOff.Base, s.p.cfg.RetryBackOff.Max
+	if base <= 0 {
+		base = defaultRetryBase
+	}
+	if most <= 0 {
+		most = 10 * base
+	}
+	interval := base
+	for i := 1; i < s.retries && interval < most; i++ {
+		interval *= 2
+	}
+	interval = min(interval, most)
+	t := time.NewTimer(rand.N(interval))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // retryLimit is how many retries cluster admits at once now.
