@@ -16,6 +16,12 @@ import (
 
 var errMessageTimeout = errors.New("ext_proc message timeout")
 
+// errAttemptReset: the router reset the upstream request while its
+// filters were still in their request phase (a fast connect failure: the
+// connection is dialled before the upstream filters run). Nothing is
+// answered: the attempt is retried or ends as a connect failure.
+var errAttemptReset = errors.New("upstream request reset during its filters")
+
 // epStream is the ext_proc filter's stream for one request.
 type epStream struct {
 	p      *Proxy
@@ -30,6 +36,15 @@ type epStream struct {
 	failed  atomic.Bool
 	replies chan recvd
 	closed  atomic.Bool
+	// cutc is closed by cut: the upstream request was reset under the
+	// filter (failover.go).
+	cutc    chan struct{}
+	cutOnce sync.Once
+	// sent is closed once a first message went out: Envoy's filter sends
+	// its headers within the call that dialled, before any connect
+	// failure can be seen (a later event loop iteration).
+	sent     chan struct{}
+	sentOnce sync.Once
 	// sendMu serialises Send and CloseSend, which gRPC forbids running
 	// concurrently (the body reader sends while the forwarder may close).
 	sendMu sync.Mutex
@@ -46,7 +61,7 @@ func newEPStream(p *Proxy) *epStream { return newEPStreamFor(p, &p.cfg.ExtProc) 
 // route role's, or (failover) the attempt role's in a cluster's upstream
 // chain, a new stream per attempt.
 func newEPStreamFor(p *Proxy, c *ExtProcConfig) *epStream {
-	return &epStream{p: p, c: c, first: true, modes: modes{
+	return &epStream{p: p, c: c, first: true, cutc: make(chan struct{}), sent: make(chan struct{}), modes: modes{
 		RequestHeaderMode:  c.RequestHeaderMode,
 		ResponseHeaderMode: c.ResponseHeaderMode,
 		RequestBodyMode:    c.RequestBodyMode,
@@ -124,7 +139,9 @@ func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
 		e.first = false
 	}
 	e.p.stats.add("stream_msgs_sent")
-	return e.s.Send(req)
+	err := e.s.Send(req)
+	e.sentOnce.Do(func() { close(e.sent) })
+	return err
 }
 
 // next waits for the next reply, at most the message timeout from since.
@@ -150,6 +167,8 @@ func (e *epStream) next(since time.Time) (*extprocv3.ProcessingResponse, error) 
 	case <-t.C:
 		e.p.stats.add("message_timeouts")
 		return nil, errMessageTimeout
+	case <-e.cutc:
+		return nil, errAttemptReset
 	}
 }
 
@@ -232,6 +251,9 @@ func (e *epStream) nextOn(d *dirTimer) (*extprocv3.ProcessingResponse, error) {
 func (e *epStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 	t0 := time.Now()
 	if err := e.send(req); err != nil {
+		if e.wasCut() {
+			return nil, errAttemptReset
+		}
 		return nil, err
 	}
 	return e.next(t0)
@@ -278,6 +300,25 @@ func (e *epStream) close() {
 			}
 		}
 	}(e.cancel, e.replies)
+}
+
+// cut resets the stream because its upstream request was reset: a phase
+// waiting for a reply gives up at once, with errAttemptReset.
+func (e *epStream) cut() {
+	e.cutOnce.Do(func() {
+		close(e.cutc)
+		e.reset()
+	})
+}
+
+// wasCut reports whether cut ran.
+func (e *epStream) wasCut() bool {
+	select {
+	case <-e.cutc:
+		return true
+	default:
+		return false
+	}
 }
 
 // reset ends the stream abruptly (the client went away): half-close and

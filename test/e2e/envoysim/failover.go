@@ -3,6 +3,7 @@ package envoysim
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -174,10 +175,45 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			h.set("x-envoy-expected-rq-timeout-ms", strconv.FormatInt(ms, 10))
 		}
 		// The cluster's upstream chain, on the shared header map and a
-		// fresh copy of the router's body.
+		// fresh copy of the router's body. The router asks the pool for a
+		// connection (acceptHeadersFromRouter) before the upstream filters
+		// see the request: a refusal resets the attempt, its ext_proc stream
+		// with it, even while that filter waits for its reply.
 		abody := append([]byte(nil), body...)
 		ep := newEPStreamFor(p, &fo.Attempt)
-		if stop := p.upstreamRequestPhase(w, e, ep, h, &abody); stop {
+		dialed := make(chan error, 1)
+		phaseDone := make(chan struct{})
+		go func() {
+			err := p.dialProbe(ctx, c.Addr)
+			if err != nil {
+				// The failure is seen on a later event loop iteration than
+				// the one that dialled and ran the filters' headers: their
+				// first message went out already.
+				select {
+				case <-ep.sent:
+					// A refusal takes the provider's round trip; here the
+					// provider is on loopback, which has none, and a reset
+					// right behind the message may overtake it in the
+					// server's reads (grpc-go: a stream's cancellation and
+					// its buffered data race). fusebox's sidecar link is
+					// the shorter one in any real deployment.
+					time.Sleep(refusalRTT)
+				case <-phaseDone:
+				}
+				ep.cut()
+			}
+			dialed <- err
+		}()
+		stop := p.upstreamRequestPhase(w, e, ep, h, &abody)
+		close(phaseDone)
+		if derr := <-dialed; derr != nil {
+			p.stats.add("upstream_cx_connect_fail")
+			if p.attemptFailed(ctx, w, e, ep, attemptEnd{n: n, retries: numRetries, cluster: cluster, flags: flags, err: derr}, slot) {
+				continue
+			}
+			return
+		}
+		if stop {
 			ep.reset()
 			return
 		}
@@ -222,44 +258,20 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			err = context.Canceled
 		}
 		if err != nil {
-			// No response: the upstream request is reset, and so is its
-			// filter chain's ext_proc stream.
 			done()
-			ep.reset()
-			p.logAttempt(AttemptLog{N: n, Cluster: cluster})
-			kind := "reset"
-			if isConnectFailure(err) {
-				kind = "connect-failure"
-			}
 			perTryOver := timedOut.Load() && ctx.Err() == nil
 			if perTryOver {
 				p.stats.add("upstream_rq_per_try_timeout")
 			}
-			if ctx.Err() == nil && p.retriesReset(kind, perTryOver) && n <= numRetries && slot.take() && slot.backoff(ctx) {
+			if p.attemptFailed(ctx, w, e, ep, attemptEnd{n: n, retries: numRetries, cluster: cluster, flags: flags, err: err, perTry: perTryOver}, slot) {
 				continue
-			}
-			switch {
-			case perTryOver:
-				p.writeLocalFlags(w, e, localReply(504, flags|flagUT, "upstream_per_try_timeout", "upstream request timeout"))
-			case errors.Is(ctx.Err(), context.Canceled):
-				// The client went away: nothing is written (clientGone).
-				g := clientGone()
-				e.Flags, e.Details = g.flags, g.details
-			case ctx.Err() != nil:
-				p.writeLocalFlags(w, e, localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout"))
-			case kind == "connect-failure":
-				p.writeLocalFlags(w, e, localReply(503, flags|flagUF, "upstream_reset_before_response_started{connection_failure}",
-					"upstream connect error or disconnect/reset before headers. reset reason: connection failure"))
-			default:
-				p.writeLocalFlags(w, e, localReply(503, flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
-					"upstream connect error or disconnect/reset before headers. reset reason: connection termination"))
 			}
 			return
 		}
 		hdr := upstreamHeaders(resp)
 		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
-		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() && slot.backoff(ctx) {
+		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() {
 			// The upstream filters see the response headers before the
 			// router decides to retry; then the attempt is reset.
 			if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
@@ -273,6 +285,10 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			resp.Body.Close()
 			done()
 			ep.reset()
+			if !slot.backoff(ctx) {
+				p.requestEnded(ctx, w, e)
+				return
+			}
 			continue
 		}
 		// The final answer: shouldRetry said no, and resetRetry gave back
@@ -287,6 +303,74 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		p.respond(w, r, e, ep, up)
 		return
 	}
+}
+
+// attemptEnd is an attempt that ended before any response.
+type attemptEnd struct {
+	n, retries int
+	cluster    string
+	flags      uint64
+	err        error
+	perTry     bool // its per-try timer ended it
+}
+
+// attemptFailed handles an attempt that got no response (a connect
+// failure, a reset, its per-try timeout): the upstream request is reset,
+// and so is its filter chain's ext_proc stream; the router retries it when
+// its policy and retry resource allow (after the back-off), else answers.
+// It reports whether the attempt is retried.
+func (p *Proxy) attemptFailed(ctx context.Context, w http.ResponseWriter, e *Entry, ep *epStream, a attemptEnd, slot *retrySlot) bool {
+	ep.reset()
+	p.logAttempt(AttemptLog{N: a.n, Cluster: a.cluster})
+	kind := "reset"
+	if isConnectFailure(a.err) {
+		kind = "connect-failure"
+	}
+	if ctx.Err() == nil && p.retriesReset(kind, a.perTry) && a.n <= a.retries && slot.take() {
+		if slot.backoff(ctx) {
+			return true
+		}
+		p.requestEnded(ctx, w, e)
+		return false
+	}
+	switch {
+	case a.perTry:
+		p.writeLocalFlags(w, e, localReply(504, a.flags|flagUT, "upstream_per_try_timeout", "upstream request timeout"))
+	case ctx.Err() != nil:
+		p.requestEnded(ctx, w, e)
+	case kind == "connect-failure":
+		p.writeLocalFlags(w, e, localReply(503, a.flags|flagUF, "upstream_reset_before_response_started{connection_failure}",
+			"upstream connect error or disconnect/reset before headers. reset reason: connection failure"))
+	default:
+		p.writeLocalFlags(w, e, localReply(503, a.flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
+			"upstream connect error or disconnect/reset before headers. reset reason: connection termination"))
+	}
+	return false
+}
+
+// requestEnded answers a request whose context ended: the route timeout
+// (504 UT), or the client went away (nothing is written: clientGone).
+func (p *Proxy) requestEnded(ctx context.Context, w http.ResponseWriter, e *Entry) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		p.writeLocalFlags(w, e, localReply(504, flagUT, "upstream_response_timeout", "upstream request timeout"))
+		return
+	}
+	g := clientGone()
+	e.Flags, e.Details = g.flags, g.details
+}
+
+// refusalRTT is the least time a refused connection takes to be seen
+// after the dial: a network round trip to the provider.
+const refusalRTT = 2 * time.Millisecond
+
+// dialProbe is the pool's connection attempt for an upstream request,
+// started before the upstream filters run.
+func (p *Proxy) dialProbe(ctx context.Context, addr string) error {
+	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // upstreamRequestPhase runs the attempt role's request phase on the shared

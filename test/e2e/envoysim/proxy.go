@@ -357,6 +357,9 @@ func (p *Proxy) requestPhase(w http.ResponseWriter, e *Entry, ep *epStream, req 
 	if ep.c == &p.cfg.ExtProc {
 		p.stats.wait(time.Since(t0))
 	}
+	if errors.Is(err, errAttemptReset) {
+		return nil, nil, true // the caller handles the reset; nothing is written
+	}
 	if err != nil {
 		if !ep.fail(err) {
 			p.writeLocal(w, e, p.errorReply(err))
