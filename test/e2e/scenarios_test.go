@@ -474,3 +474,36 @@ func TestStallMidStreamOpensWhileItHangs(t *testing.T) {
 		t.Fatalf("after the stall the next request went to %q", r.servedBy())
 	}
 }
+
+// A provider whose answers end with HTTP trailers (#35): in the shipped
+// trailer mode SKIP, Envoy never sends fusebox a body message with
+// end_of_stream, so a complete answer must be judged complete by its own
+// framing when the stream ends. Streamed and whole answers count as
+// successes, never neithers, in either profile.
+func TestTrailersEndAnAnswer(t *testing.T) {
+	w := newWorld(t)
+	// The observer's stream ends only at its deferred close when no body
+	// end comes (shortened from the file's 5 s).
+	p := w.proxy("default", nil, func(c *envoysim.Config) {
+		if c.Observer != nil {
+			c.Observer.DeferredClose = 200 * time.Millisecond
+		}
+	})
+	w.providers["openai_us"].SetFault(fakeprovider.Fault{Trailers: true})
+	for i := 0; i < 4; i++ {
+		if r := chat(t, p, gpt, i%2 == 0); r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+	}
+	if p.Stats().Get("body_end_not_sent") == 0 {
+		t.Fatal("envoysim sent the body's end: the scenario proves nothing")
+	}
+	ok := `aig_circuit_breaker_outcomes_total{class="success",gateway="default",reason="success",route="openai:us-east:gpt-4o-mini"} 4`
+	eventually(t, "four successes", func() bool {
+		w.clk.Advance(time.Second)
+		return strings.Contains(w.scrape(), ok)
+	})
+	if m := w.scrape(); strings.Contains(m, `class="neither",gateway="default"`) {
+		t.Fatalf("an answer with trailers was a neither:\n%s", grep(m, "outcomes_total"))
+	}
+}

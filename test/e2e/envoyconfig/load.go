@@ -372,6 +372,7 @@ func extProcConfig(ep *extprocv3.ExternalProcessor) envoysim.ExtProcConfig {
 		ResponseHeaderMode:  pm.GetResponseHeaderMode(),
 		RequestBodyMode:     pm.GetRequestBodyMode(),
 		ResponseBodyMode:    pm.GetResponseBodyMode(),
+		ResponseTrailerMode: pm.GetResponseTrailerMode(),
 		AllowModeOverride:   ep.GetAllowModeOverride(),
 		FailureModeAllow:    ep.GetFailureModeAllow(),
 		AllowEnvoy:          ep.GetMutationRules().GetAllowEnvoy().GetValue(),

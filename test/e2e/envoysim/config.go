@@ -103,7 +103,11 @@ type ExtProcConfig struct {
 	ResponseHeaderMode filterv3.ProcessingMode_HeaderSendMode
 	RequestBodyMode    filterv3.ProcessingMode_BodySendMode
 	ResponseBodyMode   filterv3.ProcessingMode_BodySendMode
-	AllowModeOverride  bool
+	// ResponseTrailerMode: SEND shows the processor the response's
+	// trailers; otherwise (Envoy's default SKIP) a response that ends with
+	// trailers sends no body message with end_of_stream (respond.go).
+	ResponseTrailerMode filterv3.ProcessingMode_HeaderSendMode
+	AllowModeOverride   bool
 	FailureModeAllow   bool
 	// AllowEnvoy is mutation_rules.allow_envoy: the processor may set
 	// x-envoy-* headers (the route role's x-envoy-max-retries).

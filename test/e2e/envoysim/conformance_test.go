@@ -95,6 +95,8 @@ func plain(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 	}
 	return nil
 }
@@ -678,6 +680,41 @@ func TestStreamedMessageTimerPerDirection(t *testing.T) {
 			}
 			if !tc.timeouts && len(body) != 3*chunkSize {
 				t.Fatalf("%d bytes through, want %d", len(body), 3*chunkSize)
+			}
+		})
+	}
+}
+
+// A response that ends with trailers (processor_state.cc): in trailer mode
+// SKIP no body message carries end_of_stream, the trailers ended the
+// stream; in SEND the processor is sent the trailers instead. The client
+// gets them either way. Before, envoysim always sent a body end.
+func TestResponseTrailers(t *testing.T) {
+	for _, mode := range []filterv3.ProcessingMode_HeaderSendMode{filterv3.ProcessingMode_SKIP, filterv3.ProcessingMode_SEND} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := newRig(t, plain, func(c *Config) { c.ExtProc.ResponseTrailerMode = mode })
+			r.up = newUpstream(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Trailer", "X-Upstream-Done")
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, "data: one\n\n")
+				w.(http.Flusher).Flush()
+				io.WriteString(w, "data: [DONE]\n\n")
+				w.Header().Set("X-Upstream-Done", "1")
+			})
+			r.proxy.cfg.Clusters["default"].Addr = strings.TrimPrefix(r.up.srv.URL, "http://")
+			resp, body := r.post(`{"model":"m"}`)
+			if resp.StatusCode != 200 || body != "data: one\n\ndata: [DONE]\n\n" || resp.Trailer.Get("X-Upstream-Done") != "1" {
+				t.Fatalf("%d %q trailers %v", resp.StatusCode, body, resp.Trailer)
+			}
+			r.proc.mu.Lock()
+			defer r.proc.mu.Unlock()
+			eos, trailers := false, false
+			for _, m := range r.proc.seen {
+				eos = eos || m.GetResponseBody().GetEndOfStream()
+				trailers = trailers || m.GetResponseTrailers() != nil
+			}
+			if eos || trailers != (mode == filterv3.ProcessingMode_SEND) {
+				t.Fatalf("body end_of_stream sent %v, trailers sent %v", eos, trailers)
 			}
 		})
 	}

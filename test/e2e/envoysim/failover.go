@@ -269,7 +269,8 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			return
 		}
 		hdr := upstreamHeaders(resp)
-		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags}
+		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags,
+			trailer: func() http.Header { return resp.Trailer }}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
 		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() {
 			// The upstream filters see the response headers before the

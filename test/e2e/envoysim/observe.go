@@ -238,6 +238,21 @@ func (o *obsStream) body(chunk []byte, eos bool) {
 	}
 }
 
+// finish: the response is over. Its end goes to the observer as the filter
+// sends it (endMessage: a body end, the trailers, or nothing in trailer
+// mode SKIP), then the stream closes.
+func (o *obsStream) finish(up *response) {
+	if o == nil {
+		return
+	}
+	if msg := endMessage(o.p.cfg.Observer, up); msg != nil {
+		o.send(msg)
+	} else {
+		o.p.stats.add("body_end_not_sent")
+	}
+	o.close()
+}
+
 // close: the HTTP stream is done (its end, a reset); what is queued still
 // goes out, then the deferred close.
 func (o *obsStream) close() {

@@ -193,6 +193,9 @@ type response struct {
 	local   bool
 	// gone: the client went away before any response (clientGone).
 	gone bool
+	// trailer is the upstream's trailers, read once the body is at EOF
+	// (nil: the response can have none).
+	trailer func() http.Header
 }
 
 func localReply(status int, flags uint64, details, body string, extra ...kv) *response {
@@ -593,7 +596,8 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		if err == nil {
 			idle.touch()
 			done := func() { idle.done(); release() }
-			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: &idleBody{ReadCloser: resp.Body, ctx: ictx, w: idle}, release: done}, details: "via_upstream"}
+			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: &idleBody{ReadCloser: resp.Body, ctx: ictx, w: idle}, release: done}, details: "via_upstream",
+				trailer: func() http.Header { return resp.Trailer }}
 		}
 		idle.done()
 		lastErr = err

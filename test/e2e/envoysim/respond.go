@@ -159,9 +159,8 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 				p.stats.chunk(time.Since(at))
 			}
 			if errors.Is(err, io.EOF) {
-				if obs != nil {
-					obs.body(nil, true)
-				}
+				obs.finish(up)
+				writeTrailers(w, up)
 				return
 			}
 			if err != nil {
@@ -180,6 +179,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 		chunk []byte
 		at    time.Time
 		eos   bool
+		// trailers, in trailer mode SEND, go out only once every chunk's
+		// reply is in ("no data pending for processing": handleBodyResponse).
+		trailers *extprocv3.ProcessingRequest
 	}
 	queue := make(chan sent, 256)
 	upErr := make(chan error, 1)
@@ -204,7 +206,15 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 			if err == io.EOF {
 				s := sent{at: time.Now(), eos: true}
 				if ep.active() {
-					if ep.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}}) == nil {
+					switch msg := endMessage(ep.c, up); {
+					case msg == nil:
+						// Trailers in SKIP mode: the body's end is never
+						// sent (processor_state.cc); nothing to wait for.
+						s.at = time.Time{}
+						p.stats.add("body_end_not_sent")
+					case msg.GetResponseTrailers() != nil:
+						s.trailers = msg
+					case ep.send(msg) == nil:
 						timer.arm(s.at)
 					}
 				}
@@ -220,6 +230,14 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	processing := true
 	for s := range queue {
 		out := s.chunk
+		if s.trailers != nil && processing && ep.active() {
+			s.at = time.Now()
+			if ep.send(s.trailers) == nil {
+				timer.arm(s.at)
+			} else {
+				s.at = time.Time{}
+			}
+		}
 		if processing && ep.active() && !s.at.IsZero() {
 			resp, err := ep.nextOn(timer)
 			if err != nil {
@@ -233,6 +251,8 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 					out = nb
 				}
 				p.keepMetadata(e, ep.c, resp)
+			} else if _, ok := resp.Response.(*extprocv3.ProcessingResponse_ResponseTrailers); ok && s.eos {
+				p.keepMetadata(e, ep.c, resp)
 			} else {
 				p.stats.add("spurious_msgs_received")
 				if !ep.fail(errSpurious) {
@@ -245,8 +265,8 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 		if obs != nil && len(s.chunk) > 0 {
 			obs.body(s.chunk, false)
 		}
-		if s.eos && obs != nil {
-			obs.body(nil, true)
+		if s.eos {
+			obs.finish(up)
 		}
 		if len(out) > 0 {
 			if _, err := w.Write(out); err != nil {
@@ -266,6 +286,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 			return
 		}
 	}
+	writeTrailers(w, up)
 	select {
 	case err := <-upErr:
 		// Upstream reset after headers: the downstream stream is reset
@@ -279,6 +300,41 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	default:
 	}
 	ep.close()
+}
+
+// endMessage is how the filter tells the processor the response ended: a
+// body message with end_of_stream, or, when the response ends with
+// trailers, the trailers (trailer mode SEND) or nothing at all (SKIP: the
+// last data frame did not end the stream, the trailers did).
+func endMessage(c *ExtProcConfig, up *response) *extprocv3.ProcessingRequest {
+	if tr := up.trailers(); len(tr) > 0 {
+		if c.ResponseTrailerMode != filterv3.ProcessingMode_SEND {
+			return nil
+		}
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tr.proto()}}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}}
+}
+
+// trailers are the upstream's response trailers (once its body is at EOF).
+func (up *response) trailers() headers {
+	if up.trailer == nil {
+		return nil
+	}
+	var out headers
+	for k, vs := range up.trailer() {
+		for _, v := range vs {
+			out.add(strings.ToLower(k), v)
+		}
+	}
+	return out
+}
+
+// writeTrailers passes the upstream's trailers on to the client.
+func writeTrailers(w http.ResponseWriter, up *response) {
+	for _, t := range up.trailers() {
+		w.Header().Add(http.TrailerPrefix+t.k, t.v)
+	}
 }
 
 func mustGet(h headers, k string) string {

@@ -32,6 +32,10 @@ type Fault struct {
 	// StallAfterFirstToken holds a stream after its first token until the
 	// channel is closed (or the client goes away): a stall mid-generation.
 	StallAfterFirstToken chan struct{} `json:"-"`
+	// Trailers ends every answer with an HTTP trailer (as gRPC-style and
+	// some self-hosted servers do): the body's last data frame does not end
+	// the stream.
+	Trailers bool
 	// OnRequest, when set, runs as each request arrives (a test moves a
 	// fake clock with it: the time a hung request costs).
 	OnRequest func() `json:"-"`
@@ -193,6 +197,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Served-By", p.Name)
+	if f.Trailers {
+		w.Header().Set("Trailer", "X-Upstream-Done")
+		defer w.Header().Set("X-Upstream-Done", "1")
+	}
 	if f.Hang > 0 {
 		select {
 		case <-time.After(f.Hang):
