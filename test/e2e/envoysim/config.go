@@ -108,7 +108,7 @@ type ExtProcConfig struct {
 	// trailers sends no body message with end_of_stream (respond.go).
 	ResponseTrailerMode filterv3.ProcessingMode_HeaderSendMode
 	AllowModeOverride   bool
-	FailureModeAllow   bool
+	FailureModeAllow    bool
 	// AllowEnvoy is mutation_rules.allow_envoy: the processor may set
 	// x-envoy-* headers (the route role's x-envoy-max-retries).
 	AllowEnvoy          bool
