@@ -154,22 +154,27 @@ func (e *epStream) next(since time.Time) (*extprocv3.ProcessingResponse, error) 
 	defer t.Stop()
 	select {
 	case r := <-e.replies:
-		if r.err != nil {
-			if errors.Is(r.err, io.EOF) {
-				// The server closed the stream with OK: Envoy continues
-				// without further processing.
-				return nil, io.EOF
-			}
-			return nil, r.err
-		}
-		e.p.stats.add("stream_msgs_received")
-		return r.resp, nil
+		return e.got(r)
 	case <-t.C:
 		e.p.stats.add("message_timeouts")
 		return nil, errMessageTimeout
 	case <-e.cutc:
 		return nil, errAttemptReset
 	}
+}
+
+// got is one reply off the stream: a message, or how the stream ended
+// (io.EOF: the server closed it with OK, and Envoy continues without
+// further processing).
+func (e *epStream) got(r recvd) (*extprocv3.ProcessingResponse, error) {
+	if r.err != nil {
+		if errors.Is(r.err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, r.err
+	}
+	e.p.stats.add("stream_msgs_received")
+	return r.resp, nil
 }
 
 // dirTimer is the filter's message timer for one direction in STREAMED
@@ -228,14 +233,7 @@ func (e *epStream) nextOn(d *dirTimer) (*extprocv3.ProcessingResponse, error) {
 				t.Stop()
 			}
 			d.stop()
-			if r.err != nil {
-				if errors.Is(r.err, io.EOF) {
-					return nil, io.EOF
-				}
-				return nil, r.err
-			}
-			e.p.stats.add("stream_msgs_received")
-			return r.resp, nil
+			return e.got(r)
 		case <-fire:
 			e.p.stats.add("message_timeouts")
 			return nil, errMessageTimeout
