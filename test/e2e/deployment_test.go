@@ -47,6 +47,10 @@ func deploymentOf(t *testing.T, path string) envoysim.Config {
 		al := *cfg.AccessLog
 		c.AccessLog = &al
 	}
+	if cfg.Observer != nil {
+		o := *cfg.Observer
+		c.Observer = &o
+	}
 	return c
 }
 
