@@ -29,6 +29,12 @@ func (s *Store) Refresh(ctx context.Context) {
 	tab := s.tab.Load()
 	if wasDegraded {
 		for _, e := range tab.list {
+			// What the view learned meanwhile goes back first: its
+			// outcomes (R-ST14), then its opens and overrides.
+			if err := s.sendUnsent(ctx, e, now); err != nil && !keyError(err) {
+				s.markReady()
+				return
+			}
 			if err := s.settleLocal(ctx, e, now); err != nil && !keyError(err) {
 				s.markReady()
 				return
@@ -88,7 +94,9 @@ func (s *Store) Refresh(ctx context.Context) {
 			// On the local view alone since Redis refused it (or an
 			// override failed): what it learned goes back first, as after
 			// an outage.
-			_ = s.settleLocal(ctx, e, now)
+			if s.sendUnsent(ctx, e, now) == nil {
+				_ = s.settleLocal(ctx, e, now)
+			}
 		}
 	}
 	if err := s.snapAll(ctx, read, now); err != nil {
@@ -168,7 +176,7 @@ func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error 
 		}
 		e.emitMu.Lock()
 		e.lastNow.Store(now)
-		_, err = s.settle(e, "snap", now, r, err)
+		_, err = s.settle(e, "snap", now, r, err, answer{kind: answerRead})
 		e.emitMu.Unlock()
 		if err != nil && !keyError(err) {
 			return err

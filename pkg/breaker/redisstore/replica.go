@@ -26,6 +26,10 @@ type recJob struct {
 	// local: the outcome is already on the local view (own evidence
 	// first), so a failed call must not record it there again.
 	local bool
+	// tok is the outcome's token among the breaker's pending ones
+	// (inflight.go); 0 for a record that was never pending.
+	tok uint64
+	out breaker.Outcome // the outcome as the policy judged it
 }
 
 // recordWorkers run queued records; a breaker always goes to the same one,
@@ -194,7 +198,7 @@ func (s *Store) runBatch(batch []recJob) {
 		}
 		j.e.emitMu.Lock()
 		j.e.lastNow.Store(j.now)
-		_, err = s.settle(j.e, j.op, j.now, r, err)
+		_, err = s.settle(j.e, j.op, j.now, r, err, j.answer())
 		j.e.emitMu.Unlock()
 		if err != nil {
 			s.jobLocal(ctx, j.e, j)

@@ -156,6 +156,9 @@ type entry struct {
 	pendingOverride atomic.Pointer[pendingOverride]
 	// behind: Redis answered with a state older than the view's (apply).
 	behind atomic.Bool
+	// fl is this replica's evidence Redis has not answered (inflight.go),
+	// guarded by viewMu.
+	fl inflight
 }
 
 // localLease marks a probe slot taken on the local view while Redis was
@@ -285,18 +288,23 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 // reports this replica's transitions in order. A failed call turns the
 // store degraded (R-ST4).
 func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
+	return s.runAs(ctx, e, op, now, answer{kind: answerRead}, extra...)
+}
+
+// runAs is run for a call whose answer the view takes as a says.
+func (s *Store) runAs(ctx context.Context, e *entry, op string, now int64, a answer, extra ...any) (*result, error) {
 	e.emitMu.Lock()
 	defer e.emitMu.Unlock()
 	e.lastNow.Store(now)
 	r, err := s.call(ctx, e, op, now, extra...)
-	return s.settle(e, op, now, r, err)
+	return s.settle(e, op, now, r, err, a)
 }
 
 // settle takes one script call's answer for e (with e.emitMu held): an
 // error turns the breaker (a key's own error) or the store degraded; a
 // result goes into the local view, its transitions are reported in order
 // and published. The one place a script's answer is taken.
-func (s *Store) settle(e *entry, op string, now int64, r *result, err error) (*result, error) {
+func (s *Store) settle(e *entry, op string, now int64, r *result, err error, a answer) (*result, error) {
 	if err != nil {
 		if keyError(err) {
 			s.keyFailed(e, op, err)
@@ -307,7 +315,7 @@ func (s *Store) settle(e *entry, op string, now int64, r *result, err error) (*r
 	}
 	s.keyAnswered(e, r)
 	e.last.Store(r)
-	s.apply(e, r.Inc, r.V, r.snapshot())
+	s.apply(e, r.Inc, r.V, r.snapshot(), a)
 	if s.opts.OnEvent != nil {
 		for _, ev := range r.Events {
 			s.opts.OnEvent(s.event(e, ev, now))
@@ -345,9 +353,23 @@ func (s *Store) scriptArgs(e *entry, op string, now int64, extra []any) []any {
 // what the view holds: a later sequence of the same incarnation of the key,
 // or any state of another incarnation (the key vanished and came back; its
 // sequence started again, R-ST8).
-func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot) {
+//
+// The view is that state under this replica's unanswered outcomes (R-ST13,
+// inflight.go): while any is unanswered, an answer that would make the
+// view healthier than its own evidence made it is not taken (it was sent
+// before that evidence); the answer to the last of them is.
+func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a answer) {
+	if a.kind == answerResync {
+		return
+	}
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
+	if a.kind == answerRecord {
+		e.answeredUpTo(a.tok)
+	}
+	if a.kind != answerOverride && len(e.fl.pending) > 0 && s.wouldReadmit(e, snap) {
+		return
+	}
 	if inc != e.inc {
 		e.inc, e.seq = inc, 0
 	}
@@ -485,21 +507,58 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	if err != nil {
 		return breaker.Recorded{}, err
 	}
-	if adm.Lease&localLease != 0 || !s.remote(e) {
-		if adm.Lease&localLease != 0 {
-			adm.Lease &^= localLease
-		} else {
-			adm.Lease = 0 // a Redis lease frees nothing locally; it expires in Redis
-		}
-		return s.local.Record(ctx, e.lk, now, adm, r)
-	}
 	p := e.policy
+	if adm.Lease&localLease != 0 || !s.remote(e) {
+		ladm := adm
+		if adm.Lease&localLease != 0 {
+			ladm.Lease &^= localLease
+		} else {
+			ladm.Lease = 0 // a Redis lease frees nothing locally; it expires in Redis
+		}
+		rec, err := s.local.Record(ctx, e.lk, now, ladm, r)
+		if p.Active() {
+			// Redis does not take it now: it is written before the resync
+			// reads the breaker back (R-ST14), with no lease (the slot
+			// was this view's, or expires in Redis).
+			adm.Lease = 0
+			s.notTaken(e, s.recordJob(e, now, adm, r, true))
+		}
+		return rec, err
+	}
 	if !p.Active() {
 		if adm.Lease != 0 {
 			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: []any{strconv.FormatUint(adm.Lease, 10)}})
 		}
 		return breaker.Recorded{}, nil
 	}
+	job := s.recordJob(e, now, adm, r, false)
+	o := job.out
+	if s.opts.AsyncRecord && s.rec != nil {
+		// Own evidence first (R-ST6): this replica's next decision sees
+		// the outcome now, whatever Redis is doing (slow, paused, down);
+		// Redis's answer, when it comes, goes under it (R-ST13). Before,
+		// the view learned of a tripping failure only from Redis's answer,
+		// and with Redis stalled 19 of 20 next decisions still chose the
+		// route.
+		ladm := adm
+		ladm.Lease = 0 // a Redis lease: nothing to free locally
+		job.tok = s.recordOwn(ctx, e, now, ladm, r)
+		job.local = true
+		s.enqueue(ctx, e, job)
+		return breaker.Recorded{Outcome: o, Applied: true}, nil
+	}
+	res, err := s.runJob(ctx, e, job)
+	if err != nil || res == nil {
+		return breaker.Recorded{Outcome: o, Applied: true}, err
+	}
+	return breaker.Recorded{Outcome: o, Stale: res.Stale == 1, Applied: true}, nil
+}
+
+// recordJob is the script call that records r on e: the outcome as e's
+// policy judges it, and the script's arguments. local: it is on the local
+// view already.
+func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.Result, local bool) recJob {
+	p := e.policy
 	o := p.Judge(r)
 	class := 0
 	switch o.Class {
@@ -512,27 +571,9 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	if r.RetryAfterUnixNano != 0 {
 		ra = r.RetryAfterUnixNano / ms
 	}
-	job := recJob{op: "rec", now: now, adm: adm, res: r, args: []any{class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
+	return recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: []any{class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
 		strconv.FormatUint(adm.Lease, 10), ra, b01(e.id.Scope == breaker.ScopeGateway), r.Status,
 		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted)}}
-	if s.opts.AsyncRecord && s.rec != nil {
-		// Own evidence first (R-ST6): this replica's next decision sees
-		// the outcome now, whatever Redis is doing (slow, paused, down);
-		// Redis's answer, when it comes, reconciles the view. Before, the
-		// view learned of a tripping failure only from Redis's answer, and
-		// with Redis stalled 19 of 20 next decisions still chose the route.
-		ladm := adm
-		ladm.Lease = 0 // a Redis lease: nothing to free locally
-		_, _ = s.local.Record(ctx, e.lk, now, ladm, r)
-		job.local = true
-		s.enqueue(ctx, e, job)
-		return breaker.Recorded{Outcome: o, Applied: true}, nil
-	}
-	res, err := s.runJob(ctx, e, job)
-	if err != nil || res == nil {
-		return breaker.Recorded{Outcome: o, Applied: true}, err
-	}
-	return breaker.Recorded{Outcome: o, Stale: res.Stale == 1, Applied: true}, nil
 }
 
 // runJob runs a queued (or synchronous) record or release; when Redis
@@ -542,19 +583,35 @@ func (s *Store) runJob(ctx context.Context, e *entry, j recJob) (*result, error)
 		s.jobLocal(ctx, e, j)
 		return nil, nil
 	}
-	r, err := s.run(ctx, e, j.op, j.now, j.args...)
+	r, err := s.runAs(ctx, e, j.op, j.now, j.answer(), j.args...)
 	if err != nil {
 		s.jobLocal(ctx, e, j)
 	}
 	return r, err
 }
 
+// answer is how the view takes the job's answer.
+func (j recJob) answer() answer {
+	if j.op == "rec" {
+		return answer{kind: answerRecord, tok: j.tok}
+	}
+	return answer{kind: answerRead}
+}
+
 func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
-	if j.op == "rec" && !j.local {
+	if j.op != "rec" {
+		return
+	}
+	if !j.local {
 		adm := j.adm
 		adm.Lease = 0 // a Redis lease: nothing to free locally
 		_, _ = s.local.Record(ctx, e.lk, j.now, adm, j.res)
 	}
+	// Redis did not take it: it goes back before the resync (R-ST14),
+	// with no lease (a Redis lease expires there).
+	j.adm.Lease = 0
+	j.args[5] = "0"
+	s.notTaken(e, j)
 }
 
 // Stalled implements breaker.Store.
@@ -594,7 +651,7 @@ func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op strin
 		return err
 	}
 	if s.remote(e) {
-		if _, err := s.run(ctx, e, op, now, extra...); err == nil {
+		if _, err := s.runAs(ctx, e, op, now, answer{kind: answerOverride}, extra...); err == nil {
 			e.pendingOverride.Store(nil) // a later override supersedes one queued
 			return nil
 		}
@@ -634,7 +691,7 @@ func (s *Store) replayOverride(ctx context.Context, e *entry, now int64) (bool, 
 			extra = []any{left}
 		}
 	}
-	if _, err := s.run(ctx, e, po.op, now, extra...); err != nil {
+	if _, err := s.runAs(ctx, e, po.op, now, answer{kind: answerOverride}, extra...); err != nil {
 		return false, err
 	}
 	e.pendingOverride.CompareAndSwap(po, nil)

@@ -1,0 +1,163 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+)
+
+// What a replica knows of a breaker that Redis has not told it yet (SPEC
+// R-ST13, R-ST14). The local view is Redis's last answer with, on top of
+// it, this replica's outcomes that Redis has not answered: an answer is
+// applied under them, never over them. Before, the view was "the last
+// answer Redis gave": an answer sent before a trip undid the trip when it
+// arrived after it, and a resync after a stall replaced the failures
+// recorded during the stall with Redis's count from before it.
+
+// inflight is one breaker's unanswered own evidence; e.viewMu guards it.
+type inflight struct {
+	next uint64 // the token of the last outcome queued
+	// pending are the outcomes queued for Redis and not answered yet,
+	// oldest first; each is on the local view.
+	pending []ownOutcome
+	// unsent are the outcomes Redis did not take (the store degraded, the
+	// breaker's key refused, a call failed), oldest first: written to
+	// Redis before the resync reads the breaker back.
+	unsent []recJob
+}
+
+// ownOutcome is one queued outcome as the local view took it.
+type ownOutcome struct {
+	tok uint64
+	now int64
+	adm breaker.Admission
+	res breaker.Result
+}
+
+// maxUnsent bounds the outcomes kept per breaker while Redis does not take
+// them: far above any threshold, so a trip is never lost to the bound; the
+// oldest go first (counted unsent_dropped).
+const maxUnsent = 1024
+
+// answer says what a script's answer stands for, and so how the view takes
+// it.
+type answer struct {
+	kind answerKind
+	tok  uint64 // answerRecord: the token of the outcome it answers
+}
+
+type answerKind int
+
+const (
+	// answerRecord answers one of this replica's queued outcomes: Redis's
+	// state right after it, so the outcomes queued after it go on top.
+	answerRecord answerKind = iota
+	// answerOverride answers an operator's override: taken at once, the
+	// unanswered outcomes on top.
+	answerOverride
+	// answerRead is any other answer (a refresh, a probe's admission, a
+	// release). It cannot say which unanswered outcomes it holds, so while
+	// any is unanswered it is not taken: the next record's answer brings a
+	// newer state.
+	answerRead
+	// answerResync writes back what the view learned while Redis did not
+	// answer; the view is still the store, and takes nothing.
+	answerResync
+)
+
+// recordOwn puts an outcome on the local view and among the breaker's
+// pending ones, in one step with the view's restores. It returns the
+// outcome's token.
+func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.Admission, r breaker.Result) uint64 {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	e.fl.next++
+	e.fl.pending = append(e.fl.pending, ownOutcome{tok: e.fl.next, now: now, adm: adm, res: r})
+	_, _ = s.local.Record(ctx, e.lk, now, adm, r)
+	return e.fl.next
+}
+
+// wouldReadmit reports whether snap is healthier than the local view
+// (with e.viewMu held): closed or half-open over open, closed over
+// half-open. Restoring it under unanswered evidence would undo that
+// evidence, since the windows the evidence filled restart when the view
+// closes.
+func (s *Store) wouldReadmit(e *entry, snap breaker.Snapshot) bool {
+	cur, err := breaker.SnapshotOf(s.local, e.lk, e.lastNow.Load())
+	if err != nil {
+		return false
+	}
+	return severity(snap.State) < severity(cur.State)
+}
+
+// severity orders states by how little they admit.
+func severity(st breaker.State) int {
+	switch st {
+	case breaker.Open:
+		return 2
+	case breaker.HalfOpen:
+		return 1
+	}
+	return 0
+}
+
+// answeredUpTo drops the pending outcomes Redis has answered (with
+// e.viewMu held).
+func (e *entry) answeredUpTo(tok uint64) {
+	n := 0
+	for n < len(e.fl.pending) && e.fl.pending[n].tok <= tok {
+		n++
+	}
+	e.fl.pending = append(e.fl.pending[:0], e.fl.pending[n:]...)
+}
+
+// notTaken keeps a record Redis did not take, to write before the resync
+// reads the breaker back; a queued one leaves the pending outcomes (it is
+// on the local view alone now).
+func (s *Store) notTaken(e *entry, j recJob) {
+	if j.op != "rec" {
+		return
+	}
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	if j.tok != 0 {
+		for i, o := range e.fl.pending {
+			if o.tok == j.tok {
+				e.fl.pending = append(e.fl.pending[:i], e.fl.pending[i+1:]...)
+				break
+			}
+		}
+	}
+	if len(e.fl.unsent) >= maxUnsent {
+		e.fl.unsent = append(e.fl.unsent[:0], e.fl.unsent[1:]...)
+		s.count("unsent_dropped")
+	}
+	j.tok = 0
+	e.fl.unsent = append(e.fl.unsent, j)
+}
+
+// sendUnsent writes the outcomes Redis did not take, in the order they
+// were recorded, each at its own time: Redis counts them in their window
+// before the resync reads the breaker back (R-ST14). The answers reach no
+// view (the local one is the store until the resync ends); their
+// transitions are reported and published as any script's. What a failed
+// call leaves unsent stays for the next resync.
+func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
+	e.viewMu.Lock()
+	jobs := e.fl.unsent
+	e.fl.unsent = nil
+	e.viewMu.Unlock()
+	for i, j := range jobs {
+		e.emitMu.Lock()
+		r, err := s.call(ctx, e, j.op, j.now, j.args...)
+		_, err = s.settle(e, j.op, now, r, err, answer{kind: answerResync})
+		e.emitMu.Unlock()
+		if err != nil {
+			e.viewMu.Lock()
+			e.fl.unsent = append(jobs[i:len(jobs):len(jobs)], e.fl.unsent...)
+			e.viewMu.Unlock()
+			return err
+		}
+	}
+	return nil
+}

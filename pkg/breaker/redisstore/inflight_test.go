@@ -1,0 +1,148 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+)
+
+// slowReplica is one replica whose Redis is behind the fault proxy.
+func slowReplica(t *testing.T, prefix string, threshold int, opTimeout time.Duration) (*redistest.Proxy, *replica, *breaker.FakeClock) {
+	t.Helper()
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	client, err := redisstore.NewClient("redis://" + px.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = threshold })
+	r := replicasWith(t, client, prefix, clk, p, 1, opTimeout, func(_ int, o *redisstore.Options) {
+		o.RefreshInterval = time.Hour // only the records' answers reach the view
+	})[0]
+	return px, r, clk
+}
+
+// TestOlderAnswerNeverUndoesATrip (R-ST13): with Redis 30 ms away each
+// way and threshold 3, failure 1 is in flight when failures 2 and 3 are
+// recorded and the view opens on its own evidence. Failure 1's answer
+// ("closed, 1 failure") must not re-admit the route: the view is Redis's
+// answer plus this replica's outcomes not answered yet. Before, the route
+// was admitted again for 150–175 ms, until the next answer landed.
+func TestOlderAnswerNeverUndoesATrip(t *testing.T) {
+	for run := 0; run < 3; run++ {
+		px, r, clk := slowReplica(t, "older:", 3, time.Second)
+		px.Latency(30*time.Millisecond, 30*time.Millisecond)
+		ctx := context.Background()
+		record := func() {
+			adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+			if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+				t.Fatal(err)
+			}
+		}
+		record()
+		time.Sleep(10 * time.Millisecond) // failure 1's round trip has begun
+		record()
+		record()
+		if r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed {
+			t.Fatal("three failures at threshold 3 left the view closed")
+		}
+		deadline := time.Now().Add(400 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed {
+				t.Fatalf("run %d: an answer older than the trip re-admitted the route", run)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+		if err != nil || s.State != "open" {
+			t.Fatalf("Redis: %v %v", s.State, err)
+		}
+	}
+}
+
+// TestStallLosesNoFailure (R-ST14): a stall longer than op_timeout_ms
+// (300 ms, then 2 s: a fork, a failover) with four failures during it and
+// one after, threshold 5: every failure reaches Redis, and the breaker
+// opens there. Before, the outcomes recorded while degraded stayed on the
+// local view, the resync replaced the view with Redis's "closed, 1
+// failure", and a route failing at a moderate rate never tripped.
+func TestStallLosesNoFailure(t *testing.T) {
+	for _, stall := range []time.Duration{300 * time.Millisecond, 2 * time.Second} {
+		t.Run(stall.String(), func(t *testing.T) {
+			px, r, clk := slowReplica(t, "stall:", 5, 50*time.Millisecond)
+			ctx := context.Background()
+			record := func() {
+				adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+				if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+					t.Fatal(err)
+				}
+			}
+			px.Stall(true)
+			for i := 0; i < 4; i++ {
+				record()
+				time.Sleep(stall / 8)
+			}
+			eventually(t, "degraded", func() bool { return r.st.Degraded() })
+			time.Sleep(stall / 2)
+			px.Stall(false)
+			r.st.Refresh(ctx) // the resync (the refresh loop's, run now)
+			eventually(t, "reachable again", func() bool { return !r.st.Degraded() })
+			record()
+			eventually(t, "all five failures in Redis: open", func() bool {
+				s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+				return err == nil && s.State == "open"
+			})
+		})
+	}
+}
+
+// TestFlushNeverLosesTheNextTrip (R-ST13, R-ST8): after a full episode
+// (open, then closed) and FLUSHALL, two fresh 503s at threshold 1 open the
+// route on the replica that saw them, and it stays open: no answer or
+// refresh that predates them takes the view back. 50 runs in a row. Before,
+// about 1 run in 5 left the route closed: the view opened, then took
+// Redis's state back.
+func TestFlushNeverLosesTheNextTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	for run := 0; run < 50; run++ {
+		clk := breaker.NewFakeClock(time.Now())
+		prefix := "flush" + string(rune('a'+run%26)) + string(rune('a'+run/26)) + ":"
+		rs := replicas(t, client, prefix, clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
+		fail := func() {
+			adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
+			if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), adm, fail503); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fail()
+		for _, r := range rs {
+			eventually(t, "open", func() bool { return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
+		}
+		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			eventually(t, "closed", func() bool { return r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
+		}
+		if err := client.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fail()
+		fail()
+		deadline := time.Now().Add(250 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if rs[0].st.Peek(ctx, rs[0].key, clk.Now().UnixNano()).Allowed {
+				t.Fatalf("run %d: the replica that saw two 503s at threshold 1 admits the route again", run)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
