@@ -199,6 +199,10 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 			c.errf("gateways[%d]: id: must not be empty", i)
 			continue
 		}
+		if !ValidGatewayID(gs.ID) {
+			c.errf("gateways[%d]: id %q: letters, digits, '.', '_' and '-' only, at most 64, starting with a letter or digit (it names Redis keys and a feed field)", i, gs.ID)
+			continue
+		}
 		if _, dup := rt.Gateways[gs.ID]; dup {
 			c.errf("gateway %q: id: defined twice", gs.ID)
 			continue
@@ -643,4 +647,25 @@ func templateNames(t map[string]*PolicySpec) []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// ValidGatewayID reports whether id may name a gateway: 1..64 of letters,
+// digits, '.', '_' and '-', starting with a letter or digit. A gateway id
+// goes into Redis keys and hash fields: '{' and '}' would move a key to
+// another Cluster slot, '|' and ':' would let two gateways' keys collide,
+// and '~' starts the overlay hash's own fields (EpochField).
+func ValidGatewayID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }

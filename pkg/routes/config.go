@@ -1,6 +1,10 @@
 package routes
 
-import "time"
+import (
+	"os"
+	"path/filepath"
+	"time"
+)
 
 // File is the YAML configuration document of SPEC §2, as written. It is
 // decoded strictly (unknown fields are errors) and then compiled into an
@@ -149,6 +153,29 @@ type RedisStore struct {
 	// HMACKeyFile holds the fleet key that signs feed messages and overlay
 	// documents (R-L12); "" = unsigned.
 	HMACKeyFile string `yaml:"hmac_key_file"`
+	// OverlayCache is the local overlay cache file (R-ST15); nil = the
+	// default (DefaultOverlayCache), "" = none.
+	OverlayCache *string `yaml:"overlay_cache"`
+}
+
+// OverlayCachePath is where store.redis.overlay_cache says the cache
+// goes: the default file under the OS cache dir when unset ("" when there
+// is none), nothing when set to "".
+func (r RedisStore) OverlayCachePath() string {
+	if r.OverlayCache != nil {
+		return *r.OverlayCache
+	}
+	return DefaultOverlayCache()
+}
+
+// DefaultOverlayCache is <os cache dir>/fusebox/overlays.json, "" when the
+// OS names no cache dir.
+func DefaultOverlayCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "fusebox", "overlays.json")
 }
 
 // Headers are the header names fusebox reads and writes.

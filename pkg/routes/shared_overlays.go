@@ -24,15 +24,28 @@ type RevisionedBackend interface {
 	// (removed ones too); ErrStoreEmpty when the store holds nothing at all.
 	LoadRevisions(ctx context.Context) (map[string][]byte, map[string]int64, error)
 	// SaveIf stores id's document (nil removes it) only when its revision
-	// is still expect; ErrConflict otherwise. It returns the new revision.
-	SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, error)
+	// is still expect; ErrConflict otherwise. It returns the new revision
+	// and the store's lineage (EpochField).
+	SaveIf(ctx context.Context, id string, doc []byte, expect int64) (rev, epoch int64, err error)
 	// Restore puts id's document (nil: removed) back at revision rev when
 	// the stored revision is lower: the store went back (a failover to a
 	// replica that lacked the last writes). A change made since, at a
 	// revision of rev or more, is never overwritten. It reports whether it
 	// wrote.
 	Restore(ctx context.Context, id string, doc []byte, rev int64) (bool, error)
+	// RestoreIfAbsent puts id's document back at revision rev only when
+	// the store holds nothing for id (it was emptied): a change another
+	// replica made into the emptied store, at whatever revision, is never
+	// overwritten (R-ST15). It reports whether it wrote.
+	RestoreIfAbsent(ctx context.Context, id string, doc []byte, rev int64) (bool, error)
 }
+
+// EpochField is the revisions' entry (and the shared store's field) that
+// names the store's lineage: set by the first write into an empty store,
+// so a store that was emptied and written again has another one, while a
+// store that went back (a failover to a replica without the last writes)
+// keeps it. 0 or absent: unknown (a store an earlier fusebox wrote).
+const EpochField = "~epoch"
 
 var (
 	// ErrConflict: another replica changed the overlay since this one read
@@ -53,6 +66,10 @@ type SharedOverlays struct {
 	// OnRestored is told of each gateway whose admin change this replica
 	// put back because the store had gone back to an older revision.
 	OnRestored func(id string, rev int64)
+	// Cache is the local overlay cache file (R-ST15, overlay_cache.go);
+	// "" = none. OnCacheError is told when it cannot be read or written.
+	Cache        string
+	OnCacheError func(error)
 
 	mu   sync.Mutex
 	revs map[string]int64  // as last read or written
@@ -60,11 +77,18 @@ type SharedOverlays struct {
 	// unread: stored entries that did not decode (or whose signature was
 	// bad) at the last read; what they held is unknown, so never restored.
 	unread map[string]bool
+	// cacheRead: the cache was read (once, before the first load);
+	// fromCache: the revisions held came from it, not from a read of this
+	// process (so they go back only into an emptied store).
+	cacheRead, fromCache bool
 }
 
 // Load implements OverlayStore. An entry that does not decode is skipped
 // with an error naming it, never a reason to drop the others.
 func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
+	if err := s.readCache(); err != nil {
+		s.cacheError(err)
+	}
 	var raw map[string][]byte
 	var revs map[string]int64
 	var err error
@@ -84,7 +108,7 @@ func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 		return nil, err
 	}
 	if rb, ok := s.Backend.(RevisionedBackend); ok {
-		if s.restoreWentBack(ctx, rb, raw, revs, bad) {
+		if s.restoreWentBack(ctx, rb, raw, revs, bad, empty) {
 			empty = false
 		}
 	}
@@ -98,8 +122,11 @@ func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 			unread[id] = true
 		}
 		s.mu.Lock()
-		s.revs, s.docs, s.unread = revs, docs, unread
+		s.revs, s.docs, s.unread, s.fromCache = revs, docs, unread, false
 		s.mu.Unlock()
+		if err := s.writeCache(); err != nil {
+			s.cacheError(err)
+		}
 	}
 	out := make(map[string]Overlay, len(raw))
 	for id, b := range raw {
@@ -136,7 +163,7 @@ func (s *SharedOverlays) Save(ctx context.Context, id string, o *Overlay) error 
 	s.mu.Lock()
 	expect := s.revs[id]
 	s.mu.Unlock()
-	rev, err := rb.SaveIf(ctx, id, b, expect)
+	rev, epoch, err := rb.SaveIf(ctx, id, b, expect)
 	if err != nil {
 		// On a conflict the revision last read stays: only a new read
 		// (Load) may move it, so a retry re-applies the change on top of
@@ -148,6 +175,9 @@ func (s *SharedOverlays) Save(ctx context.Context, id string, o *Overlay) error 
 		s.revs, s.docs = map[string]int64{}, map[string][]byte{}
 	}
 	s.revs[id] = rev
+	if epoch != 0 {
+		s.revs[EpochField] = epoch
+	}
 	if b == nil {
 		delete(s.docs, id)
 	} else {
@@ -155,7 +185,16 @@ func (s *SharedOverlays) Save(ctx context.Context, id string, o *Overlay) error 
 	}
 	delete(s.unread, id)
 	s.mu.Unlock()
+	if err := s.writeCache(); err != nil {
+		s.cacheError(err)
+	}
 	return nil
+}
+
+func (s *SharedOverlays) cacheError(err error) {
+	if s.OnCacheError != nil {
+		s.OnCacheError(err)
+	}
 }
 
 // restoreWentBack finds the gateways whose stored revision is lower than
@@ -165,18 +204,32 @@ func (s *SharedOverlays) Save(ctx context.Context, id string, o *Overlay) error 
 // lost, on every replica at its next read. Each is put back at the
 // revision this replica knew, and raw and revs then say so. A gateway
 // some replica changed since (a revision of the known one or more) is
-// left as stored. It reports whether it put any back.
-func (s *SharedOverlays) restoreWentBack(ctx context.Context, rb RevisionedBackend, raw map[string][]byte, revs map[string]int64, bad []string) bool {
+// left as stored. Into an emptied store (empty), and from the cache file
+// always, a gateway goes back only where the store still holds nothing
+// for it: a change another replica made into the emptied store is newer
+// than anything this one knew, whatever its revision (R-ST15). It reports
+// whether it put any back.
+func (s *SharedOverlays) restoreWentBack(ctx context.Context, rb RevisionedBackend, raw map[string][]byte, revs map[string]int64, bad []string, empty bool) bool {
 	s.mu.Lock()
-	held, docs, unread := s.revs, s.docs, s.unread
+	held, docs, unread, fromCache := s.revs, s.docs, s.unread, s.fromCache
 	s.mu.Unlock()
+	if fromCache && !empty {
+		return false // the cache goes back only into an emptied store
+	}
+	// Emptied and written since: what this replica knew is older than
+	// the store's lineage, and goes back only where nothing was written.
+	relined := held[EpochField] != 0 && revs[EpochField] != 0 && held[EpochField] != revs[EpochField]
 	restored := false
 	for id, rev := range held {
-		if revs[id] >= rev || unread[id] || slices.Contains(bad, id) {
+		if id == EpochField || revs[id] >= rev || unread[id] || slices.Contains(bad, id) {
 			continue
 		}
 		doc := docs[id]
-		ok, err := rb.Restore(ctx, id, doc, rev)
+		restore := rb.Restore
+		if empty || fromCache || relined {
+			restore = rb.RestoreIfAbsent
+		}
+		ok, err := restore(ctx, id, doc, rev)
 		if err != nil || !ok {
 			continue // a newer change won meanwhile, or the store failed: the next read
 		}

@@ -251,3 +251,38 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Error("deploy/kubernetes/envoy-config.yaml has drifted from envoy/envoy.yaml (regenerate it)")
 	}
 }
+
+// TestComposeRedisPersists (R-ST15): the shipped compose Redis keeps what
+// it holds across a restart (AOF on, its data dir on a volume), so
+// acknowledged admin changes survive Redis and the fleet restarting
+// together even before any replica's overlay cache is read. Before, it ran
+// with --save "" --appendonly no.
+func TestComposeRedisPersists(t *testing.T) {
+	var compose struct {
+		Services map[string]struct {
+			Command []string `json:"command"`
+			Volumes []string `json:"volumes"`
+		} `json:"services"`
+		Volumes map[string]any `json:"volumes"`
+	}
+	if err := yaml.Unmarshal(read(t, "docker-compose.yaml"), &compose); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := compose.Services["redis"]
+	if !ok {
+		t.Fatal("no redis service")
+	}
+	cmd := strings.Join(r.Command, " ")
+	if !strings.Contains(cmd, "--appendonly yes") {
+		t.Fatalf("redis runs without AOF: %q", cmd)
+	}
+	persisted := false
+	for _, v := range r.Volumes {
+		if name, dir, _ := strings.Cut(v, ":"); dir == "/data" {
+			_, persisted = compose.Volumes[name]
+		}
+	}
+	if !persisted {
+		t.Fatalf("redis's /data is not a named volume: %v", r.Volumes)
+	}
+}

@@ -113,6 +113,20 @@ func TestHelmChart(t *testing.T) {
 			if fb.Env[0].ValueFrom == nil || fb.Env[0].ValueFrom.SecretKeyRef == nil {
 				t.Error("the admin token must come from a Secret")
 			}
+			// R-ST15: the overlay cache lands on the writable state volume.
+			cacheHome := ""
+			for _, e := range fb.Env {
+				if e.Name == "XDG_CACHE_HOME" {
+					cacheHome = e.Value
+				}
+			}
+			onVolume := false
+			for _, m := range fb.VolumeMounts {
+				onVolume = onVolume || (cacheHome != "" && m.MountPath == cacheHome && !m.ReadOnly)
+			}
+			if !onVolume {
+				t.Errorf("the overlay cache (XDG_CACHE_HOME %q) is not on a writable volume: the root filesystem is read-only", cacheHome)
+			}
 			args := strings.Join(fb.Args, " ")
 			if tc.sidecar != strings.Contains(args, "-grpc-addr 127.0.0.1:50051") {
 				t.Errorf("ext_proc listener: %s", args)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/admin"
@@ -53,6 +54,15 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 		}
 		key = k
 	}
+	cache := cfg.Redis.OverlayCachePath()
+	if cfg.Redis.OverlayCache == nil && testing.Testing() {
+		// Under go test the default file (one per user) would carry one
+		// test's admin changes into the next one's fresh Redis; a test of
+		// the cache names its own file.
+		cache = ""
+	} else if cache == "" {
+		log.Warn("[config] store.redis.overlay_cache is off: if Redis and every replica restart together (a Redis without persistence), acknowledged admin changes are lost")
+	}
 	client, err := redisstore.NewClient(cfg.Redis.URL)
 	if err != nil {
 		return nil, err
@@ -76,9 +86,13 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 		store: st,
 		start: st.Start,
 		overlays: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}, OnRestored: func(id string, rev int64) {
-			log.Warn("[config] Redis had gone back to an older admin change (a failover to a replica without the last writes?): the one in force here was put back",
+			log.Warn("[config] Redis had gone back to an older admin change (a failover to a replica without the last writes?) or was emptied: the one this replica knew was put back",
 				"gateway", id, "revision", rev)
-		}},
+		},
+			Cache: cache,
+			OnCacheError: func(err error) {
+				log.Warn("[config] the local overlay cache (store.redis.overlay_cache) failed", "error", err)
+			}},
 		shared: true,
 		close:  func() { _ = client.Close() },
 	}, nil

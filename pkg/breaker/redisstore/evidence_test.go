@@ -37,25 +37,8 @@ func TestVanishedKeysHeal(t *testing.T) {
 	clk := breaker.NewFakeClock(time.Now())
 	rs := replicas(t, client, "gone:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
 	ctx := context.Background()
-	trip := func() {
-		adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
-		if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), adm, fail503); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Several changes: the views' sequences grow past a fresh key's.
-	for i := 0; i < 3; i++ {
-		trip()
-		for _, r := range rs {
-			eventually(t, "open", func() bool { return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
-		}
-		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rs {
-			eventually(t, "closed", func() bool { return r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
-		}
-	}
+	trip := func() { recordFail(t, rs[0], clk) }
+	episode(t, rs, clk, 3) // several changes: the views' sequences grow past a fresh key's
 	if err := client.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // slowReplica is one replica whose Redis is behind the fault proxy.
@@ -15,17 +16,35 @@ func slowReplica(t *testing.T, prefix string, threshold int, opTimeout time.Dura
 	t.Helper()
 	srv := redistest.Start(t)
 	px := srv.Proxy(t)
-	client, err := redisstore.NewClient("redis://" + px.Addr + "/0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := proxiedClient(t, px)
 	clk := breaker.NewFakeClock(time.Now())
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = threshold })
 	r := replicasWith(t, client, prefix, clk, p, 1, opTimeout, func(_ int, o *redisstore.Options) {
 		o.RefreshInterval = time.Hour // only the records' answers reach the view
 	})[0]
 	return px, r, clk
+}
+
+// proxiedClient is a store client whose Redis is behind the fault proxy.
+func proxiedClient(t *testing.T, px *redistest.Proxy) redis.UniversalClient {
+	t.Helper()
+	client, err := redisstore.NewClient("redis://" + px.Addr + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// recordFail records a 503 on r's route, admitted or not (a request in
+// flight when the route opened still ends).
+func recordFail(t *testing.T, r *replica, clk *breaker.FakeClock) {
+	t.Helper()
+	ctx := context.Background()
+	adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+	if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestOlderAnswerNeverUndoesATrip (R-ST13): with Redis 30 ms away each
@@ -39,16 +58,10 @@ func TestOlderAnswerNeverUndoesATrip(t *testing.T) {
 		px, r, clk := slowReplica(t, "older:", 3, time.Second)
 		px.Latency(30*time.Millisecond, 30*time.Millisecond)
 		ctx := context.Background()
-		record := func() {
-			adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
-			if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
-				t.Fatal(err)
-			}
-		}
-		record()
+		recordFail(t, r, clk)
 		time.Sleep(10 * time.Millisecond) // failure 1's round trip has begun
-		record()
-		record()
+		recordFail(t, r, clk)
+		recordFail(t, r, clk)
 		if r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed {
 			t.Fatal("three failures at threshold 3 left the view closed")
 		}
@@ -77,15 +90,9 @@ func TestStallLosesNoFailure(t *testing.T) {
 		t.Run(stall.String(), func(t *testing.T) {
 			px, r, clk := slowReplica(t, "stall:", 5, 50*time.Millisecond)
 			ctx := context.Background()
-			record := func() {
-				adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
-				if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
-					t.Fatal(err)
-				}
-			}
 			px.Stall(true)
 			for i := 0; i < 4; i++ {
-				record()
+				recordFail(t, r, clk)
 				time.Sleep(stall / 8)
 			}
 			eventually(t, "degraded", func() bool { return r.st.Degraded() })
@@ -93,7 +100,7 @@ func TestStallLosesNoFailure(t *testing.T) {
 			px.Stall(false)
 			r.st.Refresh(ctx) // the resync (the refresh loop's, run now)
 			eventually(t, "reachable again", func() bool { return !r.st.Degraded() })
-			record()
+			recordFail(t, r, clk)
 			eventually(t, "all five failures in Redis: open", func() bool {
 				s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
 				return err == nil && s.State == "open"
@@ -116,22 +123,8 @@ func TestFlushNeverLosesTheNextTrip(t *testing.T) {
 		clk := breaker.NewFakeClock(time.Now())
 		prefix := "flush" + string(rune('a'+run%26)) + string(rune('a'+run/26)) + ":"
 		rs := replicas(t, client, prefix, clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
-		fail := func() {
-			adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
-			if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), adm, fail503); err != nil {
-				t.Fatal(err)
-			}
-		}
-		fail()
-		for _, r := range rs {
-			eventually(t, "open", func() bool { return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
-		}
-		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rs {
-			eventually(t, "closed", func() bool { return r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
-		}
+		fail := func() { recordFail(t, rs[0], clk) }
+		episode(t, rs, clk, 1)
 		if err := client.FlushAll(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -143,6 +136,65 @@ func TestFlushNeverLosesTheNextTrip(t *testing.T) {
 				t.Fatalf("run %d: the replica that saw two 503s at threshold 1 admits the route again", run)
 			}
 			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+// TestShutdownPublishesWhatItDrains (#36): a tripping failure still on its
+// way to Redis when the store stops is written by the shutdown drain, and
+// the transition it makes reaches the other replicas on the feed. Before,
+// the publish loop ended first: the drain's transitions were never
+// published, and the others learned of the open only at their next full
+// refresh.
+func TestShutdownPublishesWhatItDrains(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	px.Latency(40*time.Millisecond, 40*time.Millisecond)
+	slow := proxiedClient(t, px)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 })
+	other := replicasWith(t, srv.Client(t), "drainpub:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
+		o.ReplicaID, o.RefreshInterval = "other", time.Hour // only the feed can tell it
+	})[0]
+	subscribed(t, srv.Client(t), "drainpub:feed", 1)
+	st := redisstore.New(redisstore.Options{Client: slow, KeyPrefix: "drainpub:", OpTimeout: time.Second, AsyncRecord: true, Clock: clk,
+		RefreshInterval: time.Hour, ReplicaID: "stopping"})
+	ctx := context.Background()
+	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, stop := context.WithCancel(ctx)
+	wg := st.Start(run)
+	eventually(t, "ready", st.Ready)
+	adm, _, _ := st.Acquire(ctx, keys[0], clk.Now().UnixNano(), false)
+	if _, err := st.Record(ctx, keys[0], clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // the record is on its way
+	stop()
+	wg.Wait()
+	eventually(t, "the drained trip reaches the other replica on the feed", func() bool {
+		return !other.st.Peek(ctx, other.key, clk.Now().UnixNano()).Allowed
+	})
+}
+
+// episode runs n full episodes on rs's breaker: a failure opens it on every
+// replica, then a reset closes it on every one (the views' sequences grow
+// past a fresh key's).
+func episode(t *testing.T, rs []*replica, clk *breaker.FakeClock, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		recordFail(t, rs[0], clk)
+		for _, r := range rs {
+			eventually(t, "open", func() bool { return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
+		}
+		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			eventually(t, "closed", func() bool { return r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed })
 		}
 	}
 }

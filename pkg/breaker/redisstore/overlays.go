@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"sort"
 	"strconv"
@@ -79,6 +81,10 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 	revs := make(map[string]int64, len(m))
 	var bad []string
 	for id, v := range m {
+		if id == routes.EpochField {
+			revs[id], _ = strconv.ParseInt(v, 10, 64)
+			continue
+		}
 		rev, raw := splitRev(v)
 		revs[id] = rev
 		if raw == "" {
@@ -102,6 +108,8 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 // saveIf is the compare-and-set: the field is written only when its
 // revision is still the one expected (any, for -1), and its revision grows
 // by one.
+// The first write into an empty hash names its lineage (ARGV[4], a fresh
+// random number; routes.EpochField).
 var saveIf = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local rev = 0
@@ -109,55 +117,56 @@ if cur then rev = tonumber(string.match(cur, '^fbxr:(%d+):')) or 0 end
 local expect = tonumber(ARGV[2])
 if expect >= 0 and rev ~= expect then return {0, rev} end
 rev = rev + 1
+redis.call('HSETNX', KEYS[1], '~epoch', ARGV[4])
 redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. rev .. ':' .. ARGV[3])
-return {1, rev}
+return {1, rev, tonumber(redis.call('HGET', KEYS[1], '~epoch'))}
 `)
 
 // Save stores gateway id's overlay document (nil removes it) whatever its
 // revision, and tells the other replicas.
 func (o *Overlays) Save(ctx context.Context, id string, doc []byte) error {
-	_, err := o.save(ctx, id, doc, -1)
+	_, _, err := o.save(ctx, id, doc, -1)
 	return err
 }
 
 // SaveIf implements routes.RevisionedBackend: it stores id's document only
 // when the stored revision is expect (routes.ErrConflict otherwise) and
 // returns the new revision.
-func (o *Overlays) SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, error) {
+func (o *Overlays) SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, int64, error) {
 	return o.save(ctx, id, doc, expect)
 }
 
-func (o *Overlays) save(ctx context.Context, id string, doc []byte, expect int64) (int64, error) {
+func (o *Overlays) save(ctx context.Context, id string, doc []byte, expect int64) (int64, int64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 4*o.Store.timeout)
 	defer cancel()
 	val := ""
 	if doc != nil {
 		val = string(o.Store.sign.sealOverlay(o.hash(), id, doc))
 	}
-	rev, err := o.cas(cctx, id, expect, val)
+	rev, epoch, err := o.cas(cctx, id, expect, val)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := o.Store.PublishOverlay(ctx, id); err != nil {
 		// Stored: the others pick it up at their next overlay check.
 		o.Store.count("publish")
 	}
-	return rev, nil
+	return rev, epoch, nil
 }
 
-func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string) (int64, error) {
-	res, err := saveIf.Run(ctx, o.Store.rdb, []string{o.hash()}, id, expect, val).Int64Slice()
+func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string) (int64, int64, error) {
+	res, err := saveIf.Run(ctx, o.Store.rdb, []string{o.hash()}, id, expect, val, newEpoch()).Int64Slice()
 	if err != nil {
 		o.Store.count("overlay_save")
-		return 0, fmt.Errorf("redis overlays: %w", err)
+		return 0, 0, fmt.Errorf("redis overlays: %w", err)
 	}
-	if len(res) != 2 {
-		return 0, fmt.Errorf("redis overlays: a reply of %d values", len(res))
+	switch {
+	case len(res) == 2 && res[0] == 0:
+		return res[1], 0, routes.ErrConflict
+	case len(res) == 3 && res[0] == 1:
+		return res[1], res[2], nil
 	}
-	if res[0] == 0 {
-		return res[1], routes.ErrConflict
-	}
-	return res[1], nil
+	return 0, 0, fmt.Errorf("redis overlays: a reply of %d values", len(res))
 }
 
 // restoreAt writes the field at revision ARGV[2] only when its stored
@@ -172,17 +181,45 @@ redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. want .. ':' .. ARGV[3])
 return 1
 `)
 
+// restoreIfAbsent writes the field at revision ARGV[2] only when the hash
+// has no such field (routes.RevisionedBackend.RestoreIfAbsent); into an
+// empty hash it names a lineage, as a first write does.
+var restoreIfAbsent = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('HSETNX', KEYS[1], '~epoch', ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. ARGV[2] .. ':' .. ARGV[3])
+return 1
+`)
+
+// newEpoch is a fresh lineage number for an empty hash.
+func newEpoch() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:])>>1) | 1
+}
+
+// RestoreIfAbsent implements routes.RevisionedBackend: Redis was emptied,
+// and this replica puts back the change it knew where no replica has
+// written one since.
+func (o *Overlays) RestoreIfAbsent(ctx context.Context, id string, doc []byte, rev int64) (bool, error) {
+	return o.restore(ctx, restoreIfAbsent, id, doc, rev)
+}
+
 // Restore implements routes.RevisionedBackend: Redis went back to an
 // older revision of id (a failover to a replica without the last writes),
 // and this replica puts the one it knew back, then tells the others.
 func (o *Overlays) Restore(ctx context.Context, id string, doc []byte, rev int64) (bool, error) {
+	return o.restore(ctx, restoreAt, id, doc, rev)
+}
+
+func (o *Overlays) restore(ctx context.Context, sc *redis.Script, id string, doc []byte, rev int64) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, 4*o.Store.timeout)
 	defer cancel()
 	val := ""
 	if doc != nil {
 		val = string(o.Store.sign.sealOverlay(o.hash(), id, doc))
 	}
-	n, err := restoreAt.Run(cctx, o.Store.rdb, []string{o.hash()}, id, rev, val).Int64()
+	n, err := sc.Run(cctx, o.Store.rdb, []string{o.hash()}, id, rev, val, newEpoch()).Int64()
 	if err != nil {
 		o.Store.count("overlay_save")
 		return false, fmt.Errorf("redis overlays: %w", err)

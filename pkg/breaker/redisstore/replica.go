@@ -42,15 +42,16 @@ const recordWorkers = 4
 // after a reconnect, and writes local opens back after an outage. It
 // returns at once; Wait-free: the goroutines end with ctx.
 func (s *Store) Start(ctx context.Context) *sync.WaitGroup {
-	var wg sync.WaitGroup
+	var wg, recs sync.WaitGroup
 	for i := range s.rec {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.recordLoop(ctx, i) }()
+		recs.Add(1)
+		go func() { defer wg.Done(); defer recs.Done(); s.recordLoop(ctx, i) }()
 	}
 	s.started.Store(true)
 	wg.Add(4)
 	go func() { defer wg.Done(); s.hintLoop(ctx) }()
-	go func() { defer wg.Done(); s.publishLoop(ctx) }()
+	go func() { defer wg.Done(); s.publishLoop(ctx, &recs) }()
 	go func() { defer wg.Done(); s.subscribeLoop(ctx) }()
 	go func() { defer wg.Done(); s.refreshLoop(ctx) }()
 	return &wg
@@ -317,26 +318,56 @@ func (s *Store) PublishOverlay(ctx context.Context, gateway string) error {
 	return s.rdb.Publish(ctx, s.feed, s.sign.sealFeed(s.feed, b)).Err()
 }
 
-func (s *Store) publishLoop(ctx context.Context) {
+func (s *Store) publishLoop(ctx context.Context, recs *sync.WaitGroup) {
 	for {
 		select {
 		case <-ctx.Done():
+			// The record workers drain what is queued at shutdown (drain);
+			// the transitions those records make are published too, within
+			// the drain's bound. Before, this loop ended first and they
+			// never reached the other replicas.
+			recs.Wait()
+			s.flushPublished(drainFor)
 			return
 		case <-s.changed:
 			s.flushChanges(ctx)
 		case env := <-s.pub:
-			// The change note first: a replica that reads the feed's hint
-			// and one that reads the log find the same change.
+			s.publishOne(ctx, env)
+		}
+	}
+}
+
+// publishOne sends one transition on the feed, the change note first: a
+// replica that reads the feed's hint and one that reads the log find the
+// same change.
+func (s *Store) publishOne(ctx context.Context, env *replicav1.Envelope) {
+	s.flushChanges(ctx)
+	b, err := proto.Marshal(env)
+	if err != nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.rdb.Publish(pctx, s.feed, s.sign.sealFeed(s.feed, b)).Err(); err != nil && ctx.Err() == nil {
+		s.count("publish")
+	}
+}
+
+// flushPublished publishes what is queued when the store stops, for at
+// most d.
+func (s *Store) flushPublished(d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		select {
+		case env := <-s.pub:
+			s.publishOne(ctx, env)
+		default:
 			s.flushChanges(ctx)
-			b, err := proto.Marshal(env)
-			if err != nil {
-				continue
-			}
-			pctx, cancel := context.WithTimeout(ctx, s.timeout)
-			if err := s.rdb.Publish(pctx, s.feed, s.sign.sealFeed(s.feed, b)).Err(); err != nil && ctx.Err() == nil {
-				s.count("publish")
-			}
-			cancel()
+			return
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }

@@ -45,6 +45,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     - name: FUSEBOX_ADMIN_TOKEN
       valueFrom:
         secretKeyRef: {name: {{ include "fusebox.tokenSecret" . }}, key: token}
+    # The OS cache dir, where the overlay cache goes (store.redis.overlay_cache,
+    # R-ST15): the writable state volume (the root filesystem is read-only).
+    - name: XDG_CACHE_HOME
+      value: /var/lib/fusebox
   ports:
     {{- if eq .Values.mode "deployment" }}
     - {name: grpc, containerPort: 50051}
