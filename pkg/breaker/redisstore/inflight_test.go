@@ -198,3 +198,70 @@ func episode(t *testing.T, rs []*replica, clk *breaker.FakeClock, n int) {
 		}
 	}
 }
+
+// TestAnotherReplicasLocalLeaseFreesNothing (#36): a probe slot one
+// replica's local view gave while Redis was unreachable travels in the
+// failover chain token; the replica that records the attempt is another
+// one, and must not free a slot of its own local view with it (local lease
+// numbers start at 1 on every replica). Before, it freed its own probe's
+// slot, and its view admitted one probe too many.
+func TestAnotherReplicasLocalLeaseFreesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1; p.CooldownMs = 1000; p.HalfOpenMaxProbes = 2 })
+	rs := replicasWith(t, storeClient(t, srv), "lease:", clk, p, 2, 50*time.Millisecond, nil)
+	ctx := context.Background()
+	srv.Stop()
+	for _, r := range rs {
+		recordFail(t, r, clk) // each local view opens on its own
+		eventually(t, "degraded", r.st.Degraded)
+	}
+	clk.Advance(2 * time.Second) // cooldown over: half-open, two probes each
+	a, b := rs[0], rs[1]
+	admA, ok, _ := a.st.Acquire(ctx, a.key, clk.Now().UnixNano(), false)
+	if !ok || admA.Lease == 0 {
+		t.Fatalf("replica a's probe: %v %+v", ok, admA)
+	}
+	if _, ok, _ := b.st.Acquire(ctx, b.key, clk.Now().UnixNano(), false); !ok {
+		t.Fatal("replica b's probe was refused")
+	}
+	// b records the attempt a admitted (a neither: the state stays).
+	if _, err := b.st.Record(ctx, b.key, clk.Now().UnixNano(), admA, breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.st.Status(ctx, b.key, clk.Now().UnixNano())
+	if err != nil || s.ProbesInFlight != 1 {
+		t.Fatalf("replica b's view: %d probes in flight (err %v), want its own one", s.ProbesInFlight, err)
+	}
+}
+
+// TestLocalProbeAfterTheResyncReachesRedis (#36): a probe the local view
+// admitted while Redis was stalled, whose failure comes after the resync,
+// reopens the breaker in Redis (every replica's), not on the local view
+// alone. Before, Redis stayed half-open and went on admitting probes.
+func TestLocalProbeAfterTheResyncReachesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1; p.CooldownMs = 1000 })
+	r := replicasWith(t, proxiedClient(t, px), "lprobe:", clk, p, 1, 50*time.Millisecond, nil)[0]
+	ctx := context.Background()
+	px.Stall(true)
+	recordFail(t, r, clk)
+	eventually(t, "degraded", r.st.Degraded)
+	clk.Advance(2 * time.Second) // cooldown over: the local view admits a probe
+	adm, ok, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+	if !ok || adm.Lease == 0 {
+		t.Fatalf("the local probe: %v %+v", ok, adm)
+	}
+	px.Stall(false)
+	r.st.Refresh(ctx)
+	eventually(t, "reachable again", func() bool { return !r.st.Degraded() })
+	if _, err := r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, fail503); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the probe's failure reopens the breaker in Redis", func() bool {
+		s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+		return err == nil && s.State == "open" && s.Reopens >= 1
+	})
+}

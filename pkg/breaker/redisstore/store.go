@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -82,6 +83,8 @@ type Store struct {
 	opts    Options
 	log     *slog.Logger
 	origin  string
+	// leaseTag is this replica's tag in its local leases (localSlot).
+	leaseTag uint64
 
 	// The local view. Embedded (through an unexported alias) so that Peek,
 	// the one method the Store does not define itself, is the memory
@@ -163,7 +166,24 @@ type entry struct {
 
 // localLease marks a probe slot taken on the local view while Redis was
 // unreachable, so that it is never confused with a Redis lease number.
-const localLease = uint64(1) << 62
+// Bits 46..61 carry the replica's tag (leaseTag): a local lease travels in
+// the failover chain token to other replicas, and only the one that gave
+// it may free it (on any other it frees nothing).
+const (
+	localLease = uint64(1) << 62
+	tagShift   = 46
+	tagMask    = uint64(0xFFFF) << tagShift
+)
+
+// localSlot reports the local view's lease number of a lease this replica
+// gave on its local view (ok), else 0: a Redis lease, or another
+// replica's local one.
+func (s *Store) localSlot(lease uint64) (n uint64, ok bool) {
+	if lease&localLease == 0 || lease&tagMask != s.leaseTag {
+		return 0, false
+	}
+	return lease &^ (localLease | tagMask), true
+}
 
 // New returns a Store on opts.Client. Start runs its feed and refresh.
 func New(opts Options) *Store {
@@ -213,6 +233,9 @@ func New(opts Options) *Store {
 			s.opts.OnEvent(ev) // this breaker alone decides locally
 		}
 	})
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s.origin))
+	s.leaseTag = uint64(h.Sum32()&0xFFFF) << tagShift
 	s.tab.Store(&table{byID: map[breaker.ID]*entry{}, byKey: map[string]*entry{}})
 	s.viewMemory = s.local
 	return s
@@ -462,7 +485,7 @@ func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force boo
 func (s *Store) acquireLocal(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
 	adm, ok, err := s.local.Acquire(ctx, k, now, force)
 	if adm.Lease != 0 {
-		adm.Lease |= localLease
+		adm.Lease |= localLease | s.leaseTag
 	}
 	return adm, ok, err
 }
@@ -484,7 +507,11 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 		return err
 	}
 	if adm.Lease&localLease != 0 {
-		adm.Lease &^= localLease
+		n, mine := s.localSlot(adm.Lease)
+		if !mine {
+			return nil // another replica's local slot: nothing here to free
+		}
+		adm.Lease = n
 		return s.local.Release(ctx, e.lk, adm)
 	}
 	if !s.remote(e) {
@@ -508,24 +535,31 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		return breaker.Recorded{}, err
 	}
 	p := e.policy
-	if adm.Lease&localLease != 0 || !s.remote(e) {
-		ladm := adm
-		if adm.Lease&localLease != 0 {
-			ladm.Lease &^= localLease
-		} else {
-			ladm.Lease = 0 // a Redis lease frees nothing locally; it expires in Redis
+	// ladm is what the local view frees: a slot it gave (this replica's
+	// local lease), nothing else (a Redis lease expires in Redis; another
+	// replica's local lease is its own). adm goes to Redis, which never
+	// held a local slot.
+	ladm := adm
+	ladm.Lease = 0
+	if adm.Lease&localLease != 0 {
+		if n, mine := s.localSlot(adm.Lease); mine {
+			ladm.Lease = n
 		}
+		adm.Lease = 0
+	}
+	if !s.remote(e) {
 		rec, err := s.local.Record(ctx, e.lk, now, ladm, r)
 		if p.Active() {
 			// Redis does not take it now: it is written before the resync
-			// reads the breaker back (R-ST14), with no lease (the slot
-			// was this view's, or expires in Redis).
-			adm.Lease = 0
+			// reads the breaker back (R-ST14).
 			s.notTaken(e, s.recordJob(e, now, adm, r, true))
 		}
 		return rec, err
 	}
 	if !p.Active() {
+		if ladm.Lease != 0 {
+			_ = s.local.Release(ctx, e.lk, ladm)
+		}
 		if adm.Lease != 0 {
 			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: []any{strconv.FormatUint(adm.Lease, 10)}})
 		}
@@ -539,13 +573,17 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		// Redis's answer, when it comes, goes under it (R-ST13). Before,
 		// the view learned of a tripping failure only from Redis's answer,
 		// and with Redis stalled 19 of 20 next decisions still chose the
-		// route.
-		ladm := adm
-		ladm.Lease = 0 // a Redis lease: nothing to free locally
+		// route. A probe the local view admitted while Redis was away and
+		// that ends after the resync is counted in Redis too (before, on
+		// the local view only).
 		job.tok = s.recordOwn(ctx, e, now, ladm, r)
 		job.local = true
 		s.enqueue(ctx, e, job)
 		return breaker.Recorded{Outcome: o, Applied: true}, nil
+	}
+	if ladm.Lease != 0 {
+		_, _ = s.local.Record(ctx, e.lk, now, ladm, r)
+		job.local = true
 	}
 	res, err := s.runJob(ctx, e, job)
 	if err != nil || res == nil {
