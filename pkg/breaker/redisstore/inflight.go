@@ -161,3 +161,10 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 	}
 	return nil
 }
+
+// hasUnsent reports whether e holds outcomes Redis has not taken.
+func (e *entry) hasUnsent() bool {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	return len(e.fl.unsent) > 0
+}

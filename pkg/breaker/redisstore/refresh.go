@@ -20,42 +20,79 @@ func (s *Store) Refresh(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	defer s.markReady()
 	now := s.opts.Clock.Now().UnixNano()
 	wasDegraded := s.degraded.Load()
-	if wasDegraded && !s.reachable(ctx) {
-		s.markReady()
+	if wasDegraded && (!s.reachable(ctx) || !s.writeBackAll(ctx, now)) {
 		return
 	}
-	tab := s.tab.Load()
-	if wasDegraded {
-		for _, e := range tab.list {
-			// What the view learned meanwhile goes back first: its
-			// outcomes (R-ST14), then its opens and overrides.
-			if err := s.sendUnsent(ctx, e, now); err != nil && !keyError(err) {
-				s.markReady()
-				return
-			}
-			if err := s.settleLocal(ctx, e, now); err != nil && !keyError(err) {
-				s.markReady()
-				return
-			}
+	plan, ok := s.planRefresh(ctx, now, wasDegraded)
+	if !ok {
+		return
+	}
+	s.writeBackBroken(ctx, plan.read, now)
+	if err := s.snapAll(ctx, plan.read, now); err != nil {
+		return
+	}
+	if plan.commit != nil {
+		plan.commit()
+	}
+	if plan.full {
+		s.lastFull.Store(now)
+	}
+	if wasDegraded && !s.degraded.Load() {
+		s.log.Info("[store] Redis is reachable again: local outcomes and opens written back, state resynced", "breakers", len(s.tab.Load().list))
+	}
+	if (wasDegraded || plan.resync) && s.opts.OnOverlay != nil {
+		// Overlay changes published meanwhile were missed too.
+		s.opts.OnOverlay("")
+	}
+}
+
+// refreshPlan is what one refresh reads.
+type refreshPlan struct {
+	read   []*entry // the breakers to read
+	full   bool     // every breaker
+	resync bool     // the feed asked for a full resync
+	commit func()   // moves the change log's cursor once the reads landed
+}
+
+// writeBackAll is the resync's first step after an outage: what every
+// breaker's view learned meanwhile goes back, its outcomes (R-ST14) first,
+// then its opens and overrides. It reports false when Redis failed again.
+func (s *Store) writeBackAll(ctx context.Context, now int64) bool {
+	for _, e := range s.tab.Load().list {
+		if err := s.sendUnsent(ctx, e, now); err != nil && !keyError(err) {
+			return false
+		}
+		if err := s.settleLocal(ctx, e, now); err != nil && !keyError(err) {
+			return false
 		}
 	}
+	return true
+}
+
+// planRefresh reads the change log and decides which breakers to read:
+// those it names, those never read or on local state, or all of them
+// (after an outage, a feed reconnect, an unreadable log, or every
+// FullRefreshInterval). After an outage or a resync the views' sequences
+// start again (Redis may have restarted empty), and the scripts are the
+// store again. It reports false when Redis failed.
+func (s *Store) planRefresh(ctx context.Context, now int64, wasDegraded bool) (refreshPlan, bool) {
 	// The log is read before the breakers: a change noted after this read
 	// is read at the next refresh.
 	keys, all, commit, err := s.changedSince(ctx)
 	if err != nil {
 		if !keyError(err) {
 			s.failed("refresh", err)
-			s.markReady()
-			return
+			return refreshPlan{}, false
 		}
 		all = true // the log itself is unreadable: read everything
 	}
-	resync := s.resync.Swap(false)
-	full := wasDegraded || resync || all || now-s.lastFull.Load() >= int64(s.opts.FullRefreshInterval)
-	if wasDegraded || resync {
-		// Redis may have restarted empty: its sequence numbers start again.
+	plan := refreshPlan{commit: commit, resync: s.resync.Swap(false)}
+	plan.full = wasDegraded || plan.resync || all || now-s.lastFull.Load() >= int64(s.opts.FullRefreshInterval)
+	tab := s.tab.Load()
+	if wasDegraded || plan.resync {
 		for _, e := range tab.list {
 			e.viewMu.Lock()
 			e.seq = 0
@@ -67,56 +104,55 @@ func (s *Store) Refresh(ctx context.Context) {
 		// the view); a failure below turns it degraded once more.
 		s.degraded.Store(false)
 	}
+	plan.read = tab.list
+	if !plan.full {
+		plan.read = tab.changed(keys)
+	}
+	return plan, true
+}
+
+// changed is the breakers the change log names, and those to read
+// whatever it says (unsettled).
+func (tab *table) changed(keys []string) []*entry {
 	var read []*entry
-	if full {
-		read = tab.list
-	} else {
-		seen := make(map[*entry]bool, len(keys))
-		for _, k := range keys {
-			if e, ok := tab.byKey[k]; ok && !seen[e] {
-				seen[e] = true
-				read = append(read, e)
-			}
-		}
-		for _, e := range tab.list {
-			// Never read yet (installed since), or on local state alone.
-			if !seen[e] && (e.last.Load() == nil || e.bad.Load() || e.pendingOverride.Load() != nil || e.behind.Load()) {
-				read = append(read, e)
-			}
+	seen := make(map[*entry]bool, len(keys))
+	for _, k := range keys {
+		if e, ok := tab.byKey[k]; ok && !seen[e] {
+			seen[e] = true
+			read = append(read, e)
 		}
 	}
+	for _, e := range tab.list {
+		if !seen[e] && e.unsettled() {
+			read = append(read, e)
+		}
+	}
+	return read
+}
+
+// unsettled reports whether e must be read whatever the log says: never
+// read yet (installed since), on local state alone, with an override or
+// outcomes Redis has not taken, or behind Redis.
+func (e *entry) unsettled() bool {
+	return e.last.Load() == nil || e.bad.Load() || e.pendingOverride.Load() != nil || e.behind.Load() || e.hasUnsent()
+}
+
+// writeBackBroken heals the breakers about to be read that need it first:
+// one Redis answered with an older state (healBehind), or one on the local
+// view alone since Redis refused it or an override failed (what it learned
+// goes back, as after an outage).
+func (s *Store) writeBackBroken(ctx context.Context, read []*entry, now int64) {
 	for _, e := range read {
 		if e.behind.Swap(false) {
 			s.healBehind(ctx, e, now)
 			continue
 		}
-		if e.bad.Load() || e.pendingOverride.Load() != nil {
-			// On the local view alone since Redis refused it (or an
-			// override failed): what it learned goes back first, as after
-			// an outage.
+		if e.bad.Load() || e.pendingOverride.Load() != nil || e.hasUnsent() {
 			if s.sendUnsent(ctx, e, now) == nil {
 				_ = s.settleLocal(ctx, e, now)
 			}
 		}
 	}
-	if err := s.snapAll(ctx, read, now); err != nil {
-		s.markReady()
-		return
-	}
-	if commit != nil {
-		commit()
-	}
-	if full {
-		s.lastFull.Store(now)
-	}
-	if wasDegraded && !s.degraded.Load() {
-		s.log.Info("[store] Redis is reachable again: local opens written back, state resynced", "breakers", len(tab.list))
-	}
-	if (wasDegraded || resync) && s.opts.OnOverlay != nil {
-		// Overlay changes published meanwhile were missed too.
-		s.opts.OnOverlay("")
-	}
-	s.markReady()
 }
 
 // snapAll reads the breakers' states from Redis into the local view, up to
