@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,5 +264,35 @@ func TestLocalProbeAfterTheResyncReachesRedis(t *testing.T) {
 	eventually(t, "the probe's failure reopens the breaker in Redis", func() bool {
 		s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
 		return err == nil && s.State == "open" && s.Reopens >= 1
+	})
+}
+
+// TestOverlayLoadTimeoutDegradesNothing (#36): a slow read of a large
+// overlay hash (past its deadline) while every breaker call still answers
+// in time is the overlays' problem: it is counted, and the store stays
+// the store. Before, one overlay load timeout turned the whole store
+// degraded, every breaker on its local view.
+func TestOverlayLoadTimeoutDegradesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	px.Latency(0, 5*time.Millisecond) // per 32 KiB read: big replies are slow
+	clk := breaker.NewFakeClock(time.Now())
+	r := replicasWith(t, proxiedClient(t, px), "ovslow:", clk, replicaPolicy(nil), 1, 50*time.Millisecond, nil)[0]
+	ctx := context.Background()
+	big := strings.Repeat("x", 4<<20)
+	if err := srv.Client(t).HSet(ctx, "ovslow:overlays", "default", "fbxr:1:"+big).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := (&redisstore.Overlays{Store: r.st}).LoadRevisions(ctx)
+	if err == nil {
+		t.Fatal("the slow load did not time out: the scenario proves nothing")
+	}
+	if r.st.Degraded() {
+		t.Fatal("one overlay load timeout turned the store degraded")
+	}
+	recordFail(t, r, clk) // breaker calls still go to Redis
+	eventually(t, "the failure reaches Redis", func() bool {
+		s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+		return err == nil && s.Failures == 1 && !r.st.Degraded()
 	})
 }
