@@ -108,6 +108,11 @@ func TestAttemptRoleRewritesAndRecordsPerAttempt(t *testing.T) {
 		{"openai:eu:gpt", "success", "success", 1},
 		{"openai:us:gpt", "success", "success", 0},
 	} {
+		// An attempt's outcome may be recorded once the note heard of its
+		// arrival, off the reply path: wait for the ones that must come.
+		if tc.want > 0 {
+			e.waitOutcomes(tc.route, tc.class, tc.reason, tc.want)
+		}
 		if got := e.outcomes(tc.route, tc.class, tc.reason); got != tc.want {
 			t.Errorf("%s %s/%s: %v, want %v", tc.route, tc.class, tc.reason, got, tc.want)
 		}
