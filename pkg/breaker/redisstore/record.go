@@ -1,0 +1,139 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+)
+
+// Recording: an outcome is judged by the breaker's policy here, put on the
+// local view at once (own evidence first, R-ST6), and queued for Redis;
+// what Redis does not take is kept for the resync (inflight.go, R-ST14).
+
+// Record implements breaker.Store: the attempt is judged here with the
+// installed policy, and applied by one script call (queued, with
+// AsyncRecord). When Redis is unreachable it is recorded on the local view,
+// so no outcome is lost.
+func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breaker.Admission, r breaker.Result) (breaker.Recorded, error) {
+	e, err := s.get(k)
+	if err != nil {
+		return breaker.Recorded{}, err
+	}
+	p := e.policy
+	// ladm is what the local view frees: a slot it gave (this replica's
+	// local lease), nothing else (a Redis lease expires in Redis; another
+	// replica's local lease is its own). adm goes to Redis, which never
+	// held a local slot.
+	ladm := adm
+	ladm.Lease = 0
+	if adm.Lease&localLease != 0 {
+		if n, mine := s.localSlot(adm.Lease); mine {
+			ladm.Lease = n
+		}
+		adm.Lease = 0
+	}
+	if !s.remote(e) {
+		rec, err := s.local.Record(ctx, e.lk, now, ladm, r)
+		if p.Active() {
+			// Redis does not take it now: it is written before the resync
+			// reads the breaker back (R-ST14).
+			s.notTaken(e, s.recordJob(e, now, adm, r, true))
+		}
+		return rec, err
+	}
+	if !p.Active() {
+		if ladm.Lease != 0 {
+			_ = s.local.Release(ctx, e.lk, ladm)
+		}
+		if adm.Lease != 0 {
+			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: []any{strconv.FormatUint(adm.Lease, 10)}})
+		}
+		return breaker.Recorded{}, nil
+	}
+	job := s.recordJob(e, now, adm, r, false)
+	o := job.out
+	if s.opts.AsyncRecord && s.rec != nil {
+		// Own evidence first (R-ST6): this replica's next decision sees
+		// the outcome now, whatever Redis is doing (slow, paused, down);
+		// Redis's answer, when it comes, goes under it (R-ST13). Before,
+		// the view learned of a tripping failure only from Redis's answer,
+		// and with Redis stalled 19 of 20 next decisions still chose the
+		// route. A probe the local view admitted while Redis was away and
+		// that ends after the resync is counted in Redis too (before, on
+		// the local view only).
+		job.tok = s.recordOwn(ctx, e, now, ladm, r)
+		job.local = true
+		s.enqueue(ctx, e, job)
+		return breaker.Recorded{Outcome: o, Applied: true}, nil
+	}
+	if ladm.Lease != 0 {
+		_, _ = s.local.Record(ctx, e.lk, now, ladm, r)
+		job.local = true
+	}
+	res, err := s.runJob(ctx, e, job)
+	if err != nil || res == nil {
+		return breaker.Recorded{Outcome: o, Applied: true}, err
+	}
+	return breaker.Recorded{Outcome: o, Stale: res.Stale == 1, Applied: true}, nil
+}
+
+// recordJob is the script call that records r on e: the outcome as e's
+// policy judges it, and the script's arguments. local: it is on the local
+// view already.
+func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.Result, local bool) recJob {
+	p := e.policy
+	o := p.Judge(r)
+	class := 0
+	switch o.Class {
+	case breaker.Success:
+		class = 1
+	case breaker.Failure:
+		class = 2
+	}
+	ra := int64(0)
+	if r.RetryAfterUnixNano != 0 {
+		ra = r.RetryAfterUnixNano / ms
+	}
+	return recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: []any{class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
+		strconv.FormatUint(adm.Lease, 10), ra, b01(e.id.Scope == breaker.ScopeGateway), r.Status,
+		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted)}}
+}
+
+// runJob runs a queued (or synchronous) record or release; when Redis
+// fails it records on the local view instead.
+func (s *Store) runJob(ctx context.Context, e *entry, j recJob) (*result, error) {
+	if !s.remote(e) {
+		s.jobLocal(ctx, e, j)
+		return nil, nil
+	}
+	r, err := s.runAs(ctx, e, j.op, j.now, j.answer(), j.args...)
+	if err != nil {
+		s.jobLocal(ctx, e, j)
+	}
+	return r, err
+}
+
+// answer is how the view takes the job's answer.
+func (j recJob) answer() answer {
+	if j.op == "rec" {
+		return answer{kind: answerRecord, tok: j.tok}
+	}
+	return answer{kind: answerRead}
+}
+
+func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
+	if j.op != "rec" {
+		return
+	}
+	if !j.local {
+		adm := j.adm
+		adm.Lease = 0 // a Redis lease: nothing to free locally
+		_, _ = s.local.Record(ctx, e.lk, j.now, adm, j.res)
+	}
+	// Redis did not take it: it goes back before the resync (R-ST14),
+	// with no lease (a Redis lease expires there).
+	j.adm.Lease = 0
+	j.args[5] = "0"
+	s.notTaken(e, j)
+}
