@@ -296,3 +296,35 @@ func TestOverlayLoadTimeoutDegradesNothing(t *testing.T) {
 		return err == nil && s.Failures == 1 && !r.st.Degraded()
 	})
 }
+
+// TestWriteBackReportsItsTransition (#36): the open a replica's local view
+// learned during a stall is written back at the resync, and the
+// transition that makes in Redis is reported (decided_by=redis) like any
+// script's, so the fleet's shared chain of transitions has no gap. Before,
+// the write-back's transitions were dropped (the fleet soak saw
+// "open->half_open after half_open").
+func TestWriteBackReportsItsTransition(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1; p.CooldownMs = 60000 })
+	r := replicasWith(t, proxiedClient(t, px), "wbev:", clk, p, 1, 50*time.Millisecond, nil)[0]
+	ctx := context.Background()
+	px.Stall(true)
+	recordFail(t, r, clk)
+	eventually(t, "degraded", r.st.Degraded)
+	// The stalled record's own answer never came: Redis is still closed.
+	px.Stall(false)
+	r.st.Refresh(ctx)
+	eventually(t, "reachable again", func() bool { return !r.st.Degraded() })
+	eventually(t, "the shared open reported", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, e := range r.events {
+			if e.Transition() == "closed->open" && e.DecidedBy == breaker.DecidedByRedis {
+				return true
+			}
+		}
+		return false
+	})
+}

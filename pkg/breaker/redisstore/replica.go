@@ -563,8 +563,13 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 	if !live {
 		ou = 0
 	}
-	// Not run(): the result must not reach the local view, which is still
-	// the store until the resync ends.
+	// The result must not reach the local view, which is still the store
+	// until the resync ends (answerResync); the transitions the merge makes
+	// in Redis (the open written back, a due one on the way) are reported
+	// and published as any script's. Before, they were dropped: the shared
+	// chain of transitions had a gap (half_open, then open->half_open).
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
 	r, err := s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
 		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
 		strconv.FormatInt(snap.BlockedUntil/ms, 10))
@@ -572,8 +577,6 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 		s.count("merge")
 		return err
 	}
-	if r.Changed {
-		s.noteChange(e) // the other replicas' refresh reads the merged open
-	}
-	return nil
+	_, err = s.settle(e, "merge", now, r, nil, answer{kind: answerResync})
+	return err
 }
