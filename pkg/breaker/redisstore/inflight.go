@@ -148,8 +148,10 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 	e.fl.unsent = nil
 	e.viewMu.Unlock()
 	for i, j := range jobs {
-		e.emitMu.Lock()
+		// Without emitMu during the call: a decision's probe call must not
+		// wait behind the write-back.
 		r, err := s.call(ctx, e, j.op, j.now, j.args...)
+		e.emitMu.Lock()
 		_, err = s.settle(e, j.op, now, r, err, answer{kind: answerResync})
 		e.emitMu.Unlock()
 		if err != nil {

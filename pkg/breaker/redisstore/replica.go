@@ -568,8 +568,9 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 	// in Redis (the open written back, a due one on the way) are reported
 	// and published as any script's. Before, they were dropped: the shared
 	// chain of transitions had a gap (half_open, then open->half_open).
-	e.emitMu.Lock()
-	defer e.emitMu.Unlock()
+	// The call is made without emitMu: a decision's probe call on this
+	// breaker must not wait behind a write-back (the lock orders reports,
+	// not calls).
 	r, err := s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
 		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
 		strconv.FormatInt(snap.BlockedUntil/ms, 10))
@@ -577,6 +578,8 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 		s.count("merge")
 		return err
 	}
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
 	_, err = s.settle(e, "merge", now, r, nil, answer{kind: answerResync})
 	return err
 }
