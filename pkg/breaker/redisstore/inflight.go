@@ -32,6 +32,9 @@ type ownOutcome struct {
 	now int64
 	adm breaker.Admission
 	res breaker.Result
+	// failure: the policy judged it a failure, the only evidence that
+	// makes a view less healthy.
+	failure bool
 }
 
 // maxUnsent bounds the outcomes kept per breaker while Redis does not take
@@ -68,11 +71,11 @@ const (
 // recordOwn puts an outcome on the local view and among the breaker's
 // pending ones, in one step with the view's restores. It returns the
 // outcome's token.
-func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.Admission, r breaker.Result) uint64 {
+func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.Admission, r breaker.Result, failure bool) uint64 {
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
 	e.fl.next++
-	e.fl.pending = append(e.fl.pending, ownOutcome{tok: e.fl.next, now: now, adm: adm, res: r})
+	e.fl.pending = append(e.fl.pending, ownOutcome{tok: e.fl.next, now: now, adm: adm, res: r, failure: failure})
 	_, _ = s.local.Record(ctx, e.lk, now, adm, r)
 	return e.fl.next
 }
@@ -99,6 +102,20 @@ func severity(st breaker.State) int {
 		return 1
 	}
 	return 0
+}
+
+// failurePending reports whether an unanswered outcome is a failure (with
+// e.viewMu held): only then can an answer be older than the view's own
+// evidence. A view whose unanswered outcomes are successes or neithers
+// takes every answer, so a busy healthy or half-open breaker is never
+// starved of Redis's state.
+func (e *entry) failurePending() bool {
+	for _, o := range e.fl.pending {
+		if o.failure {
+			return true
+		}
+	}
+	return false
 }
 
 // answeredUpTo drops the pending outcomes Redis has answered (with

@@ -62,7 +62,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		// route. A probe the local view admitted while Redis was away and
 		// that ends after the resync is counted in Redis too (before, on
 		// the local view only).
-		job.tok = s.recordOwn(ctx, e, now, ladm, r)
+		job.tok = s.recordOwn(ctx, e, now, ladm, r, o.Class == breaker.Failure)
 		job.local = true
 		s.enqueue(ctx, e, job)
 		return breaker.Recorded{Outcome: o, Applied: true}, nil

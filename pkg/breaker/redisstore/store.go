@@ -378,9 +378,9 @@ func (s *Store) scriptArgs(e *entry, op string, now int64, extra []any) []any {
 // sequence started again, R-ST8).
 //
 // The view is that state under this replica's unanswered outcomes (R-ST13,
-// inflight.go): while any is unanswered, an answer that would make the
-// view healthier than its own evidence made it is not taken (it was sent
-// before that evidence); the answer to the last of them is.
+// inflight.go): while a failure is unanswered, an answer that would make
+// the view healthier than its own evidence made it is not taken (it was
+// sent before that evidence); the answer to the last of them is.
 func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a answer) {
 	if a.kind == answerResync {
 		return
@@ -390,7 +390,7 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 	if a.kind == answerRecord {
 		e.answeredUpTo(a.tok)
 	}
-	if a.kind != answerOverride && len(e.fl.pending) > 0 && s.wouldReadmit(e, snap) {
+	if a.kind != answerOverride && e.failurePending() && s.wouldReadmit(e, snap) {
 		return
 	}
 	if inc != e.inc {
