@@ -277,9 +277,11 @@ func TestOverlayLoadTimeoutDegradesNothing(t *testing.T) {
 	px := srv.Proxy(t)
 	px.Latency(0, 5*time.Millisecond) // per 32 KiB read: big replies are slow
 	clk := breaker.NewFakeClock(time.Now())
-	r := replicasWith(t, proxiedClient(t, px), "ovslow:", clk, replicaPolicy(nil), 1, 50*time.Millisecond, nil)[0]
+	// Breaker calls (one small reply each) have room under -race; the
+	// overlay hash (16 MiB: ~2.5 s of 32 KiB reads) does not (4 × 200 ms).
+	r := replicasWith(t, proxiedClient(t, px), "ovslow:", clk, replicaPolicy(nil), 1, 200*time.Millisecond, nil)[0]
 	ctx := context.Background()
-	big := strings.Repeat("x", 4<<20)
+	big := strings.Repeat("x", 16<<20)
 	if err := srv.Client(t).HSet(ctx, "ovslow:overlays", "default", "fbxr:1:"+big).Err(); err != nil {
 		t.Fatal(err)
 	}
