@@ -4,8 +4,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -56,7 +58,8 @@ func (g *grpcClusters) cluster(addrs []string) (*grpcCluster, error) {
 		conn, ok := g.conns[a]
 		if !ok {
 			var err error
-			conn, err = grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err = grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithConnectParams(envoyReconnect))
 			if err != nil {
 				return nil, err
 			}
@@ -74,6 +77,17 @@ func (g *grpcClusters) close() {
 		c.Close()
 	}
 	g.conns = nil
+}
+
+// envoyReconnect: Envoy's connection pool has no reconnect back-off. A
+// stream that finds no ready connection makes one (conn_pool_base.cc,
+// tryCreateNewConnection); if it fails, that stream fails and the next one
+// tries again. grpc-go's default back-off (1 s, ×1.6, up to 120 s) would
+// keep a restarted fusebox unused for as long again as it was down
+// (docs/envoy.md, "Reconnecting to fusebox").
+var envoyReconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond},
+	MinConnectTimeout: time.Second,
 }
 
 // pick is the round robin choice for one new stream.

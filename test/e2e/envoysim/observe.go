@@ -131,7 +131,12 @@ func (o *obsStream) run() {
 		o.cond.Broadcast()
 		o.mu.Unlock()
 		if err != nil {
+			// The side stream failed (fusebox down, the stream reset): the
+			// filter's stream is gone and the response goes on without it.
+			// It is over now — a test waiting for its record waits no
+			// longer (before, it waited out the deferred close, 5 s).
 			o.p.stats.add("observer_send_errors")
+			o.end()
 			continue
 		}
 		if !draining && o.ep.replies != nil {
