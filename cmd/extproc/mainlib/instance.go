@@ -131,7 +131,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	refresher := &routes.Refresher{OnError: func(err error) {
 		log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
 	}}
-	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, func(string) { refresher.Notify() })
+	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, o.clock != nil, func(string) { refresher.Notify() })
 	if err != nil {
 		in.stopClk()
 		return nil, err

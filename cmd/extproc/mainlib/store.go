@@ -36,8 +36,10 @@ type storeWiring struct {
 // openStore builds the store of cfg. The Redis store reports its
 // readiness to the "store" health component: not ready until the first
 // snapshot loads, degraded (still ready) while Redis is unreachable.
+// testClock: clock is a test's (WithClock), which the Redis scripts then
+// take as their time instead of Redis's own (redisstore.Options.TestClock).
 func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *admin.Health,
-	rep *processor.EventReporter, clock breaker.Clock, onOverlay func(gateway string)) (*storeWiring, error) {
+	rep *processor.EventReporter, clock breaker.Clock, testClock bool, onOverlay func(gateway string)) (*storeWiring, error) {
 	if cfg.Backend != routes.StoreRedis {
 		return &storeWiring{
 			store: breaker.NewMemory(rep.Report),
@@ -74,7 +76,7 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 	h.Set("store", admin.Component{Detail: "redis: loading the first snapshot"})
 	st := redisstore.New(redisstore.Options{
 		Client: client, KeyPrefix: cfg.Redis.KeyPrefix, OpTimeout: time.Duration(timeout) * time.Millisecond,
-		OnEvent: rep.Report, OnView: rep.View, AsyncRecord: true, Clock: clock, Log: log,
+		OnEvent: rep.Report, OnView: rep.View, AsyncRecord: true, Clock: clock, TestClock: testClock, Log: log,
 		OnError:   func(op string) { m.StoreErrors.WithLabelValues(op).Inc() },
 		OnOverlay: onOverlay, HMACKey: key,
 		OnRefused: func(what string) { m.Refused.WithLabelValues(what).Inc() },

@@ -27,7 +27,7 @@ func TestACLUserFromTheREADME(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	clk := breaker.NewFakeClock(time.Now())
 	var errs []string
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "fusebox:", OpTimeout: time.Second, Clock: clk,
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "fusebox:", OpTimeout: time.Second, Clock: clk,
 		OnError: func(op string) { errs = append(errs, op) }})
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 })
 	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})

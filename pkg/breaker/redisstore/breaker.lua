@@ -1,56 +1,47 @@
 -- fusebox breaker state machine, run atomically inside Redis (one call per
 -- operation). The transition is decided here, so replicas sharing Redis act
 -- on one state and the half-open probe bound is global. It mirrors
--- pkg/breaker/machine.go; the contract suite (pkg/breaker/storetest) holds
--- both to the same behaviour.
+-- pkg/breaker/machine.go; the transition vectors (pkg/breaker/vectors, from
+-- SPEC §5) and the contract suite (pkg/breaker/storetest) hold both to the
+-- same behaviour.
 --
--- KEYS[1]  the breaker's state (a JSON object), hash-tagged by the caller.
--- ARGV[1]  operation: rec | acq | rel | adv | snap | fo | fc | rst | merge
--- ARGV[2]  now, unix milliseconds (the caller's clock: see doc.go). Lua
---          numbers are doubles and cjson keeps 14 digits: milliseconds stay
---          exact, nanoseconds would not.
--- ARGV[3]  the installed policy (a MessagePack array), then the
---          operation's arguments.
+-- KEYS[1]  the breaker's state, hash-tagged by the caller.
+-- ARGV[1]  the installed policy: a MessagePack map, packed once per config
+--          load (script.go, policyArgs), read as P.
+-- ARGV[2]  the call: a MessagePack map, read as A (script.go, callArgs):
+--            op    rec | acq | rel | stl | adv | snap | fo | fc | rst | merge
+--            age   how long ago the call's event happened, in ms (a record
+--                  queued for a while is applied at the time it happened)
+--            now   only in a test: the test's clock, in unix ms
+--          and the operation's own arguments, by name (below, per op).
+-- Times are unix milliseconds. Lua numbers are doubles and cmsgpack keeps
+-- them exact to 2^53: milliseconds stay exact, nanoseconds would not.
 local key = KEYS[1]
-local op = ARGV[1]
--- ARGV[2] is "<now>:<wall>": the caller's clock and its wall clock when it
--- sent the call, in ms. One clock for the fleet (R-ST9): when the caller's
--- wall clock is off Redis's own (TIME) by more than half a second, the
--- call's time is moved by that skew, so cooldowns, probe leases and
--- windows expire on Redis's time, not on whichever replica's clock ran
--- ahead; a record queued for a while keeps its age (it is applied at the
--- time it happened). Within half a second the caller's time stands, so a
--- test's fake clock stays exact.
-local now = tonumber(ARGV[2])
-do
-  local sep = string.find(ARGV[2], ":", 1, true)
-  if sep then
-    now = tonumber(string.sub(ARGV[2], 1, sep - 1))
-    local wall = tonumber(string.sub(ARGV[2], sep + 1))
-    local t = redis.call("TIME")
-    local skew = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - wall
-    if skew > 500 or skew < -500 then now = now + skew end
-  end
+local P = cmsgpack.unpack(ARGV[1])
+local A = cmsgpack.unpack(ARGV[2])
+local op = A.op
+-- One clock for the fleet (R-ST9, R-ST16): now is Redis's own (TIME), less
+-- the event's age, so cooldowns, probe leases and windows run on one clock
+-- whatever each replica's says. A test with a fake clock sends it as
+-- A.now: the one way a caller's time stands.
+local now = A.now
+if now == nil then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - (A.age or 0)
 end
--- The policy comes packed (MessagePack, encoded once per config load):
--- one argument instead of twenty to convert.
-local pa = cmsgpack.unpack(ARGV[3])
-local P = {
-  active = pa[1], shadow = pa[2], threshold = pa[3], window_sec = pa[4], cooldown = pa[5],
-  sliding = pa[6], consecutive = pa[7], rate = pa[8], rate_sec = pa[9], min_req = pa[10],
-  slow_ms = pa[11], slow_rate = pa[12], max_probes = pa[13], probe_timeout = pa[14],
-  mult = pa[15], max_cooldown = pa[16], version = pa[17], ttl_ms = pa[18],
-  tracks_slow = pa[19], stall = pa[20],
-}
-local A = 4 -- first operation argument
 
--- The state's schema: sv 1 is this script's (a state without sv, written
--- by an earlier fusebox, reads the same). A state that does not decode, or
--- does not have the shape below (garbage, another type under the key, a
--- version whose fields this script cannot read), is rewritten as a fresh
--- closed breaker and the reply says so: one bad key is that breaker's
--- problem, never an error that would turn the whole store degraded (R-L12).
-local SV = 1
+-- The state's schema: 2 is this script's, fields named in words. Schema 1
+-- (an earlier fusebox, two-letter names) is read by renaming. A state that
+-- does not decode, or does not have the shape below (garbage, another type
+-- under the key, a schema this script cannot read), is rewritten as a
+-- fresh closed breaker and the reply says so: one bad key is that
+-- breaker's problem, never an error that would turn the whole store
+-- degraded (R-L12).
+local SCHEMA = 2
+local SCHEMA1 = {st = "state", gen = "generation", oa = "opened_at", ra = "reopened_at", rc = "reopens",
+  ou = "open_until", fo = "forced", fu = "forced_until", bu = "blocked_until", cons = "consecutive",
+  tc = "tumbling_failures", te = "tumbling_until", fw = "failure_window", rw = "rate_window", ls = "leases",
+  nl = "last_lease", sb = "slow_by", v = "seq", inc = "incarnation", lc = "last_close", ca = "closed_at"}
 -- The incarnation names one life of the key: a key that vanished (expiry,
 -- eviction, FLUSHALL, a failover to a lagging replica) comes back with
 -- another one, and a replica then takes its state whatever sequence its
@@ -59,10 +50,23 @@ local function incarnation()
   local t = redis.call("TIME")
   return t[1] .. "." .. t[2]
 end
+-- state: 0 closed, 1 open, 2 half_open (machine.go's State).
 local function fresh()
-  return {sv = SV, st = 0, gen = 1, reason = "", oa = 0, ra = 0, rc = 0, ou = 0, fo = 0, fu = 0, bu = 0,
-          cons = 0, tc = 0, te = 0, fw = {}, rw = {}, ls = {}, nl = 0, sb = "", v = 0, inc = incarnation()}
+  return {schema = SCHEMA, state = 0, generation = 1, reason = "", opened_at = 0, reopened_at = 0, reopens = 0,
+          open_until = 0, forced = 0, forced_until = 0, blocked_until = 0, consecutive = 0, tumbling_failures = 0,
+          tumbling_until = 0, failure_window = {}, rate_window = {}, leases = {}, last_lease = 0, slow_by = "",
+          seq = 0, incarnation = incarnation()}
 end
+-- upgrade renames a schema-1 state's fields.
+local function upgrade(d)
+  if type(d) ~= "table" or d.schema ~= nil and d.schema ~= 1 then return d end
+  local out = {schema = SCHEMA}
+  for k, v in pairs(d) do
+    if k ~= "sv" then out[SCHEMA1[k] or k] = v end
+  end
+  return out
+end
+-- A window's buckets: bucket number -> {calls, failures, slow}.
 local function buckets_ok(w)
   if type(w) ~= "table" then return false end
   for k, b in pairs(w) do
@@ -71,23 +75,26 @@ local function buckets_ok(w)
   end
   return true
 end
+local NUMBERS = {"state", "generation", "opened_at", "reopened_at", "reopens", "open_until", "forced",
+  "forced_until", "blocked_until", "consecutive", "tumbling_failures", "tumbling_until", "last_lease", "last_close"}
 local function readable(d)
-  if type(d) ~= "table" then return false end
-  for _, f in ipairs({"st", "gen", "oa", "ra", "rc", "ou", "fo", "fu", "bu", "cons", "tc", "te", "nl", "lc"}) do
+  if type(d) ~= "table" or d.schema ~= SCHEMA then return false end
+  for _, f in ipairs(NUMBERS) do
     if d[f] == nil then d[f] = 0 end
     if type(d[f]) ~= "number" then return false end
   end
-  for _, f in ipairs({"reason", "sb"}) do
+  for _, f in ipairs({"reason", "slow_by"}) do
     if d[f] == nil then d[f] = "" end
     if type(d[f]) ~= "string" then return false end
   end
-  for _, f in ipairs({"fw", "rw", "ls"}) do
+  for _, f in ipairs({"failure_window", "rate_window", "leases"}) do
     if d[f] == nil then d[f] = {} end
   end
-  if d.v ~= nil and type(d.v) ~= "number" then return false end
-  if d.inc ~= nil and type(d.inc) ~= "string" then return false end
-  if d.st < 0 or d.st > 2 or d.gen < 1 or not buckets_ok(d.fw) or not buckets_ok(d.rw) then return false end
-  for _, exp in pairs(d.ls) do if type(exp) ~= "number" then return false end end
+  if d.seq ~= nil and type(d.seq) ~= "number" then return false end
+  if d.incarnation ~= nil and type(d.incarnation) ~= "string" then return false end
+  if d.state < 0 or d.state > 2 or d.generation < 1 or not buckets_ok(d.failure_window)
+    or not buckets_ok(d.rate_window) then return false end
+  for _, exp in pairs(d.leases) do if type(exp) ~= "number" then return false end end
   return true
 end
 local rewritten = 0
@@ -102,31 +109,32 @@ if type(raw) == "table" and raw.err then
   s = fresh(); rewritten = 1; created = true
 elseif raw then
   local ok, d = pcall(cmsgpack.unpack, raw) -- MessagePack: cheaper than JSON in Redis's Lua
+  if ok then d = upgrade(d) end
   if ok and readable(d) then s = d else s = fresh(); rewritten = 1; created = true end
 else
   s = fresh(); created = true
 end
 local made = created -- a fresh state (no key, or one rewritten)
-if s.inc == nil then
+if s.incarnation == nil then
   -- Written by an earlier fusebox: it gets its incarnation now.
-  s.inc = incarnation(); created = true
+  s.incarnation = incarnation(); created = true
 end
 if made and op == "rec" then
   -- The outcome being recorded was admitted under the generation the
   -- caller's view held; a state made now takes it, so that it counts
   -- (after a key vanished, the first failure must open it again).
-  local g = tonumber(ARGV[A + 4])
-  if g and g >= 1 then s.gen = g end
+  local g = A.gen
+  if g and g >= 1 then s.generation = g end
 end
 local events = {}
 -- The decision state's signature: when a call changes it, the view
 -- sequence (v) grows and the caller publishes the snapshot to the other
 -- replicas (R-ST2).
 local function sig()
-  return table.concat({s.st, s.gen, s.fo, s.fu, s.ou, s.bu, s.reason}, "|")
+  return table.concat({s.state, s.generation, s.forced, s.forced_until, s.open_until, s.blocked_until, s.reason}, "|")
 end
 local before = sig()
-s.v = s.v or 0
+s.seq = s.seq or 0
 
 -- Sliding windows: buckets of `width` seconds, at most 120 of them, keyed by
 -- bucket number (as in machine.go's sliding). Each window is pruned once
@@ -162,96 +170,97 @@ end
 
 local function failures()
   if P.sliding then
-    local _, f = win_totals(s.fw, P.window_sec)
+    local _, f = win_totals(s.failure_window, P.window_sec)
     return f
   end
-  if s.te ~= 0 and now >= s.te then s.tc = 0; s.te = 0 end
-  return s.tc
+  if s.tumbling_until ~= 0 and now >= s.tumbling_until then s.tumbling_failures = 0; s.tumbling_until = 0 end
+  return s.tumbling_failures
 end
 
 local function lease_count()
   local n = 0
-  for _, _ in pairs(s.ls) do n = n + 1 end
+  for _, _ in pairs(s.leases) do n = n + 1 end
   return n
 end
 
 local function emit(from, reason)
-  local c, f = win_totals(s.rw, P.rate_sec)
+  local c, f = win_totals(s.rate_window, P.rate_window_sec)
   local ou = 0
-  if s.st == 1 then ou = s.ou end
-  table.insert(events, {from = from, to = s.st, reason = reason, failures = failures(), ou = ou,
-    forever = (s.fo == 1 and s.fu == 0) and 1 or 0, oa = s.oa, rc = s.rc, calls = c, fails = f, gen = s.gen})
+  if s.state == 1 then ou = s.open_until end
+  table.insert(events, {from = from, to = s.state, reason = reason, failures = failures(), open_until = ou,
+    forever = (s.forced == 1 and s.forced_until == 0) and 1 or 0, opened_at = s.opened_at, reopens = s.reopens,
+    window_calls = c, window_failures = f, gen = s.generation})
 end
 
 local function cooldown_for(k)
-  local cd = P.cooldown
-  if P.mult > 1 then
+  local cd = P.cooldown_ms
+  if P.backoff_multiplier > 1 then
     local i = 1
-    while i < k and cd < P.max_cooldown do cd = cd * P.mult; i = i + 1 end
-    if cd > P.max_cooldown then cd = P.max_cooldown end
+    while i < k and cd < P.max_cooldown_ms do cd = cd * P.backoff_multiplier; i = i + 1 end
+    if cd > P.max_cooldown_ms then cd = P.max_cooldown_ms end
   end
   return math.floor(cd)
 end
 
 local function open(reason)
-  local from = s.st
-  s.st = 1; s.reason = reason; s.oa = now; s.ra = 0; s.rc = 0; s.ca = 0
-  s.ou = now + cooldown_for(1)
-  s.gen = s.gen + 1
+  local from = s.state
+  s.state = 1; s.reason = reason; s.opened_at = now; s.reopened_at = 0; s.reopens = 0; s.closed_at = 0
+  s.open_until = now + cooldown_for(1)
+  s.generation = s.generation + 1
   emit(from, reason)
 end
 
 local function reopen(reason)
-  local from = s.st
-  s.st = 1; s.reason = reason; s.ra = now; s.rc = s.rc + 1
-  s.ou = now + cooldown_for(s.rc + 1)
-  s.ls = {}
-  s.gen = s.gen + 1
+  local from = s.state
+  s.state = 1; s.reason = reason; s.reopened_at = now; s.reopens = s.reopens + 1
+  s.open_until = now + cooldown_for(s.reopens + 1)
+  s.leases = {}
+  s.generation = s.generation + 1
   emit(from, reason)
 end
 
 local function close(reason)
-  local from = s.st
-  s.st = 0; s.reason = ""; s.oa = 0; s.ra = 0; s.rc = 0; s.ou = 0
+  local from = s.state
+  s.state = 0; s.reason = ""; s.opened_at = 0; s.reopened_at = 0; s.reopens = 0; s.open_until = 0
   -- The close a recovery ramp is measured from (R-D8): the store holds it,
   -- so every replica ramps from the same time.
-  s.ca = 0
-  if from == 2 and reason == "probe_success" then s.ca = now end
+  s.closed_at = 0
+  if from == 2 and reason == "probe_success" then s.closed_at = now end
   -- lc: the last close of any kind; a write-back never reopens over it
   -- with an older open (merge).
-  s.lc = now
-  s.cons = 0; s.tc = 0; s.te = 0; s.fw = {}; s.rw = {}; s.ls = {}
+  s.last_close = now
+  s.consecutive = 0; s.tumbling_failures = 0; s.tumbling_until = 0; s.failure_window = {}; s.rate_window = {}; s.leases = {}
   if from ~= 0 then
-    s.gen = s.gen + 1
+    s.generation = s.generation + 1
     emit(from, reason)
   end
 end
 
 local function advance()
-  if s.fo == 1 then
-    if s.fu ~= 0 and now >= s.fu then
-      s.fo = 0; s.fu = 0
+  if s.forced == 1 then
+    if s.forced_until ~= 0 and now >= s.forced_until then
+      s.forced = 0; s.forced_until = 0
       close("force_expired")
     end
-  elseif s.st == 1 and now >= s.ou then
-    s.st = 2; s.ls = {}; s.gen = s.gen + 1
+  elseif s.state == 1 and now >= s.open_until then
+    s.state = 2; s.leases = {}; s.generation = s.generation + 1
     emit(1, "cooldown_elapsed")
   end
-  for id, exp in pairs(s.ls) do
-    if exp <= now then s.ls[id] = nil end
+  for id, exp in pairs(s.leases) do
+    if exp <= now then s.leases[id] = nil end
   end
-  if s.bu ~= 0 and now >= s.bu then s.bu = 0 end
+  if s.blocked_until ~= 0 and now >= s.blocked_until then s.blocked_until = 0 end
 end
 
 local function check_rates()
-  if s.st ~= 0 or (P.rate <= 0 and not P.tracks_slow) then return end
-  local c, f, sl = win_totals(s.rw, P.rate_sec)
-  if c < P.min_req then return end
-  if P.rate > 0 and f * 100 >= P.rate * c then
+  if s.state ~= 0 or (P.failure_rate_percent <= 0 and not P.tracks_slow) then return end
+  local c, f, sl = win_totals(s.rate_window, P.rate_window_sec)
+  if c < P.minimum_requests then return end
+  if P.failure_rate_percent > 0 and f * 100 >= P.failure_rate_percent * c then
     open("failure_rate")
-  elseif P.tracks_slow and sl > 0 and sl * 100 >= P.slow_rate * c then
+  elseif P.tracks_slow and sl > 0 and sl * 100 >= P.slow_call_rate_percent * c then
     local r = "slow_call_rate"
-    if s.sb == "stall" then r = "slow_call_rate:stall" elseif s.sb == "baseline" then r = "slow_call_rate:baseline" end
+    if s.slow_by == "stall" then r = "slow_call_rate:stall" elseif s.slow_by == "baseline" then r = "slow_call_rate:baseline" end
     open(r)
   end
 end
@@ -259,84 +268,87 @@ end
 -- verdict: 0 healthy, else the recovery time (math.huge = never).
 local function recovery_at()
   local rec = 0
-  if s.fo == 1 then
-    if s.fu ~= 0 then rec = s.fu else rec = -1 end
-  elseif s.st == 1 then
-    rec = s.ou
-  elseif s.st == 2 and P.max_probes > 0 and lease_count() >= P.max_probes then
+  if s.forced == 1 then
+    if s.forced_until ~= 0 then rec = s.forced_until else rec = -1 end
+  elseif s.state == 1 then
+    rec = s.open_until
+  elseif s.state == 2 and P.half_open_max_probes > 0 and lease_count() >= P.half_open_max_probes then
     local e = 0
-    for _, exp in pairs(s.ls) do if e == 0 or exp < e then e = exp end end
+    for _, exp in pairs(s.leases) do if e == 0 or exp < e then e = exp end end
     rec = e
   end
-  if rec ~= -1 and s.bu > now and s.bu > rec then rec = s.bu end
+  if rec ~= -1 and s.blocked_until > now and s.blocked_until > rec then rec = s.blocked_until end
   return rec
 end
 
 local res = {ok = 1, lease = 0, stale = 0}
 
 if op == "rec" then
-  -- A: class (0 neither, 1 success, 2 failure), reason, slow, open_now,
-  --    admission gen, lease, retry-after deadline (0 = none), route scope
-  --    (1: Retry-After may block), status, block on Retry-After, max retry-after s
-  local class = tonumber(ARGV[A]); local reason = ARGV[A + 1]; local slow = ARGV[A + 2] == "1"
-  local open_now = ARGV[A + 3] == "1"; local agen = tonumber(ARGV[A + 4]); local lease = ARGV[A + 5]
-  local ra = tonumber(ARGV[A + 6]); local route_scope = ARGV[A + 7] == "1"; local status = tonumber(ARGV[A + 8])
-  local block = ARGV[A + 9] == "1"; local max_ra = tonumber(ARGV[A + 10])
-  local slow_by = ARGV[A + 11]; local counted = ARGV[A + 12] == "1"
-  if lease ~= "0" then s.ls[lease] = nil end
+  -- A: class (0 neither, 1 success, 2 failure), reason, slow, slow_by,
+  --    open_now, counted (a stall already counted the call), gen (the
+  --    admission's), lease (0 none), retry_after (a deadline in ms, 0
+  --    none), route_scope (a Retry-After may block), status,
+  --    block_retry_after, max_retry_after_sec
+  local class = A.class; local reason = A.reason; local slow = A.slow
+  local open_now = A.open_now; local agen = A.gen; local lease = tostring(A.lease)
+  local ra = A.retry_after; local route_scope = A.route_scope; local status = A.status
+  local block = A.block_retry_after; local max_ra = A.max_retry_after_sec
+  local slow_by = A.slow_by; local counted = A.counted
+  if lease ~= "0" then s.leases[lease] = nil end
   advance()
   if route_scope and ra ~= 0 and block and (status == 429 or status == 503) then
     local limit = now + max_ra * 1000
     if ra > limit then ra = limit end
-    if ra > s.bu and ra > now then s.bu = ra end
+    if ra > s.blocked_until and ra > now then s.blocked_until = ra end
   end
-  if agen ~= s.gen then
+  if agen ~= s.generation then
     res.stale = 1
-  elseif s.st == 0 then
+  elseif s.state == 0 then
     if class ~= 0 then
       local failed = class == 2
       if counted then
-        win_add(s.rw, P.rate_sec, 0, failed and 1 or 0, 0)
+        win_add(s.rate_window, P.rate_window_sec, 0, failed and 1 or 0, 0)
       else
-        win_add(s.rw, P.rate_sec, 1, failed and 1 or 0, slow and 1 or 0)
+        win_add(s.rate_window, P.rate_window_sec, 1, failed and 1 or 0, slow and 1 or 0)
       end
-      if slow then s.sb = slow_by end
+      if slow then s.slow_by = slow_by end
       if not failed then
-        s.cons = 0
+        s.consecutive = 0
         check_rates()
       else
-        s.cons = s.cons + 1
+        s.consecutive = s.consecutive + 1
         local count
         if P.sliding then
-          win_add(s.fw, P.window_sec, 0, 1, 0)
-          local _, f = win_totals(s.fw, P.window_sec)
+          win_add(s.failure_window, P.window_sec, 0, 1, 0)
+          local _, f = win_totals(s.failure_window, P.window_sec)
           count = f
         else
-          if s.te ~= 0 and now >= s.te then s.tc = 0; s.te = 0 end
-          if s.tc == 0 then s.te = now + 2 * P.window_sec * 1000 end
-          s.tc = s.tc + 1
-          count = s.tc
+          if s.tumbling_until ~= 0 and now >= s.tumbling_until then s.tumbling_failures = 0; s.tumbling_until = 0 end
+          if s.tumbling_failures == 0 then s.tumbling_until = now + 2 * P.window_sec * 1000 end
+          s.tumbling_failures = s.tumbling_failures + 1
+          count = s.tumbling_failures
         end
-        if open_now or count >= P.threshold or (P.consecutive > 0 and s.cons >= P.consecutive) then
+        if open_now or count >= P.failure_threshold or (P.consecutive_failures > 0 and s.consecutive >= P.consecutive_failures) then
           open(reason)
         else
           check_rates()
         end
       end
     end
-  elseif s.st == 2 then
+  elseif s.state == 2 then
     if class == 1 then close("probe_success") elseif class == 2 then reopen(reason) end
   end
 elseif op == "acq" then
-  local force = ARGV[A] == "1"
+  -- A: force (try_all or the floor sends it anyway)
+  local force = A.force
   advance()
   if P.shadow or not P.active then
     -- admitted, no slot
-  elseif s.st == 2 and s.fo == 0 and P.max_probes > 0 and s.bu <= now then
-    if lease_count() < P.max_probes then
-      s.nl = s.nl + 1
-      s.ls[tostring(s.nl)] = now + P.probe_timeout
-      res.lease = s.nl
+  elseif s.state == 2 and s.forced == 0 and P.half_open_max_probes > 0 and s.blocked_until <= now then
+    if lease_count() < P.half_open_max_probes then
+      s.last_lease = s.last_lease + 1
+      s.leases[tostring(s.last_lease)] = now + P.probe_timeout_ms
+      res.lease = s.last_lease
     elseif not force then
       res.ok = 0
     end
@@ -345,13 +357,14 @@ elseif op == "acq" then
   end
 elseif op == "stl" then
   advance()
-  if P.active and s.st == 0 and P.stall > 0 then
-    win_add(s.rw, P.rate_sec, 1, 0, 1)
-    s.sb = "stall"
+  if P.active and s.state == 0 and P.stall_ms > 0 then
+    win_add(s.rate_window, P.rate_window_sec, 1, 0, 1)
+    s.slow_by = "stall"
     check_rates()
   end
 elseif op == "rel" then
-  s.ls[ARGV[A]] = nil
+  -- A: lease
+  s.leases[tostring(A.lease)] = nil
 elseif op == "adv" or op == "snap" then
   -- snap is the periodic refresh: it writes only when a due transition
   -- changes something.
@@ -362,54 +375,54 @@ elseif op == "merge" then
   -- an older state: healBehind). The later of two opens wins, and an open
   -- older than Redis's last close (an operator's, a probe's) is not put
   -- back over it.
-  -- A: forced, forced until, opened at, open until, reopens, reason, blocked until
-  local lfo = ARGV[A] == "1"; local lfu = tonumber(ARGV[A + 1]); local loa = tonumber(ARGV[A + 2])
-  local lou = tonumber(ARGV[A + 3]); local lrc = tonumber(ARGV[A + 4]); local lreason = ARGV[A + 5]
-  local lbu = tonumber(ARGV[A + 6])
+  -- A: the replica's state: forced, forced_until, opened_at, open_until,
+  --    reopens, reason, blocked_until
+  local lfo = A.forced; local lfu = A.forced_until; local loa = A.opened_at
+  local lou = A.open_until; local lrc = A.reopens; local lreason = A.reason
+  local lbu = A.blocked_until
   advance()
-  if lbu > s.bu and lbu > now then s.bu = lbu end
+  if lbu > s.blocked_until and lbu > now then s.blocked_until = lbu end
   local live = lfo and (lfu == 0 or lfu > now) or (not lfo and lou > now)
-  if live and (s.st ~= 1 or loa > s.oa) and s.fo == 0 and loa > s.lc then
-    local from = s.st
-    s.st = 1; s.reason = lreason; s.oa = loa; s.ra = 0; s.rc = lrc; s.ou = lou
-    if lfo then s.fo = 1; s.fu = lfu; s.ou = lfu end
-    s.ls = {}
-    s.gen = s.gen + 1
+  if live and (s.state ~= 1 or loa > s.opened_at) and s.forced == 0 and loa > s.last_close then
+    local from = s.state
+    s.state = 1; s.reason = lreason; s.opened_at = loa; s.reopened_at = 0; s.reopens = lrc; s.open_until = lou
+    if lfo then s.forced = 1; s.forced_until = lfu; s.open_until = lfu end
+    s.leases = {}
+    s.generation = s.generation + 1
     if from ~= 1 then emit(from, lreason) end
   end
 elseif op == "fo" then
-  local d = tonumber(ARGV[A])
-  local from = s.st
-  s.fo = 1; s.fu = 0
-  if d > 0 then s.fu = now + d end
-  s.st = 1; s.reason = "forced"
-  if from == 0 then s.oa = now; s.ra = 0; s.rc = 0 end
-  s.ou = s.fu
-  s.ls = {}
-  s.gen = s.gen + 1
+  -- A: duration_ms (0 = until closed)
+  local d = A.duration_ms
+  local from = s.state
+  s.forced = 1; s.forced_until = 0
+  if d > 0 then s.forced_until = now + d end
+  s.state = 1; s.reason = "forced"
+  if from == 0 then s.opened_at = now; s.reopened_at = 0; s.reopens = 0 end
+  s.open_until = s.forced_until
+  s.leases = {}
+  s.generation = s.generation + 1
   if from ~= 1 then emit(from, "forced") end
 elseif op == "fc" or op == "rst" then
-  s.fo = 0; s.fu = 0
-  if op == "rst" then s.bu = 0 end
-  local from = s.st
+  s.forced = 0; s.forced_until = 0
+  if op == "rst" then s.blocked_until = 0 end
+  local from = s.state
   close(op == "rst" and "reset" or "force_close")
-  if from == 0 then s.gen = s.gen + 1 end
+  if from == 0 then s.generation = s.generation + 1 end
 end
 
 local changed = 0
 if sig() ~= before then
-  s.v = s.v + 1
+  s.seq = s.seq + 1
   changed = 1
 end
 if op ~= "snap" or changed == 1 or created then
   redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
 end
 
-local c, f, sl = win_totals(s.rw, P.rate_sec)
+local c, f, sl = win_totals(s.rate_window, P.rate_window_sec)
 local earliest = 0
-for _, exp in pairs(s.ls) do if earliest == 0 or exp < earliest then earliest = exp end end
--- A flat reply (no JSON to build or parse); the order is store.go's
--- reply fields. Events follow, eleven values each.
+for _, exp in pairs(s.leases) do if earliest == 0 or exp < earliest then earliest = exp end end
 -- The reply is flat (no JSON to build or parse): REPLY's fields in that
 -- order, then EVENT's for each transition. script.go reads them by the
 -- same names (replyNames, eventNames); TestReplyProtocolNames holds the
@@ -420,17 +433,14 @@ local REPLY = {"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "r
   "closed_at"}
 local EVENT = {"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
   "window_calls", "window_failures", "gen"}
-local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.st, gen = s.gen, reason = s.reason,
-  opened_at = s.oa, reopened_at = s.ra, reopens = s.rc, open_until = s.ou, forced = s.fo, forced_until = s.fu,
-  blocked_until = s.bu, consecutive = s.cons, failures = failures(), window_calls = c, window_failures = f,
-  window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.v, changed = changed,
-  rewritten = rewritten, incarnation = s.inc, closed_at = s.ca or 0}
+local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.state, gen = s.generation, reason = s.reason,
+  opened_at = s.opened_at, reopened_at = s.reopened_at, reopens = s.reopens, open_until = s.open_until, forced = s.forced, forced_until = s.forced_until,
+  blocked_until = s.blocked_until, consecutive = s.consecutive, failures = failures(), window_calls = c, window_failures = f,
+  window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.seq, changed = changed,
+  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0}
 local out = {}
 for _, k in ipairs(REPLY) do table.insert(out, reply[k]) end
 for _, e in ipairs(events) do
-  local ev = {from = e.from, to = e.to, reason = e.reason, failures = e.failures, open_until = e.ou,
-    forever = e.forever, opened_at = e.oa, reopens = e.rc, window_calls = e.calls, window_failures = e.fails,
-    gen = e.gen}
-  for _, k in ipairs(EVENT) do table.insert(out, ev[k]) end
+  for _, k in ipairs(EVENT) do table.insert(out, e[k]) end
 end
 return out

@@ -50,14 +50,17 @@ func newChangeLog(prefix string) *changeLog {
 const maxChangeLog = 1 << 16
 
 // noteChanges adds keys to the log in one step and returns the counter.
+// A (named arguments, R-ST16): epoch (a fresh one, taken when the log has
+// none), keys.
 var noteChanges = redis.NewScript(`
 local max = ` + strconv.Itoa(maxChangeLog) + `
-if redis.call('HSETNX', KEYS[1], 'epoch', ARGV[1]) == 1 then
+local A = cmsgpack.unpack(ARGV[1])
+if redis.call('HSETNX', KEYS[1], 'epoch', A.epoch) == 1 then
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[1], 'floor', 0)
 end
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
-for i = 2, #ARGV do redis.call('ZADD', KEYS[2], v, ARGV[i]) end
+for _, k in ipairs(A.keys) do redis.call('ZADD', KEYS[2], v, k) end
 local n = redis.call('ZCARD', KEYS[2])
 if n > max then
   local cut = redis.call('ZRANGE', KEYS[2], n - max - 1, n - max - 1, 'WITHSCORES')
@@ -99,13 +102,9 @@ func (s *Store) flushChanges(ctx context.Context) {
 		}
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		args := make([]any, 0, len(keys)+1)
-		args = append(args, hex.EncodeToString(b[:]))
-		for _, k := range keys {
-			args = append(args, k)
-		}
+		a := msgpackMap(args{{"epoch", hex.EncodeToString(b[:])}, {"keys", keys}})
 		cctx, cancel := context.WithTimeout(ctx, s.timeout)
-		err := noteChanges.Run(cctx, s.rdb, []string{s.changes.meta, s.changes.log}, args...).Err()
+		err := noteChanges.Run(cctx, s.rdb, []string{s.changes.meta, s.changes.log}, string(a)).Err()
 		cancel()
 		if err != nil {
 			for _, k := range keys {

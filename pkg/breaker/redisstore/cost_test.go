@@ -82,7 +82,7 @@ func TestForcedAdmissionsMakeNoCall(t *testing.T) {
 	clk := breaker.NewFakeClock(time.Now())
 	ctx := context.Background()
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1; p.HalfOpenMaxProbes = 1 })
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "force:", OpTimeout: time.Second, Clock: clk})
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "force:", OpTimeout: time.Second, Clock: clk})
 	keys, _, _ := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
 	k := keys[0]
 	adm, _, _ := st.Acquire(ctx, k, clk.Now().UnixNano(), false)
@@ -154,7 +154,7 @@ func manyBreakers(t testing.TB, dial dialer, prefix string, n int, mod func(*red
 	client := dial(t)
 	cc := countCommands(client)
 	clk := breaker.NewFakeClock(time.Now())
-	o := redisstore.Options{Client: client, KeyPrefix: prefix, OpTimeout: time.Second, Clock: clk, AsyncRecord: true}
+	o := redisstore.Options{TestClock: true, Client: client, KeyPrefix: prefix, OpTimeout: time.Second, Clock: clk, AsyncRecord: true}
 	if mod != nil {
 		mod(&o)
 	}

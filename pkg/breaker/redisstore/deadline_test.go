@@ -20,7 +20,7 @@ func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 	srv := redistest.Start(t)
 	client := storeClient(t, srv)
 	clk := breaker.NewFakeClock(time.Now())
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "stall:", OpTimeout: 50 * time.Millisecond, Clock: clk})
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "stall:", OpTimeout: 50 * time.Millisecond, Clock: clk})
 	ctx := context.Background()
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 })
 	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})

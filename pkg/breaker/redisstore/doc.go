@@ -9,8 +9,10 @@
 // tag; every call has a deadline (op_timeout_ms); scripts are loaded once
 // and called by SHA (go-redis reloads them on NOSCRIPT).
 //
-// Time: the scripts take the caller's clock, in unix milliseconds (Lua
-// numbers are doubles; milliseconds stay exact, nanoseconds would not). So
-// tests drive them with a fake clock, and replicas must keep their clocks
-// in sync (NTP), as they must for Retry-After dates anyway.
+// Time: the scripts run on Redis's own clock (TIME), less each call's
+// event age, in unix milliseconds (Lua numbers are doubles; milliseconds
+// stay exact, nanoseconds would not). Tests with a fake clock set
+// Options.TestClock, and the scripts take the caller's time instead. The
+// scripts' arguments are named (MessagePack maps), and the state's fields
+// are words (docs/replicas.md, "The protocol").
 package redisstore

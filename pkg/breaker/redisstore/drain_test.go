@@ -19,7 +19,7 @@ func TestQueuedRecordsDrainedAtStop(t *testing.T) {
 	clk := breaker.NewFakeClock(time.Now())
 	ctx := context.Background()
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1000 })
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "drain:", OpTimeout: 2 * time.Second, Clock: clk,
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "drain:", OpTimeout: 2 * time.Second, Clock: clk,
 		AsyncRecord: true, RefreshInterval: time.Hour})
 	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
 	if err != nil {
@@ -38,7 +38,7 @@ func TestQueuedRecordsDrainedAtStop(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	check := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "drain:", OpTimeout: time.Second, Clock: clk})
+	check := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "drain:", OpTimeout: time.Second, Clock: clk})
 	ck, _, _ := check.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
 	s, err := check.Status(ctx, ck[0], clk.Now().UnixNano())
 	if err != nil {

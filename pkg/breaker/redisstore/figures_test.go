@@ -42,7 +42,7 @@ func TestFaultFigures(t *testing.T) {
 		}
 		clk := breaker.NewFakeClock(time.Now())
 		p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1; p.CooldownMs = 1000; p.HalfOpenMaxProbes = 0 })
-		st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "fig:", OpTimeout: 50 * time.Millisecond, Clock: clk, AsyncRecord: true})
+		st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "fig:", OpTimeout: 50 * time.Millisecond, Clock: clk, AsyncRecord: true})
 		ctx, cancel := context.WithCancel(context.Background())
 		half := breaker.RouteID("gw", "half:r:m")
 		keys, _, _ := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}, {ID: half, Policy: p}})

@@ -167,7 +167,7 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 	for i, j := range jobs {
 		// Without emitMu during the call: a decision's probe call must not
 		// wait behind the write-back.
-		r, err := s.call(ctx, e, j.op, j.now, j.args...)
+		r, err := s.call(ctx, e, j.op, j.now, j.args)
 		e.emitMu.Lock()
 		_, err = s.settle(e, j.op, now, r, err, answer{kind: answerResync})
 		e.emitMu.Unlock()

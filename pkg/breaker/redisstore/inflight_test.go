@@ -158,7 +158,7 @@ func TestShutdownPublishesWhatItDrains(t *testing.T) {
 		o.ReplicaID, o.RefreshInterval = "other", time.Hour // only the feed can tell it
 	})[0]
 	subscribed(t, srv.Client(t), "drainpub:feed", 1)
-	st := redisstore.New(redisstore.Options{Client: slow, KeyPrefix: "drainpub:", OpTimeout: time.Second, AsyncRecord: true, Clock: clk,
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: slow, KeyPrefix: "drainpub:", OpTimeout: time.Second, AsyncRecord: true, Clock: clk,
 		RefreshInterval: time.Hour, ReplicaID: "stopping"})
 	ctx := context.Background()
 	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})

@@ -20,15 +20,18 @@ import (
 // documents when the fleet has a key: a note names a route and its
 // admission, and a forged one must not steer an outcome.
 
+// A (named arguments, R-ST16): prev (absent: the note must not exist),
+// next (absent: delete it), ttl_ms.
 var swapNote = redis.NewScript(`
+local A = cmsgpack.unpack(ARGV[1])
 local cur = redis.call('GET', KEYS[1])
 local match
-if ARGV[1] == '0' then match = (cur == false) else match = (cur == ARGV[2]) end
+if A.prev == nil then match = (cur == false) else match = (cur == A.prev) end
 if not match then
   if cur == false then return {0} end
   return {0, cur}
 end
-if ARGV[3] == '0' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5]) end
+if A.next == nil then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], A.next, 'PX', A.ttl_ms) end
 return {1}
 `)
 
@@ -74,14 +77,14 @@ func (s *Store) SwapNote(ctx context.Context, name string, prev, next []byte, tt
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	args := []any{"0", "", "0", "", ttl.Milliseconds()}
+	a := args{{"ttl_ms", ttl.Milliseconds()}}
 	if prev != nil {
-		args[0], args[1] = "1", s.sign.sealNote(name, prev)
+		a = append(a, arg{"prev", s.sign.sealNote(name, prev)})
 	}
 	if next != nil {
-		args[2], args[3] = "1", s.sign.sealNote(name, next)
+		a = append(a, arg{"next", s.sign.sealNote(name, next)})
 	}
-	vals, err := swapNote.Run(ctx, s.rdb, []string{s.prefix + "note:" + name}, args...).Slice()
+	vals, err := swapNote.Run(ctx, s.rdb, []string{s.prefix + "note:" + name}, string(msgpackMap(a))).Slice()
 	if err != nil {
 		s.count("note")
 		return nil, false, fmt.Errorf("%w: %v", ErrNoteUnreachable, err)

@@ -27,7 +27,7 @@ func TestNoteSwapReportsAnUnreachableRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { client.Close() })
-		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: "notes:", OpTimeout: 50 * time.Millisecond,
+		return redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "notes:", OpTimeout: 50 * time.Millisecond,
 			Clock: breaker.NewFakeClock(time.Now()), HMACKey: []byte("the fleet key")})
 	}
 	a, b := open(), open()

@@ -15,7 +15,7 @@ import (
 // managerCached is managerOn with a local overlay cache file (R-ST15).
 func managerCached(t *testing.T, srv *redistest.Server, cache string) *routes.Manager {
 	t.Helper()
-	st := redisstore.New(redisstore.Options{Client: srv.Client(t), KeyPrefix: "cas:", OpTimeout: time.Second, Clock: breaker.NewFakeClock(time.Now())})
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: srv.Client(t), KeyPrefix: "cas:", OpTimeout: time.Second, Clock: breaker.NewFakeClock(time.Now())})
 	m := &routes.Manager{Store: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}, Cache: cache,
 		OnCacheError: func(err error) { t.Errorf("overlay cache: %v", err) }}, SharedStore: true}
 	rt, err := m.Open(context.Background(), []byte(casConfig))

@@ -112,18 +112,21 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 // saveIf is the compare-and-set: the field is written only when its
 // revision is still the one expected (any, for -1), and its revision grows
 // by one.
-// The first write into an empty hash names its lineage (ARGV[4], a fresh
+// The first write into an empty hash names its lineage (epoch, a fresh
 // random number; routes.EpochField).
+//
+// The overlay scripts take named arguments (R-ST16, overlayArgs): field
+// (the gateway), rev (expected, or the one to restore), value, epoch.
 var saveIf = redis.NewScript(`
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local A = cmsgpack.unpack(ARGV[1])
+local cur = redis.call('HGET', KEYS[1], A.field)
 local rev = 0
 if cur then rev = tonumber(string.match(cur, '^fbxr:(%d+):')) or 0 end
-local expect = tonumber(ARGV[2])
-if expect >= 0 and rev ~= expect then return {0, rev} end
+if A.rev >= 0 and rev ~= A.rev then return {0, rev} end
 rev = rev + 1
-redis.call('HSETNX', KEYS[1], '~epoch', ARGV[4])
-redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. rev .. ':' .. ARGV[3])
-return {1, rev, tonumber(redis.call('HGET', KEYS[1], '~epoch'))}
+redis.call('HSETNX', KEYS[1], '~epoch', A.epoch)
+redis.call('HSET', KEYS[1], A.field, 'fbxr:' .. rev .. ':' .. A.value)
+return {1, rev, redis.call('HGET', KEYS[1], '~epoch')}
 `)
 
 // Save stores gateway id's overlay document (nil removes it) whatever its
@@ -159,41 +162,59 @@ func (o *Overlays) save(ctx context.Context, id string, doc []byte, expect int64
 }
 
 func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string) (int64, int64, error) {
-	res, err := saveIf.Run(ctx, o.Store.rdb, []string{o.hash()}, id, expect, val, newEpoch()).Int64Slice()
+	// The epoch comes back as the stored string: as a Lua number (a
+	// double) a 63-bit epoch was rounded, and differed from what a load
+	// reads (TestSaveEpochIsTheStoredOne).
+	res, err := saveIf.Run(ctx, o.Store.rdb, []string{o.hash()}, overlayArgs(id, expect, val)).Slice()
 	if err != nil {
 		o.Store.count("overlay_save")
 		return 0, 0, fmt.Errorf("redis overlays: %w", err)
 	}
+	if len(res) < 2 {
+		return 0, 0, fmt.Errorf("redis overlays: a reply of %d values", len(res))
+	}
+	ok, _ := res[0].(int64)
+	rev, _ := res[1].(int64)
 	switch {
-	case len(res) == 2 && res[0] == 0:
-		return res[1], 0, routes.ErrConflict
-	case len(res) == 3 && res[0] == 1:
-		return res[1], res[2], nil
+	case len(res) == 2 && ok == 0:
+		return rev, 0, routes.ErrConflict
+	case len(res) == 3 && ok == 1:
+		epoch, err := strconv.ParseInt(asString(res[2]), 10, 64)
+		if err == nil {
+			return rev, epoch, nil
+		}
 	}
 	return 0, 0, fmt.Errorf("redis overlays: a reply of %d values", len(res))
 }
 
-// restoreAt writes the field at revision ARGV[2] only when its stored
+// restoreAt writes the field at revision rev only when its stored
 // revision is lower (routes.RevisionedBackend.Restore).
 var restoreAt = redis.NewScript(`
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local A = cmsgpack.unpack(ARGV[1])
+local cur = redis.call('HGET', KEYS[1], A.field)
 local rev = 0
 if cur then rev = tonumber(string.match(cur, '^fbxr:(%d+):')) or 0 end
-local want = tonumber(ARGV[2])
-if rev >= want then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. want .. ':' .. ARGV[3])
+if rev >= A.rev then return 0 end
+redis.call('HSET', KEYS[1], A.field, 'fbxr:' .. A.rev .. ':' .. A.value)
 return 1
 `)
 
-// restoreIfAbsent writes the field at revision ARGV[2] only when the hash
-// has no such field (routes.RevisionedBackend.RestoreIfAbsent); into an
-// empty hash it names a lineage, as a first write does.
+// restoreIfAbsent writes the field at revision rev only when the hash has
+// no such field (routes.RevisionedBackend.RestoreIfAbsent); into an empty
+// hash it names a lineage, as a first write does.
 var restoreIfAbsent = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('HSETNX', KEYS[1], '~epoch', ARGV[4])
-redis.call('HSET', KEYS[1], ARGV[1], 'fbxr:' .. ARGV[2] .. ':' .. ARGV[3])
+local A = cmsgpack.unpack(ARGV[1])
+if redis.call('HEXISTS', KEYS[1], A.field) == 1 then return 0 end
+redis.call('HSETNX', KEYS[1], '~epoch', A.epoch)
+redis.call('HSET', KEYS[1], A.field, 'fbxr:' .. A.rev .. ':' .. A.value)
 return 1
 `)
+
+// overlayArgs are the overlay scripts' named arguments.
+func overlayArgs(id string, rev int64, val string) string {
+	// The epoch goes as a string: a Lua number (a double) would round it.
+	return string(msgpackMap(args{{"field", id}, {"rev", rev}, {"value", val}, {"epoch", strconv.FormatInt(newEpoch(), 10)}}))
+}
 
 // newEpoch is a fresh lineage number for an empty hash.
 func newEpoch() int64 {
@@ -223,7 +244,7 @@ func (o *Overlays) restore(ctx context.Context, sc *redis.Script, id string, doc
 	if doc != nil {
 		val = string(o.Store.sign.sealOverlay(o.hash(), id, doc))
 	}
-	n, err := sc.Run(cctx, o.Store.rdb, []string{o.hash()}, id, rev, val, newEpoch()).Int64()
+	n, err := sc.Run(cctx, o.Store.rdb, []string{o.hash()}, overlayArgs(id, rev, val)).Int64()
 	if err != nil {
 		o.Store.count("overlay_save")
 		return false, fmt.Errorf("redis overlays: %w", err)

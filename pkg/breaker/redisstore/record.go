@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -47,7 +46,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 			_ = s.local.Release(ctx, e.lk, ladm)
 		}
 		if adm.Lease != 0 {
-			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: []any{strconv.FormatUint(adm.Lease, 10)}})
+			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: args{{"lease", adm.Lease}}})
 		}
 		return breaker.Recorded{}, nil
 	}
@@ -95,9 +94,12 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 	if r.RetryAfterUnixNano != 0 {
 		ra = r.RetryAfterUnixNano / ms
 	}
-	return recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: []any{class, o.Reason, b01(o.Slow), b01(o.OpenNow), adm.Gen,
-		strconv.FormatUint(adm.Lease, 10), ra, b01(e.id.Scope == breaker.ScopeGateway), r.Status,
-		b01(p.RetryAfter == breaker.RetryAfterBlock), p.MaxRetryAfterSec, o.SlowBy, b01(o.Counted)}}
+	return recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: args{
+		{"class", class}, {"reason", o.Reason}, {"slow", o.Slow}, {"slow_by", o.SlowBy}, {"open_now", o.OpenNow},
+		{"counted", o.Counted}, {"gen", adm.Gen}, {"lease", adm.Lease}, {"retry_after", ra},
+		{"route_scope", e.id.Scope == breaker.ScopeGateway}, {"status", r.Status},
+		{"block_retry_after", p.RetryAfter == breaker.RetryAfterBlock}, {"max_retry_after_sec", p.MaxRetryAfterSec},
+	}}
 }
 
 // runJob runs a queued (or synchronous) record or release; when Redis
@@ -107,7 +109,7 @@ func (s *Store) runJob(ctx context.Context, e *entry, j recJob) (*result, error)
 		s.jobLocal(ctx, e, j)
 		return nil, nil
 	}
-	r, err := s.runAs(ctx, e, j.op, j.now, j.answer(), j.args...)
+	r, err := s.runAs(ctx, e, j.op, j.now, j.answer(), j.args)
 	if err != nil {
 		s.jobLocal(ctx, e, j)
 	}
@@ -134,6 +136,6 @@ func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
 	// Redis did not take it: it goes back before the resync (R-ST14),
 	// with no lease (a Redis lease expires there).
 	j.adm.Lease = 0
-	j.args[5] = "0"
+	j.args = j.args.with("lease", uint64(0))
 	s.notTaken(e, j)
 }

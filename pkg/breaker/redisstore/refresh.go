@@ -177,7 +177,7 @@ func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error 
 		if !s.remote(e) {
 			return s.degradedErr()
 		}
-		if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
+		if _, err := s.run(ctx, e, "snap", now, nil); err != nil && !keyError(err) {
 			return err
 		}
 		return nil
@@ -199,7 +199,7 @@ func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error 
 		vals, err := cmds[i].Slice()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// Redis restarted and lost the script: this call loads it.
-			if _, err := s.run(ctx, e, "snap", now); err != nil && !keyError(err) {
+			if _, err := s.run(ctx, e, "snap", now, nil); err != nil && !keyError(err) {
 				return err
 			}
 			continue

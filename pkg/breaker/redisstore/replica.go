@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,7 +21,7 @@ type recJob struct {
 	now  int64
 	adm  breaker.Admission
 	res  breaker.Result
-	args []any
+	args args
 	// local: the outcome is already on the local view (own evidence
 	// first), so a failed call must not record it there again.
 	local bool
@@ -298,8 +297,8 @@ func (s *Store) publish(e *entry, r *result, now int64) {
 
 func pbSnapshot(r *result) *replicav1.Snapshot {
 	return &replicav1.Snapshot{
-		Seq: r.V, State: replicav1.State(r.St), Generation: r.Gen, Reason: r.Reason, OpenedAtMs: r.OA, ReopenedAtMs: r.RA,
-		Reopens: uint32(r.RC), OpenUntilMs: r.OU, Forced: r.FO == 1, ForcedUntilMs: r.FU, BlockedUntilMs: r.BU,
+		Seq: r.Seq, State: replicav1.State(r.State), Generation: r.Gen, Reason: r.Reason, OpenedAtMs: r.OpenedAt, ReopenedAtMs: r.ReopenedAt,
+		Reopens: uint32(r.Reopens), OpenUntilMs: r.OpenUntil, Forced: r.Forced == 1, ForcedUntilMs: r.ForcedUntil, BlockedUntilMs: r.BlockedUntil,
 		ProbesInFlight: uint32(r.Leases), ProbesUntilMs: r.Earliest,
 	}
 }
@@ -571,9 +570,10 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 	// The call is made without emitMu: a decision's probe call on this
 	// breaker must not wait behind a write-back (the lock orders reports,
 	// not calls).
-	r, err := s.call(ctx, e, "merge", now, b01(snap.Forced && live), strconv.FormatInt(fu, 10),
-		strconv.FormatInt(snap.OpenedAt/ms, 10), strconv.FormatInt(ou, 10), strconv.Itoa(snap.Reopens), snap.Reason,
-		strconv.FormatInt(snap.BlockedUntil/ms, 10))
+	r, err := s.call(ctx, e, "merge", now, args{
+		{"forced", snap.Forced && live}, {"forced_until", fu}, {"opened_at", snap.OpenedAt / ms},
+		{"open_until", ou}, {"reopens", snap.Reopens}, {"reason", snap.Reason}, {"blocked_until", snap.BlockedUntil / ms},
+	})
 	if err != nil {
 		s.count("merge")
 		return err

@@ -64,7 +64,7 @@ func replicasWith(t testing.TB, client redis.UniversalClient, prefix string, clk
 	out := make([]*replica, n)
 	for i := range out {
 		r := &replica{}
-		o := redisstore.Options{
+		o := redisstore.Options{TestClock: true,
 			Client: client, KeyPrefix: prefix, OpTimeout: opTimeout, AsyncRecord: true, Clock: clk,
 			RefreshInterval: 200 * time.Millisecond, ReplicaID: fmt.Sprintf("r%d", i),
 			OnEvent: func(e breaker.Event) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() },
@@ -300,7 +300,7 @@ func TestReplicaStartsWithRedisDown(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	clk := breaker.NewFakeClock(time.Now())
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "down:", Clock: clk})
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "down:", Clock: clk})
 	keys, _, _ := st.Install(context.Background(), clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: replicaPolicy(nil)}})
 	if st.Ready() {
 		t.Fatal("ready before the first snapshot attempt")

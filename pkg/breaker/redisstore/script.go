@@ -17,54 +17,120 @@ var scriptSrc string
 
 var script = redis.NewScript(scriptSrc)
 
-// policyArgs packs the policy as the script's third argument: a
-// MessagePack array in the order breaker.lua reads it, built once per
-// config load.
-func policyArgs(p *breaker.Policy) []any {
+// arg is one named argument of a script call (R-ST16): breaker.lua reads
+// its call as a map, A.<name>.
+type arg struct {
+	name string
+	v    any
+}
+
+// args are a call's named arguments, in the order they are encoded.
+type args []arg
+
+// with returns a copy of a with name set to v.
+func (a args) with(name string, v any) args {
+	out := append(args(nil), a...)
+	for i := range out {
+		if out[i].name == name {
+			out[i].v = v
+			return out
+		}
+	}
+	return append(out, arg{name, v})
+}
+
+// get is the value of name, nil when absent.
+func (a args) get(name string) any {
+	for _, x := range a {
+		if x.name == name {
+			return x.v
+		}
+	}
+	return nil
+}
+
+// policyArgs packs the policy as the script's first argument: a
+// MessagePack map read as P, built once per config load. Only what the
+// script reads: slow calls are judged in Go (Policy.Judge), and the
+// policy's version travels with the outcome, not the state.
+func policyArgs(p *breaker.Policy) string {
 	// A breaker's state outlives its windows and cooldowns; it expires a
 	// day after its last change.
 	ttl := int64(24 * time.Hour / time.Millisecond)
-	vals := []any{
-		p.Active(), p.Mode == breaker.ModeShadow, int64(p.FailureThreshold), int64(p.WindowSec), p.CooldownMs,
-		p.Window == breaker.WindowSliding, int64(p.ConsecutiveFailures), p.FailureRatePercent, int64(p.RateWindowSec),
-		int64(p.MinimumRequests), p.SlowCallMs, p.SlowCallRatePercent, int64(p.HalfOpenMaxProbes), p.ProbeTimeoutMs,
-		p.BackoffMultiplier, p.MaxCooldownMs, p.Version, ttl, p.TracksSlow(), p.StallMs,
-	}
-	return []any{string(msgpackArray(vals))}
+	return string(msgpackMap(args{
+		{"active", p.Active()}, {"shadow", p.Mode == breaker.ModeShadow},
+		{"failure_threshold", p.FailureThreshold}, {"window_sec", p.WindowSec}, {"cooldown_ms", p.CooldownMs},
+		{"sliding", p.Window == breaker.WindowSliding}, {"consecutive_failures", p.ConsecutiveFailures},
+		{"failure_rate_percent", p.FailureRatePercent}, {"rate_window_sec", p.RateWindowSec},
+		{"minimum_requests", p.MinimumRequests},
+		{"slow_call_rate_percent", p.SlowCallRatePercent}, {"half_open_max_probes", p.HalfOpenMaxProbes},
+		{"probe_timeout_ms", p.ProbeTimeoutMs}, {"backoff_multiplier", p.BackoffMultiplier},
+		{"max_cooldown_ms", p.MaxCooldownMs}, {"ttl_ms", ttl},
+		{"tracks_slow", p.TracksSlow()}, {"stall_ms", p.StallMs},
+	}))
 }
 
-// msgpackArray encodes bools, int64s, float64s and short strings: all the
-// policy needs, without a dependency.
-func msgpackArray(vals []any) []byte {
-	b := []byte{0xdc, byte(len(vals) >> 8), byte(len(vals))}
-	for _, v := range vals {
-		switch x := v.(type) {
-		case bool:
-			if x {
-				b = append(b, 0xc3)
-			} else {
-				b = append(b, 0xc2)
-			}
-		case int64:
-			b = append(b, 0xd3)
-			b = binary.BigEndian.AppendUint64(b, uint64(x))
-		case float64:
-			b = append(b, 0xcb)
-			b = binary.BigEndian.AppendUint64(b, math.Float64bits(x))
-		case string:
-			b = append(b, 0xd9, byte(len(x)))
-			b = append(b, x[:min(len(x), 255)]...)
-		}
+// msgpackMap encodes a map of named bools, integers, floats and strings:
+// all the scripts take, without a dependency.
+func msgpackMap(a args) []byte {
+	b := []byte{0xde, byte(len(a) >> 8), byte(len(a))}
+	for _, x := range a {
+		b = msgpackValue(msgpackString(b, x.name), x.v)
 	}
 	return b
+}
+
+func msgpackString(b []byte, s string) []byte {
+	switch n := len(s); {
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n))
+	case n < 1<<16:
+		b = append(b, 0xda, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0xdb)
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+	}
+	return append(b, s...)
+}
+
+func msgpackValue(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return append(b, 0xc3)
+		}
+		return append(b, 0xc2)
+	case int:
+		return msgpackValue(b, int64(x))
+	case uint64:
+		return msgpackValue(b, int64(x))
+	case int64:
+		b = append(b, 0xd3)
+		return binary.BigEndian.AppendUint64(b, uint64(x))
+	case float64:
+		b = append(b, 0xcb)
+		return binary.BigEndian.AppendUint64(b, math.Float64bits(x))
+	case string:
+		return msgpackString(b, x)
+	case []byte:
+		return msgpackString(b, string(x))
+	case []string:
+		b = append(b, 0xdd)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(x)))
+		for _, s := range x {
+			b = msgpackString(b, s)
+		}
+		return b
+	}
+	panic(fmt.Sprintf("redisstore: a script argument of type %T", v))
 }
 
 // snapshot is the decision state of a reply, for the local view.
 func (r *result) snapshot() breaker.Snapshot {
 	return breaker.Snapshot{
-		State: breaker.State(r.St), Generation: r.Gen, Reason: r.Reason, OpenedAt: r.OA * ms, ReopenedAt: r.RA * ms,
-		Reopens: r.RC, OpenUntil: r.OU * ms, Forced: r.FO == 1, ForcedUntil: r.FU * ms, BlockedUntil: r.BU * ms,
-		Probes: r.Leases, ProbesUntil: r.Earliest * ms, ClosedAt: r.CA * ms,
+		State: breaker.State(r.State), Generation: r.Gen, Reason: r.Reason, OpenedAt: r.OpenedAt * ms, ReopenedAt: r.ReopenedAt * ms,
+		Reopens: r.Reopens, OpenUntil: r.OpenUntil * ms, Forced: r.Forced == 1, ForcedUntil: r.ForcedUntil * ms, BlockedUntil: r.BlockedUntil * ms,
+		Probes: r.Leases, ProbesUntil: r.Earliest * ms, ClosedAt: r.ClosedAt * ms,
 	}
 }
 
@@ -72,30 +138,34 @@ const ms = int64(time.Millisecond)
 
 // result is what the script returns.
 type result struct {
-	OK, Stale, St, RC, FO, Cons, Failures, Leases    int
-	Lease, Gen                                       uint64
-	Reason                                           string
-	OA, RA, OU, FU, BU, Calls, Fails, Slow, Earliest int64
-	// CA is the half_open→closed a recovery ramp runs from (ms; 0 none).
-	CA int64
-	// V is the view sequence: it grows with every change of the decision
+	OK, Stale, State, Reopens, Forced, Consecutive, Failures, Leases int
+	Lease, Gen                                                       uint64
+	Reason                                                           string
+	// Times in unix ms (Redis's clock); Earliest is the first probe
+	// lease's expiry.
+	OpenedAt, ReopenedAt, OpenUntil, ForcedUntil, BlockedUntil, Earliest int64
+	// The rate window's totals.
+	Calls, Fails, Slow int64
+	// ClosedAt is the half_open→closed a recovery ramp runs from (ms; 0 none).
+	ClosedAt int64
+	// Seq is the view sequence: it grows with every change of the decision
 	// state; Changed says this call changed it.
-	V       uint64
+	Seq     uint64
 	Changed bool
 	// Rewritten: the key held a state the script could not read, and it
 	// wrote a fresh one (its sequence starts again).
 	Rewritten bool
 	// Inc is the key's incarnation: another one means the key vanished and
 	// was created again (its sequence started again).
-	Inc    string
-	Events []event
+	Incarnation string
+	Events      []event
 }
 
 type event struct {
-	From, To, Failures, Forever, RC int
-	Reason                          string
-	OU, OA, Calls, Fails            int64
-	Gen                             uint64
+	From, To, Failures, Forever, Reopens int
+	Reason                               string
+	OpenUntil, OpenedAt, Calls, Fails    int64
+	Gen                                  uint64
 }
 
 // The script's flat reply, by name: replyNames' fields in that order, then
@@ -186,17 +256,17 @@ func parseReply(vals []any) (*result, error) {
 	}
 	i := func(k int) int64 { return asInt(vals[k]) }
 	r := &result{
-		OK: int(i(rOK)), Lease: uint64(i(rLease)), Stale: int(i(rStale)), St: int(i(rState)), Gen: uint64(i(rGen)),
-		Reason: asString(vals[rReason]), OA: i(rOpenedAt), RA: i(rReopenedAt), RC: int(i(rReopens)), OU: i(rOpenUntil),
-		FO: int(i(rForced)), FU: i(rForcedUntil), BU: i(rBlockedUntil), Cons: int(i(rConsecutive)),
+		OK: int(i(rOK)), Lease: uint64(i(rLease)), Stale: int(i(rStale)), State: int(i(rState)), Gen: uint64(i(rGen)),
+		Reason: asString(vals[rReason]), OpenedAt: i(rOpenedAt), ReopenedAt: i(rReopenedAt), Reopens: int(i(rReopens)), OpenUntil: i(rOpenUntil),
+		Forced: int(i(rForced)), ForcedUntil: i(rForcedUntil), BlockedUntil: i(rBlockedUntil), Consecutive: int(i(rConsecutive)),
 		Failures: int(i(rFailures)), Calls: i(rWindowCalls), Fails: i(rWindowFailures), Slow: i(rWindowSlow),
-		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), V: uint64(i(rSeq)), Changed: i(rChanged) == 1,
-		Rewritten: i(rRewritten) == 1, Inc: asString(vals[rIncarnation]), CA: i(rClosedAt),
+		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), Seq: uint64(i(rSeq)), Changed: i(rChanged) == 1,
+		Rewritten: i(rRewritten) == 1, Incarnation: asString(vals[rIncarnation]), ClosedAt: i(rClosedAt),
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }
 		r.Events = append(r.Events, event{From: int(e(eFrom)), To: int(e(eTo)), Reason: asString(vals[k+eReason]),
-			Failures: int(e(eFailures)), OU: e(eOpenUntil), Forever: int(e(eForever)), OA: e(eOpenedAt), RC: int(e(eReopens)),
+			Failures: int(e(eFailures)), OpenUntil: e(eOpenUntil), Forever: int(e(eForever)), OpenedAt: e(eOpenedAt), Reopens: int(e(eReopens)),
 			Calls: e(eWindowCalls), Fails: e(eWindowFailures), Gen: uint64(e(eGen))})
 	}
 	return r, nil

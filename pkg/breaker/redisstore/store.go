@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,9 +56,12 @@ type Options struct {
 	Log   *slog.Logger
 	// ReplicaID names this replica on the feed; "" = random.
 	ReplicaID string
-	// Wall is this replica's wall clock (tests skew it); nil = time.Now.
-	// The scripts compare it with Redis's own clock (breaker.lua).
-	Wall func() time.Time
+	// TestClock makes the scripts take the caller's clock (a test's fake
+	// Clock) as now instead of Redis's TIME (R-ST16): the one explicit way
+	// a replica's time stands in Redis. Production leaves it false: every
+	// replica's cooldowns, leases and windows run on Redis's clock, each
+	// call carrying only its event's age.
+	TestClock bool
 	// HMACKey, when set, signs every feed message and overlay document,
 	// and only ones signed with it are read (R-L12, sign.go).
 	HMACKey []byte
@@ -130,12 +132,12 @@ type table struct {
 // entry is one installed breaker: its policy, its Redis key and its key in
 // the local view.
 type entry struct {
-	id     breaker.ID
-	key    string
-	lk     breaker.Key
-	policy *breaker.Policy
-	args   []any // the policy as script arguments
-	pbID   *replicav1.BreakerId
+	id        breaker.ID
+	key       string
+	lk        breaker.Key
+	policy    *breaker.Policy
+	policyArg string // the policy as the script reads it (policyArgs)
+	pbID      *replicav1.BreakerId
 
 	// seq is the view sequence of the state in the local view; viewMu
 	// makes compare-and-restore one step.
@@ -264,7 +266,7 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 		if _, ok := nt.byID[sp.ID]; ok {
 			continue
 		}
-		e := &entry{id: sp.ID, key: s.Key(sp.ID), lk: keys[i], policy: sp.Policy, args: policyArgs(sp.Policy),
+		e := &entry{id: sp.ID, key: s.Key(sp.ID), lk: keys[i], policy: sp.Policy, policyArg: policyArgs(sp.Policy),
 			pbID: &replicav1.BreakerId{Gateway: sp.ID.Gateway, Route: sp.ID.Route, Scope: scopeOf(sp.ID.Scope)}}
 		if prev, kept := old.byID[sp.ID]; kept {
 			prev.viewMu.Lock()
@@ -310,17 +312,17 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 // run calls the script for e, puts the result into the local view and
 // reports this replica's transitions in order. A failed call turns the
 // store degraded (R-ST4).
-func (s *Store) run(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
-	return s.runAs(ctx, e, op, now, answer{kind: answerRead}, extra...)
+func (s *Store) run(ctx context.Context, e *entry, op string, now int64, a args) (*result, error) {
+	return s.runAs(ctx, e, op, now, answer{kind: answerRead}, a)
 }
 
 // runAs is run for a call whose answer the view takes as a says.
-func (s *Store) runAs(ctx context.Context, e *entry, op string, now int64, a answer, extra ...any) (*result, error) {
+func (s *Store) runAs(ctx context.Context, e *entry, op string, now int64, ans answer, a args) (*result, error) {
 	e.emitMu.Lock()
 	defer e.emitMu.Unlock()
 	e.lastNow.Store(now)
-	r, err := s.call(ctx, e, op, now, extra...)
-	return s.settle(e, op, now, r, err, a)
+	r, err := s.call(ctx, e, op, now, a)
+	return s.settle(e, op, now, r, err, ans)
 }
 
 // settle takes one script call's answer for e (with e.emitMu held): an
@@ -338,7 +340,7 @@ func (s *Store) settle(e *entry, op string, now int64, r *result, err error, a a
 	}
 	s.keyAnswered(e, r)
 	e.last.Store(r)
-	s.apply(e, r.Inc, r.V, r.snapshot(), a)
+	s.apply(e, r.Incarnation, r.Seq, r.snapshot(), a)
 	if s.opts.OnEvent != nil {
 		for _, ev := range r.Events {
 			s.opts.OnEvent(s.event(e, ev, now))
@@ -353,23 +355,30 @@ func (s *Store) settle(e *entry, op string, now int64, r *result, err error, a a
 
 // call runs the script once for e, within the op timeout, and parses its
 // reply; it changes nothing on this side.
-func (s *Store) call(ctx context.Context, e *entry, op string, now int64, extra ...any) (*result, error) {
+func (s *Store) call(ctx context.Context, e *entry, op string, now int64, a args) (*result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, s.scriptArgs(e, op, now, extra)...).Slice()
+	vals, err := script.Run(ctx, s.rdb, []string{e.key}, s.scriptArgs(e, op, now, a)...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
 	}
 	return parseReply(vals)
 }
 
-// scriptArgs are the script's arguments for op on e: the operation, the
-// time in milliseconds, the packed policy, then the operation's own.
-func (s *Store) scriptArgs(e *entry, op string, now int64, extra []any) []any {
-	args := make([]any, 0, 2+len(e.args)+len(extra))
-	args = append(args, op, strconv.FormatInt(now/ms, 10)+":"+strconv.FormatInt(s.wall().UnixMilli(), 10))
-	args = append(args, e.args...)
-	return append(args, extra...)
+// scriptArgs are the script's two arguments for op on e (breaker.lua):
+// the packed policy, and the call: op, its time, then the operation's own
+// named arguments. The time is the event's age, which the script takes
+// from Redis's TIME (R-ST16); with Options.TestClock it is the caller's
+// clock itself.
+func (s *Store) scriptArgs(e *entry, op string, now int64, a args) []any {
+	call := make(args, 0, 2+len(a))
+	call = append(call, arg{"op", op})
+	if s.opts.TestClock {
+		call = append(call, arg{"now", now / ms})
+	} else {
+		call = append(call, arg{"age", max(0, s.opts.Clock.Now().UnixNano()-now) / ms})
+	}
+	return []any{e.policyArg, string(msgpackMap(append(call, a...)))}
 }
 
 // apply puts a state from Redis into the local view when it is newer than
@@ -419,7 +428,7 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 	out := breaker.Event{
 		ID: e.id, Provider: e.id.Provider(), From: breaker.State(ev.From), To: breaker.State(ev.To), Reason: ev.Reason,
 		At: now, Failures: ev.Failures, Threshold: e.policy.FailureThreshold, PolicyVersion: e.policy.Version,
-		OpenUntil: ev.OU * ms, OpenedAt: ev.OA * ms, Reopens: ev.RC, WindowCalls: ev.Calls, WindowFailures: ev.Fails,
+		OpenUntil: ev.OpenUntil * ms, OpenedAt: ev.OpenedAt * ms, Reopens: ev.Reopens, WindowCalls: ev.Calls, WindowFailures: ev.Fails,
 		Generation: ev.Gen, DecidedBy: breaker.DecidedByRedis,
 	}
 	if ev.Forever == 1 && ev.To == int(breaker.Open) {
@@ -433,13 +442,6 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 // local state only, with no round trip (R-ST2). Every other method of the
 // Store is defined here and shadows the view's.
 type viewMemory = breaker.Memory
-
-func (s *Store) wall() time.Time {
-	if s.opts.Wall != nil {
-		return s.opts.Wall()
-	}
-	return time.Now()
-}
 
 // remote reports whether e's calls go to Redis: not while Redis is
 // unreachable (the store is degraded), nor while Redis answers this breaker
@@ -474,7 +476,7 @@ func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force boo
 			return adm, true, nil
 		}
 	}
-	r, err := s.run(ctx, e, "acq", now, b01(force))
+	r, err := s.run(ctx, e, "acq", now, args{{"force", force}})
 	if err != nil {
 		adm, ok, _ := s.acquireLocal(ctx, k, now, force)
 		return adm, ok, err
@@ -488,13 +490,6 @@ func (s *Store) acquireLocal(ctx context.Context, k breaker.Key, now int64, forc
 		adm.Lease |= localLease | s.leaseTag
 	}
 	return adm, ok, err
-}
-
-func b01(v bool) string {
-	if v {
-		return "1"
-	}
-	return "0"
 }
 
 // Release implements breaker.Store.
@@ -521,7 +516,7 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 	if now == 0 {
 		now = s.opts.Clock.Now().UnixNano()
 	}
-	_, err = s.run(ctx, e, "rel", now, strconv.FormatUint(adm.Lease, 10))
+	_, err = s.run(ctx, e, "rel", now, args{{"lease", adm.Lease}})
 	return err
 }
 
@@ -532,7 +527,7 @@ func (s *Store) Stalled(ctx context.Context, k breaker.Key, now int64) error {
 		return err
 	}
 	if s.remote(e) {
-		if _, err = s.run(ctx, e, "stl", now); err == nil {
+		if _, err = s.run(ctx, e, "stl", now, nil); err == nil {
 			return nil
 		}
 	}
@@ -543,26 +538,27 @@ func (s *Store) Stalled(ctx context.Context, k breaker.Key, now int64) error {
 // ForceOpen implements breaker.Store. While Redis is unreachable the
 // override applies to the local view and is written back on return.
 func (s *Store) ForceOpen(ctx context.Context, k breaker.Key, now int64, d time.Duration) error {
-	return s.override(ctx, k, now, "fo", func(e *entry) error { return s.local.ForceOpen(ctx, e.lk, now, d) }, int64(d)/ms)
+	return s.override(ctx, k, now, "fo", func(e *entry) error { return s.local.ForceOpen(ctx, e.lk, now, d) },
+		args{{"duration_ms", int64(d) / ms}})
 }
 
 // ForceClose implements breaker.Store.
 func (s *Store) ForceClose(ctx context.Context, k breaker.Key, now int64) error {
-	return s.override(ctx, k, now, "fc", func(e *entry) error { return s.local.ForceClose(ctx, e.lk, now) })
+	return s.override(ctx, k, now, "fc", func(e *entry) error { return s.local.ForceClose(ctx, e.lk, now) }, nil)
 }
 
 // Reset implements breaker.Store.
 func (s *Store) Reset(ctx context.Context, k breaker.Key, now int64) error {
-	return s.override(ctx, k, now, "rst", func(e *entry) error { return s.local.Reset(ctx, e.lk, now) })
+	return s.override(ctx, k, now, "rst", func(e *entry) error { return s.local.Reset(ctx, e.lk, now) }, nil)
 }
 
-func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op string, local func(*entry) error, extra ...any) error {
+func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op string, local func(*entry) error, a args) error {
 	e, err := s.get(k)
 	if err != nil {
 		return err
 	}
 	if s.remote(e) {
-		if _, err := s.runAs(ctx, e, op, now, answer{kind: answerOverride}, extra...); err == nil {
+		if _, err := s.runAs(ctx, e, op, now, answer{kind: answerOverride}, a); err == nil {
 			e.pendingOverride.Store(nil) // a later override supersedes one queued
 			return nil
 		}
@@ -572,16 +568,16 @@ func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op strin
 	// force wins over a natural open, and a force-close or reset is written
 	// back too; before, the write-back merge kept Redis's natural open and
 	// wrote neither.
-	e.pendingOverride.Store(&pendingOverride{op: op, at: now, extra: extra})
+	e.pendingOverride.Store(&pendingOverride{op: op, at: now, args: a})
 	return local(e)
 }
 
 // pendingOverride is an operator's override made while Redis was not
 // answering, to replay when it is.
 type pendingOverride struct {
-	op    string
-	at    int64 // when it was made
-	extra []any
+	op   string
+	at   int64 // when it was made
+	args args
 }
 
 // replayOverride writes e's queued override to Redis; a force-open keeps
@@ -591,18 +587,16 @@ func (s *Store) replayOverride(ctx context.Context, e *entry, now int64) (bool, 
 	if po == nil {
 		return false, nil
 	}
-	extra := po.extra
-	if po.op == "fo" && len(extra) == 1 {
-		if d, _ := extra[0].(int64); d > 0 {
-			left := po.at/ms + d - now/ms
-			if left <= 0 {
-				e.pendingOverride.CompareAndSwap(po, nil)
-				return false, nil // it ran out during the outage
-			}
-			extra = []any{left}
+	a := po.args
+	if d, _ := a.get("duration_ms").(int64); po.op == "fo" && d > 0 {
+		left := po.at/ms + d - now/ms
+		if left <= 0 {
+			e.pendingOverride.CompareAndSwap(po, nil)
+			return false, nil // it ran out during the outage
 		}
+		a = a.with("duration_ms", left)
 	}
-	if _, err := s.runAs(ctx, e, po.op, now, answer{kind: answerOverride}, extra...); err != nil {
+	if _, err := s.runAs(ctx, e, po.op, now, answer{kind: answerOverride}, a); err != nil {
 		return false, err
 	}
 	e.pendingOverride.CompareAndSwap(po, nil)
@@ -617,7 +611,7 @@ func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.S
 		return breaker.Status{}, err
 	}
 	if s.remote(e) {
-		if r, err := s.run(ctx, e, "adv", now); err == nil {
+		if r, err := s.run(ctx, e, "adv", now, nil); err == nil {
 			return statusOf(e, r, now), nil
 		}
 	}
@@ -634,19 +628,19 @@ func sec(v int64) *float64 {
 
 func statusOf(e *entry, r *result, now int64) breaker.Status {
 	st := breaker.Status{
-		State: breaker.State(r.St).String(), Failures: r.Failures, OpenedAt: sec(r.OA), ReopenedAt: sec(r.RA),
-		Reopens: r.RC, Reason: r.Reason, Scope: e.id.Scope, BlockedUntil: sec(r.BU), ProbesInFlight: r.Leases,
-		Forced: r.FO == 1, PolicyVersion: e.policy.Version, WindowCalls: r.Calls, WindowFailures: r.Fails,
-		WindowSlowCalls: r.Slow, ConsecutiveFailures: r.Cons, Generation: r.Gen,
+		State: breaker.State(r.State).String(), Failures: r.Failures, OpenedAt: sec(r.OpenedAt), ReopenedAt: sec(r.ReopenedAt),
+		Reopens: r.Reopens, Reason: r.Reason, Scope: e.id.Scope, BlockedUntil: sec(r.BlockedUntil), ProbesInFlight: r.Leases,
+		Forced: r.Forced == 1, PolicyVersion: e.policy.Version, WindowCalls: r.Calls, WindowFailures: r.Fails,
+		WindowSlowCalls: r.Slow, ConsecutiveFailures: r.Consecutive, Generation: r.Gen,
 	}
-	if r.St == int(breaker.Open) && !(r.FO == 1 && r.FU == 0) {
-		st.OpenUntil = sec(r.OU)
+	if r.State == int(breaker.Open) && !(r.Forced == 1 && r.ForcedUntil == 0) {
+		st.OpenUntil = sec(r.OpenUntil)
 	}
-	if share := breaker.RampShare(e.policy, r.CA*ms, now); share > 0 && r.St == int(breaker.Closed) {
+	if share := breaker.RampShare(e.policy, r.ClosedAt*ms, now); share > 0 && r.State == int(breaker.Closed) {
 		v := float64(share) / 10
 		st.RampPercent = &v
 	}
-	st.Notable = r.St != 0 || r.BU*ms > now
+	st.Notable = r.State != 0 || r.BlockedUntil*ms > now
 	return st
 }
 
@@ -663,7 +657,7 @@ func (s *Store) Sweep(ctx context.Context, now int64) error {
 		if (v.Allowed && v.State == breaker.Closed) || e.bad.Load() {
 			continue
 		}
-		if _, err := s.run(ctx, e, "adv", now); err != nil {
+		if _, err := s.run(ctx, e, "adv", now, nil); err != nil {
 			errs = append(errs, err)
 			if !keyError(err) {
 				break // degraded now: the rest waits for the resync

@@ -21,7 +21,7 @@ func TestRedisStoreContract(t *testing.T) {
 	client := srv.Client(t)
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, onEvent func(breaker.Event)) breaker.Store {
-		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("t%d:", n.Add(1)),
+		return redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: fmt.Sprintf("t%d:", n.Add(1)),
 			OpTimeout: 2 * time.Second, OnEvent: onEvent})
 	})
 }
@@ -34,7 +34,7 @@ func TestScriptReloadAndDeadline(t *testing.T) {
 	ctx := context.Background()
 	p := breaker.DefaultPolicy()
 	p.Enabled = true
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "r:", OpTimeout: 200 * time.Millisecond})
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "r:", OpTimeout: 200 * time.Millisecond})
 	now := time.Now().UnixNano()
 	keys, _, _ := st.Install(ctx, now, []breaker.Spec{{ID: breaker.RouteID("g", "p:r:m"), Policy: p.Finish()}})
 	if _, err := st.Status(ctx, keys[0], now); err != nil {

@@ -34,7 +34,7 @@ func contractThrough(t *testing.T, url, prefix string) {
 	t.Cleanup(func() { client.Close() })
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, onEvent func(breaker.Event)) breaker.Store {
-		return redisstore.New(redisstore.Options{Client: client, KeyPrefix: fmt.Sprintf("%s%d:", prefix, n.Add(1)),
+		return redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: fmt.Sprintf("%s%d:", prefix, n.Add(1)),
 			OpTimeout: 2 * time.Second, OnEvent: onEvent})
 	})
 }
@@ -214,7 +214,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	clk := breaker.NewFakeClock(time.Now())
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1000000 })
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "rs:", OpTimeout: 2 * time.Second, Clock: clk})
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "rs:", OpTimeout: 2 * time.Second, Clock: clk})
 	ctx := t.Context()
 	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}})
 	if err != nil {

@@ -102,7 +102,7 @@ func TestSignedFeedAndOverlays(t *testing.T) {
 	if err := client.Publish(ctx, "sig:feed", forgedOpen(t)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	other := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "sig:", HMACKey: []byte(strings.Repeat("x", 32))})
+	other := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "sig:", HMACKey: []byte(strings.Repeat("x", 32))})
 	if err := other.PublishOverlay(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestKeyErrorDegradesOnlyThatBreaker(t *testing.T) {
 	ctx := context.Background()
 	good := breaker.RouteID("gw", "azure:eu:m")
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 2 })
-	st := redisstore.New(redisstore.Options{Client: client, KeyPrefix: "kerr:", OpTimeout: time.Second, Clock: clk,
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "kerr:", OpTimeout: time.Second, Clock: clk,
 		RefreshInterval: 100 * time.Millisecond})
 	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}, {ID: good, Policy: p}})
 	if err != nil {

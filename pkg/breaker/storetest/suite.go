@@ -43,6 +43,7 @@ func Run(t *testing.T, f Factory) {
 		{"BaselineSlowCalls", testBaselineSlowCalls},
 		{"Notes", testNotes},
 		{"RecoveryRamp", testRecoveryRamp},
+		{"Vectors", testVectors},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
