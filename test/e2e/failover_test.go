@@ -319,6 +319,15 @@ func TestFailoverAtLoad(t *testing.T) {
 					c.RetryBudget, c.MaxRetries = nil, 3
 				}
 			}
+			// The question is the retry budget, not fusebox's latency: on a
+			// busy 2-core machine under -race, 240 requests at once can
+			// keep fusebox past the file's 0.5 s message timeout, and
+			// failure_mode_allow then sends the whole wave to the default
+			// route (no attempt on route 1, nothing to open the breaker:
+			// it failed 3 of 4 runs with both cores kept busy). The file's
+			// timeout is a production bound; here it is the test's.
+			cfg.ExtProc.MessageTimeout = 10 * time.Second
+			cfg.Failover.Attempt.MessageTimeout = 10 * time.Second
 			p := w.startProxy(cfg)
 			w.providers["openai_us"].SetFault(fakeprovider.Fault{Status: 503})
 			w.providers["azure_eu"].SetFault(fakeprovider.Fault{SlowFirstToken: 300 * time.Millisecond})
@@ -340,6 +349,9 @@ func TestFailoverAtLoad(t *testing.T) {
 			}
 			if errs != 0 {
 				t.Fatalf("%d of %d clients saw an error while route 2 was healthy", errs, n)
+			}
+			if got := w.providers["openai_us"].Served(); got == 0 {
+				t.Fatalf("route 1 saw no attempt: the wave went elsewhere (message timeouts: %d)", p.Stats().Get("message_timeouts"))
 			}
 			eventually(t, "the breaker opens", func() bool {
 				return w.breaker("failover", "openai:us-east:gpt-4o-mini")["state"] == "open"

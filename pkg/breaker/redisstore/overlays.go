@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,7 +23,7 @@ import (
 // two replicas changing one gateway at once cannot both win silently; the
 // loser reads again and re-applies its change. A removed overlay keeps its
 // field with an empty document, so its revision survives, and a hash with
-// no field at all means Redis lost them (routes.ErrStoreEmpty).
+// no field at all means Redis lost them (breaker.ErrOverlaysEmpty).
 type Overlays struct {
 	Store *Store
 }
@@ -57,7 +57,7 @@ func (o *Overlays) Load(ctx context.Context) (map[string][]byte, error) {
 	return docs, err
 }
 
-// LoadRevisions implements routes.RevisionedBackend.
+// LoadRevisions implements breaker.RevisionedBackend.
 func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 4*o.Store.timeout)
 	defer cancel()
@@ -79,13 +79,13 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 		return nil, nil, err
 	}
 	if len(m) == 0 {
-		return map[string][]byte{}, map[string]int64{}, routes.ErrStoreEmpty
+		return map[string][]byte{}, map[string]int64{}, breaker.ErrOverlaysEmpty
 	}
 	out := make(map[string][]byte, len(m))
 	revs := make(map[string]int64, len(m))
 	var bad []string
 	for id, v := range m {
-		if id == routes.EpochField {
+		if id == breaker.OverlayEpochField {
 			revs[id], _ = strconv.ParseInt(v, 10, 64)
 			continue
 		}
@@ -104,7 +104,7 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 	}
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return out, revs, &routes.BadOverlaysError{IDs: bad}
+		return out, revs, &breaker.BadOverlaysError{IDs: bad}
 	}
 	return out, revs, nil
 }
@@ -113,7 +113,7 @@ func (o *Overlays) LoadRevisions(ctx context.Context) (map[string][]byte, map[st
 // revision is still the one expected (any, for -1), and its revision grows
 // by one.
 // The first write into an empty hash names its lineage (epoch, a fresh
-// random number; routes.EpochField).
+// random number; breaker.OverlayEpochField).
 //
 // The overlay scripts take named arguments (R-ST16, overlayArgs): field
 // (the gateway), rev (expected, or the one to restore), value, epoch.
@@ -136,8 +136,8 @@ func (o *Overlays) Save(ctx context.Context, id string, doc []byte) error {
 	return err
 }
 
-// SaveIf implements routes.RevisionedBackend: it stores id's document only
-// when the stored revision is expect (routes.ErrConflict otherwise) and
+// SaveIf implements breaker.RevisionedBackend: it stores id's document only
+// when the stored revision is expect (breaker.ErrOverlayConflict otherwise) and
 // returns the new revision.
 func (o *Overlays) SaveIf(ctx context.Context, id string, doc []byte, expect int64) (int64, int64, error) {
 	return o.save(ctx, id, doc, expect)
@@ -177,7 +177,7 @@ func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string)
 	rev, _ := res[1].(int64)
 	switch {
 	case len(res) == 2 && ok == 0:
-		return rev, 0, routes.ErrConflict
+		return rev, 0, breaker.ErrOverlayConflict
 	case len(res) == 3 && ok == 1:
 		epoch, err := strconv.ParseInt(asString(res[2]), 10, 64)
 		if err == nil {
@@ -188,7 +188,7 @@ func (o *Overlays) cas(ctx context.Context, id string, expect int64, val string)
 }
 
 // restoreAt writes the field at revision rev only when its stored
-// revision is lower (routes.RevisionedBackend.Restore).
+// revision is lower (breaker.RevisionedBackend.Restore).
 var restoreAt = redis.NewScript(`
 local A = cmsgpack.unpack(ARGV[1])
 local cur = redis.call('HGET', KEYS[1], A.field)
@@ -200,7 +200,7 @@ return 1
 `)
 
 // restoreIfAbsent writes the field at revision rev only when the hash has
-// no such field (routes.RevisionedBackend.RestoreIfAbsent); into an empty
+// no such field (breaker.RevisionedBackend.RestoreIfAbsent); into an empty
 // hash it names a lineage, as a first write does.
 var restoreIfAbsent = redis.NewScript(`
 local A = cmsgpack.unpack(ARGV[1])
@@ -223,14 +223,14 @@ func newEpoch() int64 {
 	return int64(binary.BigEndian.Uint64(b[:])>>1) | 1
 }
 
-// RestoreIfAbsent implements routes.RevisionedBackend: Redis was emptied,
+// RestoreIfAbsent implements breaker.RevisionedBackend: Redis was emptied,
 // and this replica puts back the change it knew where no replica has
 // written one since.
 func (o *Overlays) RestoreIfAbsent(ctx context.Context, id string, doc []byte, rev int64) (bool, error) {
 	return o.restore(ctx, restoreIfAbsent, id, doc, rev)
 }
 
-// Restore implements routes.RevisionedBackend: Redis went back to an
+// Restore implements breaker.RevisionedBackend: Redis went back to an
 // older revision of id (a failover to a replica without the last writes),
 // and this replica puts the one it knew back, then tells the others.
 func (o *Overlays) Restore(ctx context.Context, id string, doc []byte, rev int64) (bool, error) {

@@ -173,14 +173,10 @@ func (s *Store) snapAll(ctx context.Context, list []*entry, now int64) error {
 
 func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error {
 	if len(batch) == 1 {
-		e := batch[0]
-		if !s.remote(e) {
+		if !s.remote(batch[0]) {
 			return s.degradedErr()
 		}
-		if _, err := s.run(ctx, e, "snap", now, nil); err != nil && !keyError(err) {
-			return err
-		}
-		return nil
+		return s.snapOne(ctx, batch[0], now)
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -196,27 +192,41 @@ func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error 
 		if cmds[i] == nil {
 			continue
 		}
-		vals, err := cmds[i].Slice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis restarted and lost the script: this call loads it.
-			if _, err := s.run(ctx, e, "snap", now, nil); err != nil && !keyError(err) {
-				return err
-			}
-			continue
-		}
-		var r *result
-		if err == nil {
-			r, err = parseReply(vals)
-		} else {
-			err = fmt.Errorf("redisstore snap %s: %w", e.id.Route, err)
-		}
-		e.emitMu.Lock()
-		e.lastNow.Store(now)
-		_, err = s.settle(e, "snap", now, r, err, answer{kind: answerRead})
-		e.emitMu.Unlock()
-		if err != nil && !keyError(err) {
+		if err := s.snapAnswered(ctx, e, now, cmds[i]); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// snapOne refreshes one breaker with its own script call; a key's own
+// error is that breaker's, not the refresh's.
+func (s *Store) snapOne(ctx context.Context, e *entry, now int64) error {
+	if _, err := s.run(ctx, e, "snap", now, nil); err != nil && !keyError(err) {
+		return err
+	}
+	return nil
+}
+
+// snapAnswered takes one pipelined snap's answer for e.
+func (s *Store) snapAnswered(ctx context.Context, e *entry, now int64, cmd *redis.Cmd) error {
+	vals, err := cmd.Slice()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis restarted and lost the script: this call loads it.
+		return s.snapOne(ctx, e, now)
+	}
+	var r *result
+	if err == nil {
+		r, err = parseReply(vals)
+	} else {
+		err = fmt.Errorf("redisstore snap %s: %w", e.id.Route, err)
+	}
+	e.emitMu.Lock()
+	e.lastNow.Store(now)
+	_, err = s.settle(e, "snap", now, r, err, answer{kind: answerRead})
+	e.emitMu.Unlock()
+	if err != nil && !keyError(err) {
+		return err
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"sync"
@@ -309,140 +308,6 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 	return nil, breaker.ErrUnknown
 }
 
-// run calls the script for e, puts the result into the local view and
-// reports this replica's transitions in order. A failed call turns the
-// store degraded (R-ST4).
-func (s *Store) run(ctx context.Context, e *entry, op string, now int64, a args) (*result, error) {
-	return s.runAs(ctx, e, op, now, answer{kind: answerRead}, a)
-}
-
-// runAs is run for a call whose answer the view takes as a says.
-func (s *Store) runAs(ctx context.Context, e *entry, op string, now int64, ans answer, a args) (*result, error) {
-	e.emitMu.Lock()
-	defer e.emitMu.Unlock()
-	e.lastNow.Store(now)
-	r, err := s.call(ctx, e, op, now, a)
-	return s.settle(e, op, now, r, err, ans)
-}
-
-// settle takes one script call's answer for e (with e.emitMu held): an
-// error turns the breaker (a key's own error) or the store degraded; a
-// result goes into the local view, its transitions are reported in order
-// and published. The one place a script's answer is taken.
-func (s *Store) settle(e *entry, op string, now int64, r *result, err error, a answer) (*result, error) {
-	if err != nil {
-		if keyError(err) {
-			s.keyFailed(e, op, err)
-		} else {
-			s.failed(op, err)
-		}
-		return nil, err
-	}
-	s.keyAnswered(e, r)
-	e.last.Store(r)
-	s.apply(e, r.Incarnation, r.Seq, r.snapshot(), a)
-	if s.opts.OnEvent != nil {
-		for _, ev := range r.Events {
-			s.opts.OnEvent(s.event(e, ev, now))
-		}
-	}
-	if r.Changed && s.started.Load() {
-		s.noteChange(e)
-		s.publish(e, r, now)
-	}
-	return r, nil
-}
-
-// call runs the script once for e, within the op timeout, and parses its
-// reply; it changes nothing on this side.
-func (s *Store) call(ctx context.Context, e *entry, op string, now int64, a args) (*result, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, s.scriptArgs(e, op, now, a)...).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
-	}
-	return parseReply(vals)
-}
-
-// scriptArgs are the script's two arguments for op on e (breaker.lua):
-// the packed policy, and the call: op, its time, then the operation's own
-// named arguments. The time is the event's age, which the script takes
-// from Redis's TIME (R-ST16); with Options.TestClock it is the caller's
-// clock itself.
-func (s *Store) scriptArgs(e *entry, op string, now int64, a args) []any {
-	call := make(args, 0, 2+len(a))
-	call = append(call, arg{"op", op})
-	if s.opts.TestClock {
-		call = append(call, arg{"now", now / ms})
-	} else {
-		call = append(call, arg{"age", max(0, s.opts.Clock.Now().UnixNano()-now) / ms})
-	}
-	return []any{e.policyArg, string(msgpackMap(append(call, a...)))}
-}
-
-// apply puts a state from Redis into the local view when it is newer than
-// what the view holds: a later sequence of the same incarnation of the key,
-// or any state of another incarnation (the key vanished and came back; its
-// sequence started again, R-ST8).
-//
-// The view is that state under this replica's unanswered outcomes (R-ST13,
-// inflight.go): while a failure is unanswered, an answer that would make
-// the view healthier than its own evidence made it is not taken (it was
-// sent before that evidence); the answer to the last of them is.
-func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a answer) {
-	if a.kind == answerResync {
-		return
-	}
-	e.viewMu.Lock()
-	defer e.viewMu.Unlock()
-	if a.kind == answerRecord {
-		e.answeredUpTo(a.tok)
-	}
-	if a.kind != answerOverride && e.failurePending() && s.wouldReadmit(e, snap) {
-		return
-	}
-	if inc != e.inc {
-		e.inc, e.seq = inc, 0
-	}
-	if seq < e.seq {
-		// Older than the view. Either a late answer (two calls crossed) or
-		// Redis went back: a failover promoted a replica that lacked the
-		// last writes, or an old snapshot was restored. The key's
-		// incarnation is the same, so nothing else tells the two apart; the
-		// next refresh heals the breaker either way (healBehind), which is
-		// a no-op for a late answer.
-		if !e.behind.Swap(true) {
-			s.wake()
-		}
-		return
-	}
-	e.seq = seq
-	_ = breaker.Restore(s.local, e.lk, snap)
-	if s.opts.OnView != nil {
-		s.opts.OnView(e.id, snap.State)
-	}
-}
-
-func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
-	out := breaker.Event{
-		ID: e.id, Provider: e.id.Provider(), From: breaker.State(ev.From), To: breaker.State(ev.To), Reason: ev.Reason,
-		At: now, Failures: ev.Failures, Threshold: e.policy.FailureThreshold, PolicyVersion: e.policy.Version,
-		OpenUntil: ev.OpenUntil * ms, OpenedAt: ev.OpenedAt * ms, Reopens: ev.Reopens, WindowCalls: ev.Calls, WindowFailures: ev.Fails,
-		Generation: ev.Gen, DecidedBy: breaker.DecidedByRedis,
-	}
-	if ev.Forever == 1 && ev.To == int(breaker.Open) {
-		out.OpenUntil = breaker.Never
-	}
-	return out
-}
-
-// viewMemory names the embedded local view. Its Peek is the Store's
-// (breaker.Store): the memory store's own decision path, answered from
-// local state only, with no round trip (R-ST2). Every other method of the
-// Store is defined here and shadows the view's.
-type viewMemory = breaker.Memory
-
 // remote reports whether e's calls go to Redis: not while Redis is
 // unreachable (the store is degraded), nor while Redis answers this breaker
 // with an error of its own. The one place the remote/local choice is made.
@@ -616,32 +481,6 @@ func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.S
 		}
 	}
 	return s.local.Status(ctx, e.lk, now)
-}
-
-func sec(v int64) *float64 {
-	if v == 0 {
-		return nil
-	}
-	f := float64(v) / 1e3
-	return &f
-}
-
-func statusOf(e *entry, r *result, now int64) breaker.Status {
-	st := breaker.Status{
-		State: breaker.State(r.State).String(), Failures: r.Failures, OpenedAt: sec(r.OpenedAt), ReopenedAt: sec(r.ReopenedAt),
-		Reopens: r.Reopens, Reason: r.Reason, Scope: e.id.Scope, BlockedUntil: sec(r.BlockedUntil), ProbesInFlight: r.Leases,
-		Forced: r.Forced == 1, PolicyVersion: e.policy.Version, WindowCalls: r.Calls, WindowFailures: r.Fails,
-		WindowSlowCalls: r.Slow, ConsecutiveFailures: r.Consecutive, Generation: r.Gen,
-	}
-	if r.State == int(breaker.Open) && !(r.Forced == 1 && r.ForcedUntil == 0) {
-		st.OpenUntil = sec(r.OpenUntil)
-	}
-	if share := breaker.RampShare(e.policy, r.ClosedAt*ms, now); share > 0 && r.State == int(breaker.Closed) {
-		v := float64(share) / 10
-		st.RampPercent = &v
-	}
-	st.Notable = r.State != 0 || r.BlockedUntil*ms > now
-	return st
 }
 
 // Sweep implements breaker.Store: due transitions of the breakers this

@@ -271,8 +271,18 @@ func TestFailoverConnectFailureEndsTheAttemptStream(t *testing.T) {
 			kinds = append(kinds, "response")
 		}
 	}
-	if got := strings.Join(kinds, ","); !strings.HasPrefix(got, "headers:1,headers:2,body") {
-		t.Fatalf("attempt-role messages %s: attempt 1 must be cut after its headers", got)
+	// Attempt 1's headers message may or may not reach the processor
+	// before its stream is cut (a message in flight when the stream is
+	// reset is lost, in Envoy as here; under load it was, once in CI):
+	// what is held is that attempt 1 sends nothing after its headers.
+	var rest []string
+	for _, k := range kinds {
+		if k != "headers:1" {
+			rest = append(rest, k)
+		}
+	}
+	if got := strings.Join(rest, ","); len(kinds)-len(rest) > 1 || !strings.HasPrefix(got, "headers:2,body") || strings.Count(got, "body") != 1 {
+		t.Fatalf("attempt-role messages %v: attempt 1 must be cut after its headers", kinds)
 	}
 }
 

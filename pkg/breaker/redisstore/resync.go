@@ -1,0 +1,64 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+)
+
+// settleLocal writes back what e's local view learned while Redis did not
+// answer for it: an operator's override first (it wins over Redis's natural
+// state), then a local open, when there was no override or the open came
+// after it (its own evidence after the operator's word).
+func (s *Store) settleLocal(ctx context.Context, e *entry, now int64) error {
+	snap, err := breaker.SnapshotOf(s.local, e.lk, now)
+	if err != nil {
+		return nil
+	}
+	po := e.pendingOverride.Load()
+	replayed, err := s.replayOverride(ctx, e, now)
+	if err != nil {
+		return err
+	}
+	if replayed && !(snap.State == breaker.Open && !snap.Forced && snap.OpenedAt > po.at) {
+		return nil
+	}
+	return s.writeBackSnap(ctx, e, now, snap)
+}
+
+// writeBack writes an open (or forced open) the local view learned while
+// Redis was unreachable; the script keeps the later of two opens.
+func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap breaker.Snapshot) error {
+	if snap.State != breaker.Open && snap.BlockedUntil <= now {
+		return nil
+	}
+	live := snap.State == breaker.Open
+	fu := int64(0)
+	if snap.Forced {
+		fu = snap.ForcedUntil / ms
+	}
+	ou := snap.OpenUntil / ms
+	if !live {
+		ou = 0
+	}
+	// The result must not reach the local view, which is still the store
+	// until the resync ends (answerResync); the transitions the merge makes
+	// in Redis (the open written back, a due one on the way) are reported
+	// and published as any script's. Before, they were dropped: the shared
+	// chain of transitions had a gap (half_open, then open->half_open).
+	// The call is made without emitMu: a decision's probe call on this
+	// breaker must not wait behind a write-back (the lock orders reports,
+	// not calls).
+	r, err := s.call(ctx, e, "merge", now, args{
+		{"forced", snap.Forced && live}, {"forced_until", fu}, {"opened_at", snap.OpenedAt / ms},
+		{"open_until", ou}, {"reopens", snap.Reopens}, {"reason", snap.Reason}, {"blocked_until", snap.BlockedUntil / ms},
+	})
+	if err != nil {
+		s.count("merge")
+		return err
+	}
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
+	_, err = s.settle(e, "merge", now, r, nil, answer{kind: answerResync})
+	return err
+}

@@ -1,0 +1,91 @@
+package redisstore
+
+import "github.com/fusebox-llm/fusebox/pkg/breaker"
+
+// apply puts a state from Redis into the local view when it is newer than
+// what the view holds: a later sequence of the same incarnation of the key,
+// or any state of another incarnation (the key vanished and came back; its
+// sequence started again, R-ST8).
+//
+// The view is that state under this replica's unanswered outcomes (R-ST13,
+// inflight.go): while a failure is unanswered, an answer that would make
+// the view healthier than its own evidence made it is not taken (it was
+// sent before that evidence); the answer to the last of them is.
+func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a answer) {
+	if a.kind == answerResync {
+		return
+	}
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	if a.kind == answerRecord {
+		e.answeredUpTo(a.tok)
+	}
+	if a.kind != answerOverride && e.failurePending() && s.wouldReadmit(e, snap) {
+		return
+	}
+	if inc != e.inc {
+		e.inc, e.seq = inc, 0
+	}
+	if seq < e.seq {
+		// Older than the view. Either a late answer (two calls crossed) or
+		// Redis went back: a failover promoted a replica that lacked the
+		// last writes, or an old snapshot was restored. The key's
+		// incarnation is the same, so nothing else tells the two apart; the
+		// next refresh heals the breaker either way (healBehind), which is
+		// a no-op for a late answer.
+		if !e.behind.Swap(true) {
+			s.wake()
+		}
+		return
+	}
+	e.seq = seq
+	_ = breaker.Restore(s.local, e.lk, snap)
+	if s.opts.OnView != nil {
+		s.opts.OnView(e.id, snap.State)
+	}
+}
+
+func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
+	out := breaker.Event{
+		ID: e.id, Provider: e.id.Provider(), From: breaker.State(ev.From), To: breaker.State(ev.To), Reason: ev.Reason,
+		At: now, Failures: ev.Failures, Threshold: e.policy.FailureThreshold, PolicyVersion: e.policy.Version,
+		OpenUntil: ev.OpenUntil * ms, OpenedAt: ev.OpenedAt * ms, Reopens: ev.Reopens, WindowCalls: ev.Calls, WindowFailures: ev.Fails,
+		Generation: ev.Gen, DecidedBy: breaker.DecidedByRedis,
+	}
+	if ev.Forever == 1 && ev.To == int(breaker.Open) {
+		out.OpenUntil = breaker.Never
+	}
+	return out
+}
+
+// viewMemory names the embedded local view. Its Peek is the Store's
+// (breaker.Store): the memory store's own decision path, answered from
+// local state only, with no round trip (R-ST2). Every other method of the
+// Store is defined here and shadows the view's.
+type viewMemory = breaker.Memory
+
+func sec(v int64) *float64 {
+	if v == 0 {
+		return nil
+	}
+	f := float64(v) / 1e3
+	return &f
+}
+
+func statusOf(e *entry, r *result, now int64) breaker.Status {
+	st := breaker.Status{
+		State: breaker.State(r.State).String(), Failures: r.Failures, OpenedAt: sec(r.OpenedAt), ReopenedAt: sec(r.ReopenedAt),
+		Reopens: r.Reopens, Reason: r.Reason, Scope: e.id.Scope, BlockedUntil: sec(r.BlockedUntil), ProbesInFlight: r.Leases,
+		Forced: r.Forced == 1, PolicyVersion: e.policy.Version, WindowCalls: r.Calls, WindowFailures: r.Fails,
+		WindowSlowCalls: r.Slow, ConsecutiveFailures: r.Consecutive, Generation: r.Gen,
+	}
+	if r.State == int(breaker.Open) && !(r.Forced == 1 && r.ForcedUntil == 0) {
+		st.OpenUntil = sec(r.OpenUntil)
+	}
+	if share := breaker.RampShare(e.policy, r.ClosedAt*ms, now); share > 0 && r.State == int(breaker.Closed) {
+		v := float64(share) / 10
+		st.RampPercent = &v
+	}
+	st.Notable = r.State != 0 || r.BlockedUntil*ms > now
+	return st
+}
