@@ -54,7 +54,7 @@ end
 local function fresh()
   return {schema = SCHEMA, state = 0, generation = 1, reason = "", opened_at = 0, reopened_at = 0, reopens = 0,
           open_until = 0, forced = 0, forced_until = 0, blocked_until = 0, consecutive = 0, tumbling_failures = 0,
-          tumbling_until = 0, failure_window = {}, rate_window = {}, leases = {}, last_lease = 0, slow_by = "",
+          tumbling_until = 0, failure_window = {}, rate_window = {}, leases = {}, slow_by = "",
           seq = 0, incarnation = incarnation()}
 end
 -- upgrade renames a schema-1 state's fields.
@@ -339,16 +339,17 @@ if op == "rec" then
     if class == 1 then close("probe_success") elseif class == 2 then reopen(reason) end
   end
 elseif op == "acq" then
-  -- A: force (try_all or the floor sends it anyway)
+  -- A: force (try_all or the floor sends it anyway), lease_id (the
+  --    caller's, random: a call that timed out on the caller but ran here
+  --    is released by that id when Redis answers again)
   local force = A.force
   advance()
   if P.shadow or not P.active then
     -- admitted, no slot
   elseif s.state == 2 and s.forced == 0 and P.half_open_max_probes > 0 and s.blocked_until <= now then
     if lease_count() < P.half_open_max_probes then
-      s.last_lease = s.last_lease + 1
-      s.leases[tostring(s.last_lease)] = now + P.probe_timeout_ms
-      res.lease = s.last_lease
+      s.leases[tostring(A.lease_id)] = now + P.probe_timeout_ms
+      res.lease = A.lease_id
     elseif not force then
       res.ok = 0
     end

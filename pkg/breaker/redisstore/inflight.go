@@ -135,6 +135,12 @@ func (s *Store) notTaken(e *entry, j recJob) {
 	if j.op != "rec" {
 		return
 	}
+	s.owe(e, j)
+}
+
+// owe keeps a call Redis did not take (an outcome, a lease's release) to
+// send before the resync reads the breaker back (sendUnsent), bounded.
+func (s *Store) owe(e *entry, j recJob) {
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
 	if j.tok != 0 {

@@ -125,6 +125,10 @@ func (j recJob) answer() answer {
 }
 
 func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
+	if j.op == "rel" {
+		s.owe(e, j)
+		return
+	}
 	if j.op != "rec" {
 		return
 	}
@@ -134,8 +138,7 @@ func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
 		_, _ = s.local.Record(ctx, e.lk, j.now, adm, j.res)
 	}
 	// Redis did not take it: it goes back before the resync (R-ST14),
-	// with no lease (a Redis lease expires there).
-	j.adm.Lease = 0
-	j.args = j.args.with("lease", uint64(0))
+	// with its lease, which Redis then frees (lease ids are random, so an
+	// old one never frees a later probe's slot).
 	s.notTaken(e, j)
 }

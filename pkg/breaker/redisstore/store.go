@@ -7,6 +7,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -341,8 +342,16 @@ func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force boo
 			return adm, true, nil
 		}
 	}
-	r, err := s.run(ctx, e, "acq", now, args{{"force", force}})
+	id := newLeaseID()
+	r, err := s.run(ctx, e, "acq", now, args{{"force", force}, {"lease_id", id}})
 	if err != nil {
+		if !keyError(err) {
+			// The call may have run in Redis after this side gave up
+			// (a timeout): the slot it took is released by its id before
+			// the resync reads the breaker back. Before, the slot stayed
+			// taken until probe_timeout_ms.
+			s.owe(e, recJob{e: e, op: "rel", now: now, args: args{{"lease", id}}})
+		}
 		adm, ok, _ := s.acquireLocal(ctx, k, now, force)
 		return adm, ok, err
 	}
@@ -374,15 +383,27 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 		adm.Lease = n
 		return s.local.Release(ctx, e.lk, adm)
 	}
-	if !s.remote(e) {
-		return nil // the lease expires in Redis on its own
-	}
 	now := e.lastNow.Load()
 	if now == 0 {
 		now = s.opts.Clock.Now().UnixNano()
 	}
-	_, err = s.run(ctx, e, "rel", now, args{{"lease", adm.Lease}})
+	rel := recJob{e: e, op: "rel", now: now, args: args{{"lease", adm.Lease}}}
+	if !s.remote(e) {
+		s.owe(e, rel) // released when Redis answers again, before the resync
+		return nil
+	}
+	if _, err = s.run(ctx, e, "rel", now, rel.args); err != nil && !keyError(err) {
+		s.owe(e, rel)
+	}
 	return err
+}
+
+// newLeaseID is a probe lease's id in Redis, chosen here so that a call
+// whose answer never came can still be released. Random below bit 46: the
+// local leases' tag and flag bits stay clear, and Lua's doubles hold it
+// exactly.
+func newLeaseID() uint64 {
+	return mrand.Uint64()&(1<<tagShift-1) | 1
 }
 
 // Stalled implements breaker.Store.
