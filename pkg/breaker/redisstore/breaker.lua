@@ -283,8 +283,44 @@ end
 
 local res = {ok = 1, lease = 0, stale = 0}
 
+-- Outcomes Redis applied lately, by the caller's id: a record whose
+-- answer was lost (the caller timed out after Redis ran it) is sent again
+-- before the caller's resync, and must count once. A repeat changes
+-- nothing and answers the transitions the first call made, so the caller
+-- reports them (no transition goes unreported for a lost answer).
+-- recent_ids is one string, ";<id>@<ms>" per outcome, oldest first (a
+-- string costs the state's encoding a copy, where a table would cost a
+-- field each); at most RECENT of them, none older than RECENT_MS.
+-- recent_events keeps the transitions of the few ids that made one.
+local RECENT, RECENT_MS = 32, 600000
+if type(s.recent_ids) ~= "string" then s.recent_ids = "" end
+if type(s.recent_events) ~= "table" then s.recent_events = {} end
+local function recent_add(id, evs)
+  local r = s.recent_ids .. ";" .. id .. "@" .. string.format("%d", now)
+  local n = select(2, string.gsub(r, ";", ""))
+  while n > RECENT do
+    r = string.sub(r, (string.find(r, ";", 2, true)) or #r + 1); n = n - 1
+  end
+  while true do
+    local at = tonumber(string.match(r, "^;[^@]*@(%d+)"))
+    if at == nil or at + RECENT_MS > now then break end
+    r = string.sub(r, (string.find(r, ";", 2, true)) or #r + 1)
+  end
+  s.recent_ids = r
+  for k, v in pairs(s.recent_events) do
+    if type(v) ~= "table" or not string.find(r, ";" .. k .. "@", 1, true) then s.recent_events[k] = nil end
+  end
+  if #evs > 0 then s.recent_events[id] = evs end
+end
+
+if op == "rec" and A.id and string.find(s.recent_ids, ";" .. A.id .. "@", 1, true) then
+  -- A repeat: applied already.
+  events = s.recent_events[A.id] or {}
+  op = "repeat"
+end
+
 if op == "rec" then
-  -- A: class (0 neither, 1 success, 2 failure), reason, slow, slow_by,
+  -- A: id (the caller's, for repeats), class (0 neither, 1 success, 2 failure), reason, slow, slow_by,
   --    open_now, counted (a stall already counted the call), gen (the
   --    admission's), lease (0 none), retry_after (a deadline in ms, 0
   --    none), route_scope (a Retry-After may block), status,
@@ -412,12 +448,18 @@ elseif op == "fc" or op == "rst" then
   if from == 0 then s.generation = s.generation + 1 end
 end
 
+if op == "rec" and A.id then recent_add(A.id, events) end
+
 local changed = 0
 if sig() ~= before then
   s.seq = s.seq + 1
   changed = 1
+elseif op == "repeat" and #events > 0 then
+  -- The first call's change, never announced (its answer was lost): the
+  -- caller announces it now.
+  changed = 1
 end
-if op ~= "snap" or changed == 1 or created then
+if (op ~= "snap" and op ~= "repeat") or changed == 1 or created then
   redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
 end
 

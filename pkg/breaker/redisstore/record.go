@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	mrand "math/rand/v2"
+	"strconv"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -95,7 +97,7 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 		ra = r.RetryAfterUnixNano / ms
 	}
 	return recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: args{
-		{"class", class}, {"reason", o.Reason}, {"slow", o.Slow}, {"slow_by", o.SlowBy}, {"open_now", o.OpenNow},
+		{"id", newRecordID()}, {"class", class}, {"reason", o.Reason}, {"slow", o.Slow}, {"slow_by", o.SlowBy}, {"open_now", o.OpenNow},
 		{"counted", o.Counted}, {"gen", adm.Gen}, {"lease", adm.Lease}, {"retry_after", ra},
 		{"route_scope", e.id.Scope == breaker.ScopeGateway}, {"status", r.Status},
 		{"block_retry_after", p.RetryAfter == breaker.RetryAfterBlock}, {"max_retry_after_sec", p.MaxRetryAfterSec},
@@ -141,4 +143,12 @@ func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
 	// with its lease, which Redis then frees (lease ids are random, so an
 	// old one never frees a later probe's slot).
 	s.notTaken(e, j)
+}
+
+// newRecordID names one outcome in Redis: a record whose answer never came
+// (a timeout after Redis ran it) is sent again before the resync, and
+// Redis applies it once (breaker.lua keeps the ids it applied lately, and
+// answers a repeat with the transitions the first call made).
+func newRecordID() string {
+	return strconv.FormatUint(mrand.Uint64(), 36)
 }

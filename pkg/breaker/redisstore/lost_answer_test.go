@@ -1,0 +1,147 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
+)
+
+// TestTimedOutAcquireFreesItsSlot (#36): a probe's acq that times out on
+// the replica but ran in Redis took the half-open slot there. The replica
+// chose the lease's id, so it releases that slot when Redis answers again,
+// before its resync. Before, Redis gave the id, the replica never learned
+// it, and with half_open_max_probes 1 the route took no probe at all until
+// probe_timeout_ms (here never: the test's clock stands still).
+func TestTimedOutAcquireFreesItsSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) {
+		p.FailureThreshold, p.CooldownMs, p.HalfOpenMaxProbes, p.ProbeTimeoutMs = 1, 1000, 1, 60000
+	})
+	a := replicasWith(t, proxiedClient(t, px), "lease:", clk, p, 1, 100*time.Millisecond, nil)[0]
+	b := replicasWith(t, srv.Client(t), "lease:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
+		o.ReplicaID = "b"
+	})[0]
+	ctx := context.Background()
+	now := func() int64 { return clk.Now().UnixNano() }
+	recordFail(t, a, clk)
+	eventually(t, "open in Redis", func() bool {
+		s, err := b.st.Status(ctx, b.key, now())
+		return err == nil && s.State == "open"
+	})
+	clk.Advance(time.Second)
+	// A warm connection, so that the acq itself is sent at once (a new one
+	// would wait for its handshake's delayed answer and send nothing).
+	for range 3 {
+		if _, err := a.st.Status(ctx, a.key, now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	px.Latency(0, 300*time.Millisecond) // the answer comes after the replica gave up
+	if _, _, err := a.st.Acquire(ctx, a.key, now(), false); err == nil {
+		t.Fatal("the acq did not time out")
+	}
+	if s, _ := b.st.Status(ctx, b.key, now()); s.State != "half_open" || s.ProbesInFlight != 1 {
+		t.Fatalf("the timed-out acq did not take the slot in Redis: %+v", s)
+	}
+	px.Latency(0, 0)
+	eventually(t, "the slot freed", func() bool {
+		s, err := b.st.Status(ctx, b.key, now())
+		return err == nil && s.ProbesInFlight == 0
+	})
+	if _, ok, err := b.st.Acquire(ctx, b.key, now(), false); !ok || err != nil {
+		t.Fatalf("another replica's probe was refused: %v", err)
+	}
+}
+
+// lostAnswer: replica a (behind the fault proxy) records one failure that
+// Redis answers, then one whose answer is lost (Redis runs it, the reply
+// comes after a's 100 ms op timeout), then Redis is fast again and a
+// resyncs. b reads Redis directly.
+func lostAnswer(t *testing.T, threshold int) (a *replica, status func() breaker.Status, opens func() int, clk *breaker.FakeClock) {
+	t.Helper()
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	clk = breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = threshold })
+	a = replicasWith(t, proxiedClient(t, px), "lost:", clk, p, 1, 100*time.Millisecond, nil)[0]
+	b := replicasWith(t, srv.Client(t), "lost:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
+		o.ReplicaID = "b"
+	})[0]
+	ctx := context.Background()
+	now := func() int64 { return clk.Now().UnixNano() }
+	status = func() breaker.Status {
+		s, err := b.st.Status(ctx, b.key, now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	opens = func() int {
+		n := 0
+		for _, r := range []*replica{a, b} {
+			for _, tr := range r.transitions() {
+				if tr == "closed->open" {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	recordFail(t, a, clk)
+	eventually(t, "failure 1 in Redis", func() bool { return status().Failures == 1 })
+	for range 3 { // a warm connection: the record is sent at once
+		if _, err := a.st.Status(ctx, a.key, now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	px.Latency(0, 300*time.Millisecond)
+	recordFail(t, a, clk)
+	eventually(t, "the record timed out", func() bool { return a.st.Degraded() })
+	eventually(t, "failure 2 in Redis", func() bool { s := status(); return s.Failures == 2 || s.State == "open" })
+	px.Latency(0, 0)
+	eventually(t, "the resync", func() bool { return !a.st.Degraded() })
+	return a, status, opens, clk
+}
+
+// TestLostAnswerCountsOnce (#36): a record whose call timed out on the
+// replica after Redis ran it is sent again before the resync; Redis
+// applies an outcome once (by the replica's id for it). With threshold 3:
+// one failure answered, one whose answer was lost, and after the resync
+// the route is closed with 2 failures; the third opens it, and the one
+// transition is reported once. Before, the resent failure counted again
+// and two real failures opened the route.
+func TestLostAnswerCountsOnce(t *testing.T) {
+	a, status, opens, clk := lostAnswer(t, 3)
+	if s := status(); s.State != "closed" || s.Failures != 2 {
+		t.Fatalf("after the resync Redis has %s with %d failures: the lost answer's failure counted twice", s.State, s.Failures)
+	}
+	recordFail(t, a, clk)
+	eventually(t, "open", func() bool { return status().State == "open" })
+	eventually(t, "the open reported", func() bool { return opens() > 0 })
+	if n := opens(); n != 1 {
+		t.Fatalf("%d closed->open transitions reported, want 1", n)
+	}
+}
+
+// TestLostAnswerTransitionIsReported (#36): when the record whose answer
+// was lost is the one that opened the route, the repeat sent before the
+// resync answers the transitions the first call made, and the replica
+// reports them: the open is logged and counted once. Before, nobody
+// reported it (the answer was lost, and the resent failure found the
+// route open).
+func TestLostAnswerTransitionIsReported(t *testing.T) {
+	_, status, opens, _ := lostAnswer(t, 2)
+	if s := status(); s.State != "open" {
+		t.Fatalf("Redis: %+v", s)
+	}
+	eventually(t, "the open reported", func() bool { return opens() > 0 })
+	if n := opens(); n != 1 {
+		t.Fatalf("%d closed->open transitions reported, want 1", n)
+	}
+}
