@@ -123,6 +123,7 @@ func Run(opts Options) (*Report, error) {
 				return
 			case <-t.C:
 				r.proxy.ResetLog()
+				r.sampleCounts(&r.counts)
 				mu.Lock()
 				rep.PeakGoroutines = max(rep.PeakGoroutines, runtime.NumGoroutine())
 				rep.PeakRSS = max(rep.PeakRSS, memory())
@@ -219,6 +220,12 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 		}
 		step := steps[i%len(steps)]
 		p := r.providers[routeProviders[i%len(routeProviders)]]
+		redisFault := strings.HasPrefix(step, "redis_")
+		if redisFault {
+			// The fault's window, and a second after it (the resync):
+			// held against the rest of the run (check).
+			r.proxy.Stats().MarkWindow(true)
+		}
 		switch step {
 		case "503_burst":
 			p.SetFault(fakeprovider.Fault{Status: 503})
@@ -241,6 +248,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			// Redis killed under load (its data is lost: a cache-only
 			// Redis), down for a while, restarted: fusebox decides and
 			// records on local state meanwhile, then resyncs.
+			r.epoch.Add(1)
 			r.redis.Stop()
 			// Redis answers nothing more of its old state: the shared
 			// transitions' chain begins again (checkTransitions).
@@ -249,6 +257,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			if err := r.redis.Restart(); err != nil {
 				r.logs.Write([]byte("=== redis restart failed: " + err.Error() + "\n"))
 			}
+			r.epoch.Add(1)
 		case "redis_stall":
 			// Redis accepts and answers nothing for 2 s (a fork, a
 			// failover, CLIENT PAUSE): no decision may wait for it.
@@ -261,18 +270,25 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			r.rproxy.Latency(0, 0)
 		case "redis_flushall":
 			// Every key gone at once (an emptied or replaced Redis).
+			r.epoch.Add(1)
 			_ = r.rdb.FlushAll(context.Background()).Err()
+			r.epoch.Add(1)
 			r.logs.Write([]byte("=== redis flushed\n"))
 		case "fusebox_restart":
 			// Quiesce (nothing in flight), kill fusebox, serve a while
 			// without it (failure_mode_allow), restart.
 			r.gate.Lock()
+			r.epoch.Add(1)
 			r.stopFusebox()
 			r.gate.Unlock()
 			time.Sleep(every / 2)
 			r.gate.Lock()
 			_ = r.startFusebox()
+			r.epoch.Add(1)
 			r.gate.Unlock()
+		}
+		if redisFault {
+			time.AfterFunc(time.Second, func() { r.proxy.Stats().MarkWindow(false) })
 		}
 		mu.Lock()
 		rep.Faults[step]++
@@ -410,6 +426,14 @@ func (r *rig) check(rep *Report) {
 	}
 	add("no probe slot stays taken past the probe timeout", probes == 0, "%d slots taken", probes)
 
+	// A failure count goes down only by a close, a window roll, or state
+	// thrown away on purpose (failcount.go).
+	r.counts.mu.Lock()
+	drops, samples := r.counts.drops, r.counts.n
+	r.counts.mu.Unlock()
+	add("a failure count never goes down without a close or a window roll", len(drops) == 0 && samples > 0,
+		"%d drops in %d samples%s", len(drops), samples, firstFew(drops))
+
 	logs := r.logs.String()
 	leak := strings.Contains(logs, promptMarker) || strings.Contains(logs, completionMarker)
 	add("no log line holds a prompt or a completion", !leak, "%d bytes of logs", len(logs))
@@ -418,22 +442,32 @@ func (r *rig) check(rep *Report) {
 	rep.DecisionP50, rep.DecisionP99, rep.DecisionP999 = quantiles(fams["aig_extproc_message_duration_seconds"], "request_body")
 
 	// What Envoy waited for each request-path reply (R-ST7): a stalled or
-	// slow Redis must not hold a decision past the store's op timeout.
-	// The bound is op_timeout_ms + 20 ms; a 2-core machine running four
-	// processes under the race detector pauses a goroutine that long now
-	// and then with Redis nowhere in it (CI, stops 31-32: 3 and 4 replies
-	// of ~27,700 at 73 and 83 ms), so one reply in 2,000 may pass it, and
-	// none may reach 200 ms (the message_timeout of #23's deployment;
-	// envoy.yaml's is 500 ms). The fault it guards
-	// against holds every decision of a 2 s stall (~1,000 of them).
+	// slow Redis must not hold a decision past the store's op timeout
+	// (op_timeout_ms + 20 ms), let alone 200 ms. A machine under load
+	// pauses goroutines that long with Redis nowhere in it: on a 2-core
+	// machine with both cores kept busy by another process, 139 of 26,786
+	// replies passed 70 ms and 22 passed 200 ms (#37), in an idle CI run 3
+	// of ~27,700 did. So the waits of replies begun in a Redis fault's
+	// window (the fault, and one second after it: marked by faults()) are
+	// held against the others of the same run, on the same machine at the
+	// same time: no more than 4 times the others' rate past each bound,
+	// plus 5. The fault it guards against holds every decision of a 2 s
+	// stall (~1,000 of them); the same noise reaches both sides.
 	if r.redis != nil {
-		bound := time.Duration(routes.DefaultOpTimeoutMs)*time.Millisecond + 20*time.Millisecond
-		n, longer, longest := r.proxy.Stats().RequestPathWaits(bound)
-		_, timedOut, _ := r.proxy.Stats().RequestPathWaits(hardWait)
-		rep.LongestWait = longest
-		add(fmt.Sprintf("no decision waited past %v, nor more than 1 in 2,000 past op_timeout_ms + 20 ms (%v)", hardWait, bound),
-			timedOut == 0 && longer*2000 <= n,
-			"%d of %d request-path replies waited past %v, %d past %v; the longest %v", longer, n, bound, timedOut, hardWait, longest)
+		st := r.proxy.Stats()
+		for _, bound := range []time.Duration{time.Duration(routes.DefaultOpTimeoutMs)*time.Millisecond + 20*time.Millisecond, hardWait} {
+			nOut, outLonger, longestOut := st.RequestPathWaits(bound)
+			nIn, inLonger, longestIn := st.MarkedWaits(bound)
+			rep.LongestWait = max(rep.LongestWait, longestOut, longestIn)
+			allowed := 5.0
+			if nOut > 0 {
+				allowed += 4 * float64(outLonger) / float64(nOut) * float64(nIn)
+			}
+			add(fmt.Sprintf("no more decisions wait past %v in Redis's faults than the rest of the run's noise", bound),
+				nIn > 0 && float64(inLonger) <= allowed,
+				"in the faults' windows %d of %d request-path replies waited past %v (allowed %.1f), the longest %v; elsewhere %d of %d, the longest %v",
+				inLonger, nIn, bound, allowed, longestIn, outLonger, nOut, longestOut)
+		}
 	}
 }
 
@@ -497,4 +531,12 @@ func quantiles(fams []*dto.MetricFamily, phase string) (p50, p99, p999 time.Dura
 		return time.Duration(math.Inf(1))
 	}
 	return q(0.5), q(0.99), q(0.999)
+}
+
+// firstFew lists up to three of xs, for a detail line.
+func firstFew(xs []string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(xs[:min(3, len(xs))], "; ")
 }

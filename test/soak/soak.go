@@ -134,6 +134,11 @@ type rig struct {
 	// The load can be paused (to kill fusebox with nothing in flight).
 	gate     sync.RWMutex
 	inflight atomic.Int64
+	// epoch grows when the run throws breaker state away on purpose (a
+	// fusebox restart on the memory store, Redis restarted or flushed):
+	// the failure-count invariant does not compare across it.
+	epoch  atomic.Int64
+	counts failCounts // the failure-count invariant's samples (failcount.go)
 }
 
 func freeAddr() string {
@@ -154,11 +159,11 @@ func newRig(opts Options, dir string) (*rig, error) {
 			return nil, fmt.Errorf("redis-server: %w", err)
 		}
 		r.redis = srv
+		r.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 		if opts.RedisFaults {
 			if r.rproxy, err = redistest.NewProxy(srv.Addr); err != nil {
 				return nil, err
 			}
-			r.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr})
 		}
 	}
 	for _, n := range append(routeProviders, "fallback") {
@@ -262,7 +267,7 @@ func (r *rig) startReplica(i int) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var opts []mainlib.Option
 	if i == 1 && r.opts.Skew != 0 {
-		opts = append(opts, mainlib.WithClock(skewed{r.opts.Skew}))
+		opts = append(opts, mainlib.WithSkewedClock(skewed{r.opts.Skew}))
 	}
 	in, err := mainlib.Start(ctx, []string{"-config", r.cfgPath, "-grace-period", "0s", "-reload-interval", "500ms",
 		"-grpc-addr", x.grpcAddr, "-admin-addr", freeAddr()}, r.logs.Prefixed(fmt.Sprintf("[r%d] ", i)), opts...)

@@ -63,11 +63,21 @@ func (in *Instance) AdminAddr() string { return in.adminLn.Addr().String() }
 type Option func(*options)
 
 type options struct {
-	clock breaker.Clock
+	clock     breaker.Clock
+	testClock bool
 }
 
-// WithClock makes fusebox read time from c (a fake clock in tests).
-func WithClock(c breaker.Clock) Option { return func(o *options) { o.clock = c } }
+// WithClock makes fusebox read time from c (a fake clock in tests). On
+// the Redis store the scripts take c's time as theirs too
+// (redisstore.Options.TestClock): a fake clock stands in Redis.
+func WithClock(c breaker.Clock) Option { return func(o *options) { o.clock, o.testClock = c, true } }
+
+// WithSkewedClock makes fusebox read time from c, a real clock that is off
+// (a replica whose clock drifted): Redis's scripts still run on Redis's
+// own clock, as in production.
+func WithSkewedClock(c breaker.Clock) Option {
+	return func(o *options) { o.clock, o.testClock = c, false }
+}
 
 // Start loads the config, opens both listeners and starts serving. It
 // returns once fusebox is serving; Wait blocks until ctx ends and the drain
@@ -131,7 +141,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	refresher := &routes.Refresher{OnError: func(err error) {
 		log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
 	}}
-	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, o.clock != nil, func(string) { refresher.Notify() })
+	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, o.testClock, func(string) { refresher.Notify() })
 	if err != nil {
 		in.stopClk()
 		return nil, err

@@ -355,10 +355,10 @@ var errSpurious = errors.New("spurious ext_proc message")
 // processing stopped but the request continues unprocessed.
 func (p *Proxy) requestPhase(w http.ResponseWriter, e *Entry, ep *epStream, req *extprocv3.ProcessingRequest,
 	kind func(*extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool)) (cr *extprocv3.CommonResponse, resp *extprocv3.ProcessingResponse, stop bool) {
-	t0 := time.Now()
+	t0, marked := time.Now(), p.stats.inWindow()
 	resp, err := ep.exchange(req)
 	if ep.c == &p.cfg.ExtProc {
-		p.stats.wait(time.Since(t0))
+		p.stats.wait(time.Since(t0), marked)
 	}
 	if errors.Is(err, errAttemptReset) {
 		return nil, nil, true // the caller handles the reset; nothing is written

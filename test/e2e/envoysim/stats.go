@@ -19,6 +19,11 @@ type Stats struct {
 	// holds everything longer): the time fusebox held the request before
 	// it could be routed.
 	waits [waitBuckets]int
+	// markedWaits are the waits of replies that began while a test had
+	// marked the time (MarkWindow): a fault's window, held against the
+	// rest of the same run.
+	markedWaits [waitBuckets]int
+	marked      int
 	// chunks are how long each response chunk took from the upstream to
 	// the client (the latency the filters added to it), up to maxChunks,
 	// when Config.ChunkDelays asks for them (a soak must not grow a
@@ -50,20 +55,47 @@ func (s *Stats) ChunkDelays() []time.Duration {
 
 const waitBuckets = 2001
 
-func (s *Stats) wait(d time.Duration) {
+func (s *Stats) wait(d time.Duration, marked bool) {
 	ms := min(int(d/time.Millisecond), waitBuckets-1)
 	s.mu.Lock()
-	s.waits[ms]++
+	if marked {
+		s.markedWaits[ms]++
+	} else {
+		s.waits[ms]++
+	}
 	s.mu.Unlock()
 }
 
-// RequestPathWaits reports how many route-role request-path replies Envoy
-// waited for, how many of them longer than over, and the longest wait (to
-// the millisecond; 2 s means 2 s or more).
-func (s *Stats) RequestPathWaits(over time.Duration) (n, longer int, longest time.Duration) {
+// MarkWindow marks the time from now until the matching MarkWindow(false)
+// (windows may nest): the request-path waits of replies begun meanwhile
+// are counted apart (MarkedWaits), so a test can hold a fault's windows
+// against the rest of the same run on the same machine.
+func (s *Stats) MarkWindow(on bool) {
+	s.mu.Lock()
+	if on {
+		s.marked++
+	} else if s.marked > 0 {
+		s.marked--
+	}
+	s.mu.Unlock()
+}
+
+func (s *Stats) inWindow() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ms, c := range s.waits {
+	return s.marked > 0
+}
+
+// MarkedWaits is RequestPathWaits for the replies begun in a marked
+// window; RequestPathWaits counts the others.
+func (s *Stats) MarkedWaits(over time.Duration) (n, longer int, longest time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return waitsOver(&s.markedWaits, over)
+}
+
+func waitsOver(h *[waitBuckets]int, over time.Duration) (n, longer int, longest time.Duration) {
+	for ms, c := range h {
 		if c == 0 {
 			continue
 		}
@@ -74,6 +106,15 @@ func (s *Stats) RequestPathWaits(over time.Duration) (n, longer int, longest tim
 		longest = time.Duration(ms) * time.Millisecond
 	}
 	return n, longer, longest
+}
+
+// RequestPathWaits reports how many route-role request-path replies Envoy
+// waited for, how many of them longer than over, and the longest wait (to
+// the millisecond; 2 s means 2 s or more).
+func (s *Stats) RequestPathWaits(over time.Duration) (n, longer int, longest time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return waitsOver(&s.waits, over)
 }
 
 func (s *Stats) add(name string) {
