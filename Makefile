@@ -22,8 +22,10 @@ proto:
 	$(GO) build -o $(PROTOC_GEN_GO) google.golang.org/protobuf/cmd/protoc-gen-go
 	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --proto_path=proto --go_out=proto --go_opt=paths=source_relative proto/replica/v1/replica.proto
 
-run:
-	$(GO) run ./cmd/extproc
+# The built binary, not `go run`: a signal to the process make starts
+# reaches fusebox itself (killing a `go run` left the server running).
+run: build
+	exec ./bin/extproc $(ARGS)
 
 # The whole suite: vet, then every test with the race detector, then the
 # modules kept apart from the product's go.mod (compose validation, the

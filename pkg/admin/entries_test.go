@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -108,4 +109,29 @@ func TestIfMatchRevision(t *testing.T) {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// #37: a PATCH's named arrays hold objects with distinct names, and names
+// an HTTP path can address: a null entry (stored before, and kept across a
+// restart), one name twice (the last silently won), and a model named ".."
+// (its DELETE was redirected to the gateway's) are each a 400 naming the
+// entry, and nothing is stored.
+func TestPatchRefusesWhatItCannotMean(t *testing.T) {
+	e := newCfgEnv(t, "", "")
+	_, before := e.do("GET", "/admin/v1/gateways/default", "")
+	for _, c := range []struct{ body, want string }{
+		{`{"models": [null]}`, "models[0]: must be an object"},
+		{`{"routes": [{"key": "openai:us:gpt", "cost_per_mtok": 1}, {"key": "openai:us:gpt", "cost_per_mtok": 2}]}`, `routes[1]: key "openai:us:gpt": given twice`},
+		{`{"models": [{"name": "..", "routes": ["openai:us:gpt"]}]}`, `".." is not a name`},
+		{`{"models": [{"name": "a/b", "routes": ["openai:us:gpt"]}]}`, `must not contain '/'`},
+	} {
+		code, body := e.do("PATCH", "/admin/v1/gateways/default", c.body)
+		msg := fmt.Sprint(body)
+		if code != 400 || !strings.Contains(msg, c.want) {
+			t.Errorf("PATCH %s: %d %s, want 400 naming %q", c.body, code, msg, c.want)
+		}
+	}
+	if _, after := e.do("GET", "/admin/v1/gateways/default", ""); modelsOf(after) != modelsOf(before) {
+		t.Fatalf("a refused PATCH changed the models: %s -> %s", modelsOf(before), modelsOf(after))
+	}
 }

@@ -28,19 +28,35 @@ type Line struct {
 	Tokens int64
 }
 
-// maxLineBytes bounds one line: Envoy's lines are far smaller; anything
-// bigger is not one.
-const maxLineBytes = 64 << 10
+// maxLineBytes bounds one line: Envoy's lines are far smaller (a few
+// hundred bytes; a long path or many headers in a custom format reach tens
+// of KiB); a line past it is skipped, and the file read on.
+const maxLineBytes = 1 << 20
 
 var errLine = errors.New("not an access log line")
+
+// LineError says why a line is not an access log line.
+type LineError struct{ Why string }
+
+func (e *LineError) Error() string { return "not an access log line: " + e.Why }
+
+// Is makes every LineError an errLine.
+func (e *LineError) Is(target error) bool { return target == errLine }
+
+func notALine(why string) error { return &LineError{Why: why} }
 
 // ParseLine reads one JSON access log line (the shipped json_format, or
 // record-log's). Missing fields are zero: lines of another Envoy's format
 // are read where the fields exist. Envoy writes "-" for an absent value.
 func ParseLine(b []byte) (Line, error) {
 	b = bytes.TrimSpace(b)
-	if len(b) == 0 || len(b) > maxLineBytes || b[0] != '{' {
-		return Line{}, errLine
+	switch {
+	case len(b) == 0:
+		return Line{}, notALine("empty")
+	case len(b) > maxLineBytes:
+		return Line{}, notALine("longer than 1 MiB")
+	case b[0] != '{':
+		return Line{}, notALine("not a JSON object (the access log's json_format writes one per line)")
 	}
 	var raw struct {
 		StartTime  json.RawMessage `json:"start_time"`
@@ -55,11 +71,11 @@ func ParseLine(b []byte) (Line, error) {
 		Fusebox    json.RawMessage `json:"fusebox"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return Line{}, errLine
+		return Line{}, notALine("not JSON, or a field of the wrong type")
 	}
 	at, ok := seconds(raw.StartTime)
 	if !ok {
-		return Line{}, errLine
+		return Line{}, notALine("no start_time in unix seconds")
 	}
 	l := Line{At: at, DurationMs: whole(raw.DurationMs), TTFBMs: whole(raw.TTFBMs), Code: int(whole(raw.Code)),
 		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route)}

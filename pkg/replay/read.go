@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sort"
@@ -13,6 +15,24 @@ import (
 type Log struct {
 	Lines     []Line
 	Malformed int // lines that were not access log lines: counted, skipped
+	// Why counts the malformed lines by reason; Examples names the first
+	// few (file:line: reason), so an operator can look.
+	Why      map[string]int
+	Examples []string
+}
+
+// maxExamples is how many malformed lines a report names.
+const maxExamples = 5
+
+func (l *Log) malformed(file string, n int, why string) {
+	l.Malformed++
+	if l.Why == nil {
+		l.Why = map[string]int{}
+	}
+	l.Why[why]++
+	if len(l.Examples) < maxExamples {
+		l.Examples = append(l.Examples, fmt.Sprintf("%s:%d: %s", file, n, why))
+	}
 }
 
 // ReadFiles reads every path (plain or gzip, told by its magic bytes) and
@@ -24,7 +44,7 @@ func ReadFiles(paths ...string) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = out.read(f)
+		err = out.read(p, f)
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -38,34 +58,62 @@ func (l *Log) sort() {
 	sort.SliceStable(l.Lines, func(i, j int) bool { return l.Lines[i].At < l.Lines[j].At })
 }
 
-func (l *Log) read(r io.Reader) error {
-	br := bufio.NewReaderSize(r, 1<<20)
+func (l *Log) read(name string, r io.Reader) error {
+	br := bufio.NewReaderSize(r, 64<<10)
 	if head, err := br.Peek(2); err == nil && bytes.Equal(head, []byte{0x1f, 0x8b}) {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
 			return err
 		}
 		defer gz.Close()
-		br = bufio.NewReaderSize(gz, 1<<20)
+		br = bufio.NewReaderSize(gz, 64<<10)
 	}
-	sc := bufio.NewScanner(br)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes+1)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+	var buf []byte
+	for n := 1; ; n++ {
+		b, tooLong, err := readLine(br, buf[:0])
+		buf = b[:0]
+		if err != nil && err != io.EOF {
+			return err
+		}
+		switch {
+		case tooLong:
+			l.malformed(name, n, "longer than 1 MiB")
+		case len(bytes.TrimSpace(b)) > 0:
+			line, perr := ParseLine(b)
+			if perr != nil {
+				why := "not an access log line"
+				var le *LineError
+				if errors.As(perr, &le) {
+					why = le.Why
+				}
+				l.malformed(name, n, why)
+				break
+			}
+			l.Lines = append(l.Lines, line)
+		}
+		if err == io.EOF {
+			return nil
+		}
+	}
+}
+
+// readLine reads one line into buf: at most maxLineBytes of it are kept; a
+// longer one is read to its end and reported too long (before, a line over
+// 64 KiB stopped the whole file: a 200,001-line log replayed 10 lines).
+func readLine(br *bufio.Reader, buf []byte) ([]byte, bool, error) {
+	tooLong := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(buf)+len(chunk) > maxLineBytes+1 {
+				tooLong, buf = true, buf[:0]
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
 			continue
 		}
-		line, err := ParseLine(sc.Bytes())
-		if err != nil {
-			l.Malformed++
-			continue
-		}
-		l.Lines = append(l.Lines, line)
+		return buf, tooLong, err
 	}
-	if err := sc.Err(); err == bufio.ErrTooLong {
-		l.Malformed++ // one giant line: counted, and the rest of the file is lost with it
-		return nil
-	} else if err != nil {
-		return err
-	}
-	return nil
 }

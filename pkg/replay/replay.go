@@ -76,6 +76,10 @@ type Transition struct {
 // Report is one replay's result.
 type Report struct {
 	Lines, Malformed, Skipped int // Skipped: a gateway or model the config lacks
+	// MalformedWhy counts the malformed lines by reason; MalformedExamples
+	// names the first few (file:line: reason).
+	MalformedWhy      map[string]int `json:"malformed_why,omitempty"`
+	MalformedExamples []string       `json:"malformed_examples,omitempty"`
 	// ClientErrors are the requests that would have failed at the client
 	// (an error status, or fail_fast); Estimated those of them whose
 	// outcome was estimated.
@@ -133,7 +137,8 @@ type engine struct {
 // overstated a tighter policy.
 func Run(rt *routes.Runtime, log *Log) *Report {
 	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[string]breaker.Result{},
-		rep: &Report{Lines: len(log.Lines), Malformed: log.Malformed, byKey: map[string]*RouteReport{}}}
+		rep: &Report{Lines: len(log.Lines), Malformed: log.Malformed, MalformedWhy: log.Why, MalformedExamples: log.Examples,
+			byKey: map[string]*RouteReport{}}}
 	e.st = breaker.NewMemory(e.event)
 	e.install()
 	for i := range log.Lines {

@@ -100,7 +100,7 @@ func TestReplayKeepsTimeAsItHappened(t *testing.T) {
 			t0+i, dur, code, flags, i, outcome, reason)
 	}
 	log := &Log{}
-	if err := log.read(&b); err != nil {
+	if err := log.read("test", &b); err != nil {
 		t.Fatal(err)
 	}
 	log.sort()
@@ -146,7 +146,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		log := &Log{}
-		if err := log.read(bytes.NewReader(raw)); err != nil {
+		if err := log.read("test", bytes.NewReader(raw)); err != nil {
 			b.Fatal(err)
 		}
 		log.sort()
@@ -161,7 +161,7 @@ func BenchmarkReplay(b *testing.B) {
 func TestCostAndAvoided(t *testing.T) {
 	raw := bytes.ReplaceAll(synthetic(20, 10), []byte(`"reason":"`), []byte(`"tokens_in":600000,"tokens_out":400000,"reason":"`))
 	log := &Log{}
-	if err := log.read(bytes.NewReader(raw)); err != nil {
+	if err := log.read("test", bytes.NewReader(raw)); err != nil {
 		t.Fatal(err)
 	}
 	priced := strings.Replace(strings.Replace(cfg, `cluster: ca}`, `cluster: ca, cost_per_mtok: 1}`, 1), `cluster: cb}`, `cluster: cb, cost_per_mtok: 3}`, 1)

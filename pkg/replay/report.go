@@ -29,6 +29,9 @@ func (r *Result) WriteText(w io.Writer) {
 		rep := part.rep
 		fmt.Fprintf(w, "%s: %d lines (%d malformed, skipped; %d for a gateway or model it lacks), %d client errors (%d of them estimated)\n",
 			part.name, rep.Lines, rep.Malformed, rep.Skipped, rep.ClientErrors, rep.ClientErrorsEstimated)
+		for _, ex := range rep.MalformedExamples {
+			fmt.Fprintf(w, "  malformed: %s\n", ex)
+		}
 		fmt.Fprintf(w, "  next to what happened (%d client errors, cost %.4f): %d client errors avoided, %d added\n",
 			rep.LiveClientErrors, rep.LiveCost, rep.Avoided, rep.Added)
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -424,6 +424,10 @@ func (c *compiler) gateway(gs *GatewaySpec, rt *Runtime) *Gateway {
 			continue
 		}
 		mw := fmt.Sprintf("%s: model %q", gw, ms.Name)
+		if err := checkEntryName(ms.Name); err != nil {
+			c.errf("%s: name: %v", mw, err)
+			continue
+		}
 		if _, dup := g.Models[ms.Name]; dup {
 			c.errf("%s: name: defined twice", mw)
 			continue
@@ -572,7 +576,28 @@ func checkRouteKey(k string) error {
 	return nil
 }
 
+// checkEntryName refuses a model name the admin API could not address
+// as one path segment: "." and ".." (an HTTP mux cleans them away: a
+// DELETE of model ".." was redirected to its gateway, and a client that
+// followed the redirect deleted the gateway), "/" and control characters.
+// Route keys may hold "/" (model ids such as meta-llama/Llama-3.1-70B do);
+// the API takes them %2F-escaped.
+func checkEntryName(s string) error {
+	if s == "." || s == ".." {
+		return fmt.Errorf("%q is not a name (an HTTP path cannot address it)", s)
+	}
+	for _, r := range s {
+		if r == '/' || r < ' ' || r == 0x7f {
+			return fmt.Errorf("%q must not contain '/' or control characters", s)
+		}
+	}
+	return nil
+}
+
 func validName(s string) bool {
+	if s == "." || s == ".." {
+		return false
+	}
 	for _, r := range s {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
 			return false

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -93,6 +94,37 @@ func mergeGateway(base, patch map[string]any) map[string]any {
 		out[field] = mergeNamed(out[field], list, key)
 	}
 	return out
+}
+
+// checkNamedPatch refuses what a PATCH's named arrays cannot mean: a null
+// entry (it was stored as is, and stayed after a restart) and one name
+// given twice (the last silently won). Each is a 400 naming the entry.
+func checkNamedPatch(patch map[string]any) error {
+	var problems []string
+	for field, key := range namedArrays {
+		list, ok := patch[field].([]any)
+		if !ok {
+			continue
+		}
+		seen := map[string]int{}
+		for i, e := range list {
+			obj, ok := e.(map[string]any)
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s[%d]: must be an object (to remove an entry, DELETE it: /admin/v1/gateways/{id}/%s/{%s})", field, i, field, key))
+				continue
+			}
+			name, _ := obj[key].(string)
+			if j, dup := seen[name]; dup && name != "" {
+				problems = append(problems, fmt.Sprintf("%s[%d]: %s %q: given twice in one PATCH (also %s[%d])", field, i, key, name, field, j))
+			}
+			seen[name] = i
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return &ConfigError{Problems: problems}
+	}
+	return nil
 }
 
 // mergeNamed merges patch entries into base by their key field; an entry

@@ -231,6 +231,9 @@ func (m *Manager) Patch(ctx context.Context, id string, patch []byte) (*Gateway,
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNamedPatch(p); err != nil {
+		return nil, err
+	}
 	return m.locked(ctx, func() (*Runtime, *Gateway, error) {
 		base, err := m.current(ctx, id)
 		if err != nil {

@@ -84,6 +84,11 @@ func TestInvalidConfigs(t *testing.T) {
 		doc  string
 		want []string // substrings, each in some problem
 	}{
+		// #37: names an HTTP path cannot address as one segment.
+		{"model named ..", strings.Replace(cfg("", "", ""), "name: m1", `name: ".."`, 1), []string{`model "..": name: ".." is not a name`}},
+		{"model named .", strings.Replace(cfg("", "", ""), "name: m1", `name: "."`, 1), []string{`model ".": name`}},
+		{"model name with a slash", strings.Replace(cfg("", "", ""), "name: m1", `name: "a/b"`, 1), []string{`model "a/b": name: "a/b" must not contain '/'`}},
+		{"model name with a control character", strings.Replace(cfg("", "", ""), "name: m1", `name: "a\tb"`, 1), []string{`must not contain '/' or control characters`}},
 		// R-P1: every bad form of a status list.
 		{"codes string", cfg(`{failure_status_codes: "500"}`, "", ""), []string{`gateway "gw1": circuit_breaker.failure_status_codes: must be an array`, "got a string"}},
 		{"codes number", cfg(`{failure_status_codes: 500}`, "", ""), []string{"circuit_breaker.failure_status_codes", "got a number"}},

@@ -39,7 +39,7 @@ func parseFlags(args []string, stderr io.Writer) (*Flags, error) {
 	fs.DurationVar(&f.GracePeriod, "grace-period", 15*time.Second, "on SIGTERM, keep serving this long while reporting not serving")
 	fs.DurationVar(&f.ReloadInterval, "reload-interval", time.Second, "how often the config file is checked for changes")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: extproc [flags]\n       extproc validate [-config FILE]\n       extproc config [-config FILE]   (print the effective config)\n       extproc version\n\nflags:\n")
+		usage(stderr)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 // Main runs extproc with args (without the program name) until ctx ends,
-// then drains and returns nil. Subcommands: validate, version.
+// then drains and returns nil. Subcommands: help.go's Subcommands.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -29,6 +29,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return recordLogCmd(args[1:], stdout, stderr)
 		case "version":
 			fmt.Fprintln(stdout, versionString())
+			return nil
+		case "help":
+			_, _ = parseFlags([]string{"-h"}, stdout)
 			return nil
 		}
 	}
@@ -46,10 +49,28 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("extproc validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file to check (default: the embedded default)")
+	envoyPath := fs.String("envoy", "", "an Envoy config: every route's cluster must be one of its clusters, and every provider cluster one route's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var envoyProblems []string
+	if *envoyPath != "" {
+		ec, err := checkEnvoyFile(*path, *envoyPath)
+		if err != nil {
+			return err
+		}
+		envoyProblems = ec.Missing
+		for _, w := range ec.Unused {
+			fmt.Fprintln(stdout, "warning:", w)
+		}
+	}
 	rt, err := routes.LoadFile(*path)
+	if err == nil && len(envoyProblems) > 0 {
+		err = &routes.ConfigError{}
+	}
 	if err == nil {
 		if problems := startProblems(rt); len(problems) > 0 {
 			err = &routes.ConfigError{Problems: problems}
@@ -58,10 +79,10 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		var ce *routes.ConfigError
 		if errors.As(err, &ce) {
-			for _, p := range ce.Problems {
+			for _, p := range append(ce.Problems, envoyProblems...) {
 				fmt.Fprintln(stdout, p)
 			}
-			return fmt.Errorf("%s: %d problem(s)", nameOr(*path), len(ce.Problems))
+			return fmt.Errorf("%s: %d problem(s)", nameOr(*path), len(ce.Problems)+len(envoyProblems))
 		}
 		return err
 	}
@@ -99,4 +120,21 @@ func nameOr(p string) string {
 		return "embedded default config"
 	}
 	return p
+}
+
+// checkEnvoyFile runs CheckEnvoyClusters on the config at path (the
+// embedded default when empty) and the Envoy file at envoyPath.
+func checkEnvoyFile(path, envoyPath string) (EnvoyCheck, error) {
+	fb := routes.DefaultConfig()
+	if path != "" {
+		var err error
+		if fb, err = routes.ReadFile(path); err != nil {
+			return EnvoyCheck{}, err
+		}
+	}
+	ev, err := routes.ReadFile(envoyPath)
+	if err != nil {
+		return EnvoyCheck{}, err
+	}
+	return CheckEnvoyClusters(fb, nameOr(path), ev, envoyPath)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
@@ -35,6 +36,14 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	log, err := replay.ReadFiles(fs.Args()...)
 	if err != nil {
 		return err
+	}
+	if len(log.Lines) == 0 {
+		// Nothing to replay is not a report with nothing in it: before, a
+		// file of pure junk exited 0.
+		for _, ex := range log.Examples {
+			fmt.Fprintln(stderr, "malformed:", ex)
+		}
+		return &ExitError{Code: 2, Err: fmt.Errorf("no access log line in %s (%d malformed)", strings.Join(fs.Args(), ", "), log.Malformed)}
 	}
 	rt, err := routes.LoadFile(*cand)
 	if err != nil {

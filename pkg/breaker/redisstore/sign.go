@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // Signing (R-L12). Write access to fusebox's Redis keys is admin access:
@@ -105,6 +106,17 @@ func (g signer) openOverlay(hash, gateway string, v []byte) ([]byte, error) {
 	return v[head:], nil
 }
 
+// keyFileOK: a regular file, not writable by others.
+func keyFileOK(path string, st os.FileInfo) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("store.redis.hmac_key_file: %s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	if st.Mode().Perm()&0o002 != 0 {
+		return fmt.Errorf("store.redis.hmac_key_file: %s may be written by any user (mode %04o): chmod o-w it (0400 or 0600)", path, st.Mode().Perm())
+	}
+	return nil
+}
+
 // MinKeyBytes is the shortest fleet key accepted: 32 bytes, SHA-256's own
 // size.
 const MinKeyBytes = 32
@@ -112,14 +124,31 @@ const MinKeyBytes = 32
 // ReadKeyFile reads a fleet key (store.redis.hmac_key_file): the file's
 // bytes, surrounding whitespace trimmed (a key written by a secret mount
 // often ends with a newline), at least MinKeyBytes of them.
+//
+// The file must be a regular file (a symlink is followed, as a secret
+// mount's is) that no other user may write: a FIFO is refused before it is
+// opened (before, opening one blocked validate and start-up until a writer
+// came), and a key anyone can replace is no fleet key (before, a
+// world-writable file was taken without a word). The open is non-blocking,
+// so a FIFO swapped in between the check and the open cannot block either.
 func ReadKeyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("store.redis.hmac_key_file: %w", err)
+	}
+	if err := keyFileOK(path, st); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("store.redis.hmac_key_file: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("store.redis.hmac_key_file: %s is not a regular file", path)
+	if st, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("store.redis.hmac_key_file: %w", err)
+	}
+	if err := keyFileOK(path, st); err != nil {
+		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {

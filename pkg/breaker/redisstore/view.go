@@ -20,6 +20,15 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 	if a.kind == answerRecord {
 		e.answeredUpTo(a.tok)
 	}
+	if a.kind != answerOverride && s.degraded.Load() {
+		// While the store is degraded the local view is the store, and
+		// only its own transitions move it; an answer that arrives late (a
+		// call sent before another one failed) waits for the resync, which
+		// reads the breaker back. Before, such an answer restored Redis's
+		// state silently under the local view's own chain of transitions:
+		// the fleet soak saw a local half_open, then open->half_open.
+		return
+	}
 	if a.kind != answerOverride && e.failurePending() && s.wouldReadmit(e, snap) {
 		return
 	}

@@ -33,6 +33,7 @@ import (
 type Options struct {
 	Config    string // the operator's fusebox config ("" = the embedded default)
 	Gateway   string // "" = the config's first gateway
+	Envoy     string // the operator's Envoy config ("" = the shipped envoy.yaml), for the cluster check
 	Model     string // "" = the gateway's first model with two routes or more
 	OutageAt  int    // second the first route starts answering 503
 	RecoverAt int    // second it is healthy again
@@ -52,10 +53,47 @@ func Main(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.RecoverAt, "recover-at", 0, "second it recovers (default: outage-at + 16)")
 	fs.IntVar(&o.Duration, "duration", 0, "seconds of traffic (default: long enough to see the cooldown end and the route return)")
 	fs.IntVar(&o.PerSecond, "rate", 4, "requests a second")
+	fs.StringVar(&o.Envoy, "envoy", "", "your Envoy config, to check the clusters your routes name against (default: the shipped envoy/envoy.yaml)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return Run(stdout, o)
+}
+
+// checkClusters is validate -envoy's check (mainlib.CheckEnvoyClusters):
+// the simulation gives every route a provider of its own, so a route whose
+// cluster the Envoy config lacks would run here and fail in production,
+// as Envoy's NC. Such a config is refused, each route named with its line.
+func checkClusters(out io.Writer, o Options) error {
+	fb, err := routes.ReadFile(o.Config)
+	if err != nil {
+		return err
+	}
+	ev, name := envoy.Default, "envoy/envoy.yaml (shipped)"
+	if o.Envoy != "" {
+		if ev, err = os.ReadFile(o.Envoy); err != nil {
+			return err
+		}
+		name = o.Envoy
+	}
+	cfgName := o.Config
+	if cfgName == "" {
+		cfgName = "embedded default config"
+	}
+	ec, err := mainlib.CheckEnvoyClusters(fb, cfgName, ev, name)
+	if err != nil {
+		return err
+	}
+	for _, w := range ec.Unused {
+		fmt.Fprintln(out, "warning:", w)
+	}
+	for _, m := range ec.Missing {
+		fmt.Fprintln(out, m)
+	}
+	if len(ec.Missing) > 0 {
+		return fmt.Errorf("%d route(s) name a cluster %s lacks (-envoy names your Envoy config)", len(ec.Missing), name)
+	}
+	return nil
 }
 
 // Run runs one simulation and prints its timeline.
@@ -66,6 +104,9 @@ func Run(out io.Writer, o Options) error {
 	}
 	gw, model, err := pick(rt, o.Gateway, o.Model)
 	if err != nil {
+		return err
+	}
+	if err := checkClusters(out, o); err != nil {
 		return err
 	}
 	first := model.Candidates(nil)[0]

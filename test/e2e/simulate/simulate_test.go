@@ -28,7 +28,7 @@ gateways:
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if err := Run(&out, Options{Config: path, OutageAt: 2, RecoverAt: 6, PerSecond: 4}); err != nil {
+	if err := Run(&out, Options{Config: path, Envoy: ownEnvoy(t), OutageAt: 2, RecoverAt: 6, PerSecond: 4}); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
@@ -50,5 +50,39 @@ func TestSimulateNeedsTwoRoutes(t *testing.T) {
 	_ = os.WriteFile(path, []byte("gateways:\n  - id: g\n    models: [{name: m, routes: [a:b:c]}]\n    routes: [{key: a:b:c, cluster: c}]\n"), 0o600)
 	if err := Run(&strings.Builder{}, Options{Config: path}); err == nil || !strings.Contains(err.Error(), "two routes") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// ownEnvoy is the operator's Envoy config of TestSimulateOwnConfig: the
+// clusters its routes name.
+func ownEnvoy(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	doc := "static_resources:\n  clusters:\n    - name: anthropic_direct\n    - name: bedrock_use1\n"
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSimulateRefusesAMissingCluster (#37): simulate runs validate
+// -envoy's check, so a route whose cluster the Envoy config lacks is
+// refused with its line instead of simulated (the simulation gives every
+// route a provider of its own, so before, a typo ran fine here and failed
+// in production as Envoy's NC).
+func TestSimulateRefusesAMissingCluster(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo.yaml")
+	cfg := "gateways:\n  - id: g\n    models: [{name: m, routes: [a:b:c, d:e:f]}]\n    routes:\n      - {key: a:b:c, cluster: anthropic_direct}\n      - {key: d:e:f, cluster: bedrock_usel}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	err := Run(&out, Options{Config: path, Envoy: ownEnvoy(t)})
+	if err == nil || !strings.Contains(out.String(), path+`:6: gateways[0].routes[1].cluster: cluster "bedrock_usel"`) {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	// The shipped envoy.yaml by default: its clusters are not these.
+	if err := Run(&strings.Builder{}, Options{Config: path}); err == nil {
+		t.Fatal("a config naming clusters the shipped envoy.yaml lacks was simulated")
 	}
 }
