@@ -40,6 +40,9 @@ func docs(t *testing.T, out map[string]string) map[string][][]byte {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if strings.HasSuffix(n, "NOTES.txt") {
+			continue // text for the installer, not a manifest
+		}
 		for _, d := range bytes.Split([]byte(out[n]), []byte("\n---")) {
 			if len(bytes.TrimSpace(d)) == 0 || bytes.Equal(bytes.TrimSpace(d), []byte("---")) {
 				continue
@@ -131,8 +134,12 @@ func TestHelmChart(t *testing.T) {
 			if tc.sidecar != strings.Contains(args, "-grpc-addr 127.0.0.1:50051") {
 				t.Errorf("ext_proc listener: %s", args)
 			}
-			if !tc.sidecar && !strings.Contains(args, "-redis-url") {
-				t.Errorf("replicas without Redis: %s", args)
+			redisEnv := false
+			for _, e := range fb.Env {
+				redisEnv = redisEnv || e.Name == "FUSEBOX_REDIS_URL" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+			}
+			if !tc.sidecar && !redisEnv {
+				t.Errorf("replicas without Redis (FUSEBOX_REDIS_URL from a Secret): %+v", fb.Env)
 			}
 			services := map[string]corev1.Service{}
 			for _, d := range byKind["Service"] {
@@ -174,5 +181,92 @@ func TestHelmChartRefuses(t *testing.T) {
 		if _, err := render(t, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// #37: the chart installs from the README alone. It merges the fleet
+// key's file into the user's own store block (before, a second `store:`
+// key was written above it, and fusebox refused the config); the Redis URL
+// reaches fusebox from a Secret as FUSEBOX_REDIS_URL (before, in the pod's
+// arguments, password and all); its NOTES say what is missing: an image
+// with no registry (none is published) and, in sidecar mode, the provider
+// credentials Secret with its keys.
+func TestHelmChartInstallsFromTheREADME(t *testing.T) {
+	cfg := "store: {redis: {op_timeout_ms: 80}}\n" +
+		"gateways:\n  - id: default\n    models: [{name: m, routes: [\"a:r:m\", \"b:r:m\"]}]\n" +
+		"    routes: [{key: \"a:r:m\", cluster: ca}, {key: \"b:r:m\", cluster: cb}]\n"
+	out, err := render(t, map[string]any{
+		"mode": "deployment", "replicas": 2, "adminToken": map[string]any{"value": "x"},
+		"redis":  map[string]any{"url": "redis://:s3cret@redis:6379/0", "hmacKeySecret": "fleet-key"},
+		"config": cfg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKind := docs(t, out)
+	var cms []corev1.ConfigMap
+	for _, d := range byKind["ConfigMap"] {
+		var cm corev1.ConfigMap
+		if err := yaml.UnmarshalStrict(d, &cm); err != nil {
+			t.Fatal(err)
+		}
+		cms = append(cms, cm)
+	}
+	doc := cms[0].Data["fusebox.yaml"]
+	if strings.Count(doc, "store:") != 1 {
+		t.Fatalf("the config has %d store keys:\n%s", strings.Count(doc, "store:"), doc)
+	}
+	rt, err := routes.Parse([]byte(doc), routes.Options{})
+	if err != nil {
+		t.Fatalf("the rendered config does not load: %v\n%s", err, doc)
+	}
+	if rt.Store.Backend != routes.StoreRedis || rt.Store.Redis.HMACKeyFile != "/etc/fusebox-key/key" || rt.Store.Redis.OpTimeoutMs == nil || *rt.Store.Redis.OpTimeoutMs != 80 {
+		t.Fatalf("the store block was not merged: %+v", rt.Store.Redis)
+	}
+	var dep appsv1.Deployment
+	if err := yaml.UnmarshalStrict(byKind["Deployment"][0], &dep); err != nil {
+		t.Fatal(err)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	if strings.Contains(strings.Join(c.Args, " "), "s3cret") || strings.Contains(strings.Join(c.Args, " "), "redis://") {
+		t.Fatalf("the Redis URL is in the pod's arguments: %v", c.Args)
+	}
+	found := false
+	for _, e := range c.Env {
+		if e.Name == "FUSEBOX_REDIS_URL" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == "url" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no FUSEBOX_REDIS_URL from a Secret: %+v", c.Env)
+	}
+	secretHoldsURL := false
+	for _, d := range byKind["Secret"] {
+		var s corev1.Secret
+		if err := yaml.UnmarshalStrict(d, &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.StringData["url"] == "redis://:s3cret@redis:6379/0" {
+			secretHoldsURL = true
+		}
+	}
+	if !secretHoldsURL {
+		t.Fatal("no Secret holds the Redis URL")
+	}
+	// The NOTES, sidecar mode with the default image.
+	out, err = render(t, map[string]any{"adminToken": map[string]any{"value": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := out["fusebox/templates/NOTES.txt"]
+	for _, want := range []string{"No fusebox\nimage is published", "docker build --target fusebox", "create secret generic provider-credentials",
+		"--from-file=openai_api_key.yaml"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+	out, _ = render(t, map[string]any{"adminToken": map[string]any{"value": "x"}, "image": map[string]any{"repository": "ghcr.io/me/fusebox"}})
+	if strings.Contains(out["fusebox/templates/NOTES.txt"], "No fusebox") {
+		t.Error("NOTES warn about an image with a registry")
 	}
 }

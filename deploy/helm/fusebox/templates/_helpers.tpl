@@ -11,12 +11,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "fusebox.tokenSecret" -}}
 {{- if .Values.adminToken.existingSecret -}}{{ .Values.adminToken.existingSecret }}{{- else -}}{{ include "fusebox.name" . }}-admin{{- end -}}
 {{- end -}}
+{{- define "fusebox.redisSecret" -}}
+{{- if .Values.redis.existingSecret -}}{{ .Values.redis.existingSecret }}{{- else -}}{{ include "fusebox.name" . }}-redis{{- end -}}
+{{- end -}}
 {{- define "fusebox.check" -}}
 {{- if not (has .Values.mode (list "sidecar" "deployment")) -}}
 {{- fail (printf "mode must be sidecar or deployment, got %q" .Values.mode) -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.redis.url) -}}
-{{- fail "replicas > 1 needs redis.url: each replica would keep its own breakers and admin changes" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.redis.url) (not .Values.redis.existingSecret) -}}
+{{- fail "replicas > 1 needs redis.url (or redis.existingSecret): each replica would keep its own breakers and admin changes" -}}
 {{- end -}}
 {{- if and (not .Values.adminToken.existingSecret) (not .Values.adminToken.value) -}}
 {{- fail "set adminToken.existingSecret or adminToken.value: the admin API listens beyond loopback and needs a token" -}}
@@ -37,11 +40,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     - {{ if eq .Values.mode "sidecar" }}127.0.0.1:50051{{ else }}0.0.0.0:50051{{ end }}
     - -admin-addr
     - 0.0.0.0:8090
-    {{- if .Values.redis.url }}
-    - -redis-url
-    - {{ .Values.redis.url | quote }}
-    {{- end }}
   env:
+    {{- if or .Values.redis.url .Values.redis.existingSecret }}
+    # The Redis URL (its password with it) from a Secret, never in the
+    # pod's arguments.
+    - name: FUSEBOX_REDIS_URL
+      valueFrom:
+        secretKeyRef: {name: {{ include "fusebox.redisSecret" . }}, key: url}
+    {{- end }}
     - name: FUSEBOX_ADMIN_TOKEN
       valueFrom:
         secretKeyRef: {name: {{ include "fusebox.tokenSecret" . }}, key: token}
