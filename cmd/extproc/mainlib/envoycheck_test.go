@@ -84,3 +84,27 @@ func TestValidateEnvoyNamesMissingClusters(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 }
+
+// TestExampleAgreesWithEnvoy (#37): the documented example config and the
+// shipped Envoy configs it is meant for name the same clusters, both ways.
+// Before, deploy/fusebox.example.yaml named four clusters envoy/envoy.yaml
+// lacked, so those routes failed only at run time, as Envoy's NC.
+func TestExampleAgreesWithEnvoy(t *testing.T) {
+	fb, err := os.ReadFile("../../../deploy/fusebox.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"envoy.yaml", "envoy-1.36.yaml", "envoy-observer.yaml"} {
+		ev, err := os.ReadFile(filepath.Join("../../../envoy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ec, err := CheckEnvoyClusters(fb, "deploy/fusebox.example.yaml", ev, "envoy/"+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range append(ec.Missing, ec.Unused...) {
+			t.Error(p)
+		}
+	}
+}
