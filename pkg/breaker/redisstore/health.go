@@ -26,7 +26,7 @@ func (s *Store) failed(op string, err error) {
 		// up to a minute. The reload is asynchronous and coalesced.
 		cc.ReloadState(context.Background())
 	}
-	if !s.degraded.Swap(true) {
+	if from, _ := s.sync.step(callFailed); from != degraded && from != writingBack {
 		s.log.Error("[store] Redis is unreachable: deciding and recording on this replica's local state until it returns",
 			"op", op, "error", err.Error())
 		s.health()
@@ -46,14 +46,14 @@ func (s *Store) health() {
 	if s.ready.Load() {
 		code |= 2
 	}
-	if s.degraded.Load() {
+	if s.sync.localIsTheStore() {
 		code |= 4
 	}
 	if s.lastHealth.Swap(code) == code {
 		return
 	}
 	switch {
-	case s.degraded.Load():
+	case s.sync.localIsTheStore():
 		s.opts.OnHealth(s.ready.Load(), true, "redis unreachable: deciding on local state")
 	case s.ready.Load():
 		s.opts.OnHealth(true, false, "redis")

@@ -109,7 +109,7 @@ func severity(st breaker.State) int {
 // evidence. A view whose unanswered outcomes are successes or neithers
 // takes every answer, so a busy healthy or half-open breaker is never
 // starved of Redis's state.
-func (e *entry) failurePending() bool {
+func (e *view) failurePending() bool {
 	for _, o := range e.fl.pending {
 		if o.failure {
 			return true
@@ -120,7 +120,7 @@ func (e *entry) failurePending() bool {
 
 // answeredUpTo drops the pending outcomes Redis has answered (with
 // e.viewMu held).
-func (e *entry) answeredUpTo(tok uint64) {
+func (e *view) answeredUpTo(tok uint64) {
 	n := 0
 	for n < len(e.fl.pending) && e.fl.pending[n].tok <= tok {
 		n++
@@ -188,7 +188,7 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 }
 
 // hasUnsent reports whether e holds outcomes Redis has not taken.
-func (e *entry) hasUnsent() bool {
+func (e *view) hasUnsent() bool {
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
 	return len(e.fl.unsent) > 0

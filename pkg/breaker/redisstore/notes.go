@@ -72,7 +72,7 @@ func (s *Store) SwapNote(ctx context.Context, name string, prev, next []byte, tt
 	if len(next) > breaker.MaxNoteBytes {
 		return nil, false, errors.New("redisstore: note too large")
 	}
-	if s.degraded.Load() {
+	if s.sync.localIsTheStore() {
 		return nil, false, ErrNoteUnreachable
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -22,11 +22,22 @@ func (s *Store) Refresh(ctx context.Context) {
 	}
 	defer s.markReady()
 	now := s.opts.Clock.Now().UnixNano()
-	wasDegraded := s.degraded.Load()
-	if wasDegraded && (!s.reachable(ctx) || !s.writeBackAll(ctx, now)) {
-		return
+	// The resync is the phases of syncstate.go: degraded, then (Redis
+	// answering) writingBack, then reading, then synced. A refresh that
+	// starts past synced walks the rest of the way; a failed call anywhere
+	// sends the store back to degraded.
+	ph := s.sync.phase()
+	resyncing := ph != synced
+	if ph == degraded || ph == writingBack {
+		if !s.reachable(ctx) {
+			return
+		}
+		s.sync.step(reachable)
+		if !s.writeBackAll(ctx, now) {
+			return
+		}
 	}
-	plan, ok := s.planRefresh(ctx, now, wasDegraded)
+	plan, ok := s.planRefresh(ctx, now, resyncing)
 	if !ok {
 		return
 	}
@@ -40,10 +51,11 @@ func (s *Store) Refresh(ctx context.Context) {
 	if plan.full {
 		s.lastFull.Store(now)
 	}
-	if wasDegraded && !s.degraded.Load() {
+	if _, moved := s.sync.step(readBack); moved {
 		s.log.Info("[store] Redis is reachable again: local outcomes and opens written back, state resynced", "breakers", len(s.tab.Load().list))
+		s.health()
 	}
-	if (wasDegraded || plan.resync) && s.opts.OnOverlay != nil {
+	if (resyncing || plan.resync) && s.opts.OnOverlay != nil {
 		// Overlay changes published meanwhile were missed too.
 		s.opts.OnOverlay("")
 	}
@@ -101,8 +113,10 @@ func (s *Store) planRefresh(ctx context.Context, now int64, wasDegraded bool) (r
 	}
 	if wasDegraded {
 		// From here the scripts are the store again (their results apply to
-		// the view); a failure below turns it degraded once more.
-		s.degraded.Store(false)
+		// the view); a failure below turns it degraded once more. A call
+		// that failed since the write-back left the store degraded, and
+		// this changes nothing.
+		s.sync.step(writtenBack)
 	}
 	plan.read = tab.list
 	if !plan.full {
@@ -234,7 +248,7 @@ func (s *Store) snapAnswered(ctx context.Context, e *entry, now int64, cmd *redi
 // degradedErr is what a refresh reports when the store turned degraded
 // under it.
 func (s *Store) degradedErr() error {
-	if s.degraded.Load() {
+	if s.sync.localIsTheStore() {
 		return errDegraded
 	}
 	return nil

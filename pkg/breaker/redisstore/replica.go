@@ -33,7 +33,7 @@ func (s *Store) Ready() bool { return s.ready.Load() }
 
 // Degraded reports whether Redis is unreachable and the local view is the
 // store.
-func (s *Store) Degraded() bool { return s.degraded.Load() }
+func (s *Store) Degraded() bool { return s.sync.localIsTheStore() }
 
 // Origin is this replica's id on the feed.
 func (s *Store) Origin() string { return s.origin }

@@ -92,11 +92,12 @@ type Store struct {
 	// the one method the Store does not define itself, is the memory
 	// store's own: the decision pays no extra call or Verdict copy.
 	*viewMemory
-	local    *breaker.Memory
-	degraded atomic.Bool
-	ready    atomic.Bool
-	resync   atomic.Bool // the feed reconnected: reload every view
-	kick     chan struct{}
+	local *breaker.Memory
+	// sync is the store's phase on its way back to Redis (syncstate.go).
+	sync   syncState
+	ready  atomic.Bool
+	resync atomic.Bool // the feed reconnected: reload every view
+	kick   chan struct{}
 	// hint wakes the hint loop: a feed message named a breaker whose state
 	// changed; its state is read from Redis, never taken from the message.
 	hint   chan struct{}
@@ -139,12 +140,9 @@ type entry struct {
 	policyArg string // the policy as the script reads it (policyArgs)
 	pbID      *replicav1.BreakerId
 
-	// seq is the view sequence of the state in the local view; viewMu
-	// makes compare-and-restore one step.
-	viewMu sync.Mutex
-	seq    uint64
-	inc    string // the key's incarnation the view's sequence belongs to
-	last   atomic.Pointer[result]
+	// view is this replica's view of the breaker (view.go).
+	view
+	last atomic.Pointer[result]
 	// lastNow is the clock of the latest call: Release has no clock of its
 	// own and must not mix another one in.
 	lastNow atomic.Int64
@@ -161,9 +159,6 @@ type entry struct {
 	pendingOverride atomic.Pointer[pendingOverride]
 	// behind: Redis answered with a state older than the view's (apply).
 	behind atomic.Bool
-	// fl is this replica's evidence Redis has not answered (inflight.go),
-	// guarded by viewMu.
-	fl inflight
 }
 
 // localLease marks a probe slot taken on the local view while Redis was
@@ -229,7 +224,7 @@ func New(opts Options) *Store {
 			return
 		}
 		ev.DecidedBy = breaker.DecidedByLocal
-		if s.degraded.Load() {
+		if s.sync.localIsTheStore() {
 			s.opts.OnEvent(ev)
 		} else if e, ok := s.tab.Load().byID[ev.ID]; ok && e.bad.Load() {
 			s.opts.OnEvent(ev) // this breaker alone decides locally
@@ -312,7 +307,7 @@ func (s *Store) get(k breaker.Key) (*entry, error) {
 // remote reports whether e's calls go to Redis: not while Redis is
 // unreachable (the store is degraded), nor while Redis answers this breaker
 // with an error of its own. The one place the remote/local choice is made.
-func (s *Store) remote(e *entry) bool { return !s.degraded.Load() && !e.bad.Load() }
+func (s *Store) remote(e *entry) bool { return !s.sync.localIsTheStore() && !e.bad.Load() }
 
 // Acquire implements breaker.Store. A healthy view admits with no round
 // trip; otherwise one script call takes the probe slot, so the bound holds
@@ -508,7 +503,7 @@ func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.S
 // replica sees as not closed (on the local view while Redis is
 // unreachable).
 func (s *Store) Sweep(ctx context.Context, now int64) error {
-	if s.degraded.Load() {
+	if s.sync.localIsTheStore() {
 		return s.local.Sweep(ctx, now)
 	}
 	var errs []error

@@ -1,6 +1,25 @@
 package redisstore
 
-import "github.com/fusebox-llm/fusebox/pkg/breaker"
+import (
+	"sync"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+)
+
+// view is one breaker's view on this replica (R-ST13): Redis's last
+// answer, which the local view (the embedded memory store) holds, with
+// this replica's own evidence Redis has not answered on top of it. An
+// answer goes under that evidence, never over it (apply).
+type view struct {
+	// viewMu makes compare-and-restore one step, and guards the rest.
+	viewMu sync.Mutex
+	// seq is the view sequence of the state the local view holds, of the
+	// key's incarnation inc.
+	seq uint64
+	inc string
+	// fl is this replica's evidence Redis has not answered (inflight.go).
+	fl inflight
+}
 
 // apply puts a state from Redis into the local view when it is newer than
 // what the view holds: a later sequence of the same incarnation of the key,
@@ -20,7 +39,7 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 	if a.kind == answerRecord {
 		e.answeredUpTo(a.tok)
 	}
-	if a.kind != answerOverride && s.degraded.Load() {
+	if a.kind != answerOverride && s.sync.localIsTheStore() {
 		// While the store is degraded the local view is the store, and
 		// only its own transitions move it; an answer that arrives late (a
 		// call sent before another one failed) waits for the resync, which

@@ -27,7 +27,7 @@ func TestLateAnswerWaitsForTheResync(t *testing.T) {
 	e, _ := st.get(keys[0])
 	open := breaker.Snapshot{State: breaker.Open, Generation: 5, Reason: "provider_5xx", OpenedAt: now, OpenUntil: now + int64(time.Minute)}
 	state := func() breaker.State { return st.Peek(context.Background(), keys[0], now).State }
-	st.degraded.Store(true)
+	st.sync.step(callFailed)
 	st.apply(e, "inc", 3, open, answer{kind: answerRead})
 	if s := state(); s != breaker.Closed {
 		t.Fatalf("a late answer moved the degraded local view to %v", s)
@@ -36,5 +36,5 @@ func TestLateAnswerWaitsForTheResync(t *testing.T) {
 	if s := state(); s == breaker.Closed {
 		t.Fatal("an override's answer did not apply")
 	}
-	st.degraded.Store(false)
+	st.sync.p.Store(int32(synced))
 }
