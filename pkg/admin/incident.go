@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -13,57 +15,78 @@ import (
 // the recent transitions with their evidence and what handled the next
 // request.
 
-// ModelSummary is one model's health.
+// ModelSummary is one model's health, as routing sees it now.
 type ModelSummary struct {
 	Gateway string `json:"gateway"`
 	Model   string `json:"model"`
 	Healthy int    `json:"healthy"` // routes a request can take as usual
 	Total   int    `json:"total"`
-	// Unhealthy lists the routes a prod breaker skips (open, half-open
-	// with its probes out, Retry-After-blocked).
+	// Unhealthy lists the routes a prod breaker (the route's, or its
+	// fleet's) says are unhealthy: open, half-open with its probes out,
+	// Retry-After-blocked, forced open.
 	Unhealthy []string `json:"unhealthy"`
+	// Skipped lists the routes a request passes over now: routing's own
+	// choice (processor.Select), after the floor and when_all_open.
+	Skipped []string `json:"skipped"`
 	// WouldSkip lists the routes a shadow breaker would skip: they take
 	// traffic as usual (R-M2).
 	WouldSkip []string `json:"would_skip"`
-	// Degradation is what routing does about it: "" (nothing), "try_all"
-	// or "fail_fast" (every route unhealthy: when_all_open), "floor" (the
-	// capacity floor keeps unhealthy routes in: max_ejection_percent).
+	// Degradation is what routing does about it: "" (nothing is
+	// unhealthy), "skipping" (unhealthy routes are passed over),
+	// "floor" (the capacity floor keeps some unhealthy routes in:
+	// max_ejection_percent), "try_all" or "fail_fast" (nothing is
+	// healthy: when_all_open; fail_fast too when every route is forced
+	// open).
 	Degradation string `json:"degradation"`
 }
 
-// Summary computes every gateway's model summaries at now.
+// Summary computes every gateway's model summaries at now, from the same
+// verdicts and the same selection a decision makes (each route's and its
+// fleet's breaker, breaker.Target; processor.Select). Before, it read the
+// routes' own breakers only, through Status: a fleet's open showed 2 of 2
+// healthy, a model skipping a route read "routing as usual", and every
+// route forced open read try_all while routing failed fast.
 func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 	out := []ModelSummary{}
+	ctx := context.Background()
 	for _, id := range rt.GatewayIDs {
 		g := rt.Gateways[id]
 		for _, name := range g.ModelNames {
 			m := g.Models[name]
-			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, WouldSkip: []string{}}
-			for _, r := range m.Candidates(nil) {
-				s.Total++
-				if r.Policy.Mode == breaker.ModeOff || !r.Policy.Enabled {
-					s.Healthy++
-					continue
+			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}}
+			cands := m.Candidates(nil)
+			v := make([]breaker.Verdict, len(cands))
+			for i, r := range cands {
+				t := breaker.Target{Route: breaker.KeyOf(breaker.RouteID(id, r.Key))}
+				if r.Fleet != nil {
+					t.Fleet, t.HasFleet = breaker.KeyOf(breaker.FleetID(r.Fleet.Name)), true
 				}
-				status := statusOf(st, breaker.RouteID(id, r.Key), r.Policy, now)
-				blocked := status.BlockedUntil != nil && *status.BlockedUntil > float64(now)/1e9
-				bad := status.State != "closed" || blocked
+				tv := t.Peek(ctx, st, now)
+				v[i] = tv.Verdict
+				s.Total++
 				switch {
-				case !bad:
-					s.Healthy++
-				case r.Policy.Mode == breaker.ModeShadow:
-					s.Healthy++
-					s.WouldSkip = append(s.WouldSkip, r.Key)
-				default:
+				case !tv.Allowed:
 					s.Unhealthy = append(s.Unhealthy, r.Key)
+				default:
+					s.Healthy++
+					if tv.WouldSkip {
+						s.WouldSkip = append(s.WouldSkip, r.Key)
+					}
 				}
 			}
-			switch ejected := len(s.Unhealthy); {
-			case ejected == 0:
-			case ejected == s.Total:
-				s.Degradation = m.Policy.WhenAllOpen
-			case ejected > s.Total*m.Policy.MaxEjectionPercent/100:
+			sel := processor.Select(now, v, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen, nil, nil)
+			for _, i := range sel.Skipped {
+				s.Skipped = append(s.Skipped, cands[i].Key)
+			}
+			switch {
+			case sel.FailFast:
+				s.Degradation = breaker.WhenAllOpenFailFast
+			case sel.TryAll:
+				s.Degradation = breaker.WhenAllOpenTryAll
+			case len(s.Unhealthy) > len(s.Skipped):
 				s.Degradation = "floor"
+			case len(s.Skipped) > 0:
+				s.Degradation = "skipping"
 			}
 			out = append(out, s)
 		}

@@ -88,9 +88,19 @@ func ParseLine(b []byte) (Line, error) {
 			Reason   string  `json:"reason"`
 			In       float64 `json:"tokens_in"`
 			Out      float64 `json:"tokens_out"`
+			Gateway  string  `json:"gateway"`
+			Route    string  `json:"route"`
 		}
 		if json.Unmarshal(raw.Fusebox, &fb) == nil {
 			l.Model, l.Decision, l.Action, l.Outcome, l.Reason = fb.Model, fb.Decision, fb.Action, fb.Outcome, fb.Reason
+			// A format without the header fields still names them in
+			// fusebox's metadata.
+			if l.Gateway == "" {
+				l.Gateway = fb.Gateway
+			}
+			if l.Route == "" {
+				l.Route = fb.Route
+			}
 			if fb.In >= 0 && fb.Out >= 0 && fb.In+fb.Out < 1e12 {
 				l.Tokens = int64(fb.In + fb.Out)
 			}

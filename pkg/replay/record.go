@@ -76,7 +76,23 @@ func EntryLine(e *accesslogdatav3.HTTPAccessLogEntry) map[string]any {
 		"attempts":    cp.GetUpstreamRequestAttemptCount(),
 	}
 	if fb := cp.GetMetadata().GetFilterMetadata()["fusebox"]; fb != nil {
-		line["fusebox"] = fb.AsMap()
+		m := fb.AsMap()
+		line["fusebox"] = m
+		// The gateway and route the shipped json_format takes from the
+		// headers: the gRPC entry has them in fusebox's own metadata (the
+		// headers only when the logger lists them). Before, a recorded
+		// line had no gateway, and every entry replayed as "default".
+		for _, k := range []string{"gateway", "route"} {
+			if v, ok := m[k].(string); ok && v != "" {
+				line[k] = v
+			}
+		}
+	}
+	if h := e.GetRequest().GetRequestHeaders()["x-fusebox-gateway"]; h != "" {
+		line["gateway"] = h
+	}
+	if h := e.GetResponse().GetResponseHeaders()["x-fusebox-route"]; h != "" {
+		line["route"] = h
 	}
 	return line
 }

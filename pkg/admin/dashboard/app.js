@@ -73,6 +73,7 @@ function stateCell(row, now, shadowKey) {
 
 const degradationText = {
   "": "routing as usual",
+  skipping: "skipping unhealthy routes",
   try_all: "every route unhealthy: try_all (sending to unhealthy routes)",
   fail_fast: "every route unhealthy: fail_fast (answering 503)",
   floor: "capacity floor (max_ejection_percent) keeps unhealthy routes in",
