@@ -3,9 +3,11 @@ package replay
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
@@ -49,6 +51,20 @@ type Band struct {
 	State    string
 }
 
+// rfc3339 writes unix seconds as an RFC 3339 time, to the millisecond, UTC.
+func rfc3339(sec float64) string {
+	return time.UnixMilli(int64(math.Round(sec * 1000))).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// MarshalJSON writes the band's times in RFC 3339 (R-R7).
+func (b Band) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		From  string `json:"from"`
+		To    string `json:"to"`
+		State string `json:"state"`
+	}{rfc3339(b.From), rfc3339(b.To), b.State})
+}
+
 // maxMarks bounds the failures kept per route for the timeline.
 const maxMarks = 2000
 
@@ -68,14 +84,28 @@ func (rr *RouteReport) bands(end float64) {
 
 // Transition is one state change in the replay.
 type Transition struct {
-	At     float64 `json:"at"`
+	At     float64 `json:"at"` // unix seconds; RFC 3339 in JSON
 	Change string  `json:"change"`
 	Reason string  `json:"reason"`
 }
 
+// MarshalJSON writes the time in RFC 3339 (R-R7).
+func (t Transition) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		At     string `json:"at"`
+		Change string `json:"change"`
+		Reason string `json:"reason"`
+	}{rfc3339(t.At), t.Change, t.Reason})
+}
+
 // Report is one replay's result.
+//
+// Its JSON is one snake_case schema (docs/replay.md): every field below
+// by the name its tag gives, times in RFC 3339.
 type Report struct {
-	Lines, Malformed, Skipped int // Skipped: a gateway or model the config lacks
+	Lines     int `json:"lines"`
+	Malformed int `json:"malformed"`
+	Skipped   int `json:"skipped"` // a gateway or model the config lacks
 	// MalformedWhy counts the malformed lines by reason; MalformedExamples
 	// names the first few (file:line: reason).
 	MalformedWhy      map[string]int `json:"malformed_why,omitempty"`
@@ -83,16 +113,18 @@ type Report struct {
 	// ClientErrors are the requests that would have failed at the client
 	// (an error status, or fail_fast); Estimated those of them whose
 	// outcome was estimated.
-	ClientErrors, ClientErrorsEstimated int
+	ClientErrors          int `json:"client_errors"`
+	ClientErrorsEstimated int `json:"client_errors_estimated"`
 	// Live is what happened: the client errors the log shows, and the cost
 	// of the tokens it holds on the routes that served them.
 	LiveClientErrors int     `json:"live_client_errors"`
 	LiveCost         float64 `json:"live_cost"`
 	// Avoided and Added compare the config with what happened, request by
 	// request (estimated where the config changed the route).
-	Avoided, Added int
-	Routes         []*RouteReport
-	byKey          map[string]*RouteReport
+	Avoided int            `json:"avoided"`
+	Added   int            `json:"added"`
+	Routes  []*RouteReport `json:"routes"`
+	byKey   map[string]*RouteReport
 }
 
 func (r *Report) route(gw, model, key string) *RouteReport {

@@ -14,11 +14,25 @@ import (
 type Result struct {
 	Candidate *Report `json:"candidate"`
 	Baseline  *Report `json:"baseline,omitempty"`
+	// Difference is the candidate less the baseline, with one.
+	Difference *Difference `json:"difference,omitempty"`
+}
+
+// diff fills Difference when there is a baseline.
+func (r *Result) diff() {
+	if r.Baseline != nil && r.Difference == nil {
+		r.Difference = Diff(r.Candidate, r.Baseline)
+	}
 }
 
 // WriteText writes the per-route table: candidate, then baseline when
 // there is one.
 func (r *Result) WriteText(w io.Writer) {
+	r.diff()
+	if r.Difference != nil {
+		// The answer to "what would change" first (R-R5).
+		writeDiff(w, r.Difference)
+	}
 	for _, part := range []struct {
 		name string
 		rep  *Report
@@ -42,7 +56,7 @@ func (r *Result) WriteText(w io.Writer) {
 		tw.Flush()
 		for _, rr := range rep.Routes {
 			for _, t := range rr.Transitions {
-				fmt.Fprintf(w, "  %.3f %s/%s %s (%s)\n", t.At, rr.Gateway, rr.Route, t.Change, t.Reason)
+				fmt.Fprintf(w, "  %s %s/%s %s (%s)\n", rfc3339(t.At), rr.Gateway, rr.Route, t.Change, t.Reason)
 			}
 		}
 		fmt.Fprintln(w)
@@ -53,6 +67,7 @@ func (r *Result) WriteText(w io.Writer) {
 
 // WriteJSON writes the result as one JSON document.
 func (r *Result) WriteJSON(w io.Writer) error {
+	r.diff()
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -69,6 +84,8 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 		}
 		return 100 * (b - a) / (to - from)
 	},
+	"time": rfc3339,
+	"mid":  func(a, b float64) float64 { return (a + b) / 2 },
 	"pct": func(t, from, to float64) float64 {
 		if to <= from {
 			return 0
@@ -79,12 +96,13 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 <style>body{font:14px system-ui,sans-serif;margin:1.5rem}table{border-collapse:collapse}td,th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:left}
 .band{position:relative;height:14px;background:#e8f5e9;width:900px;margin:.2rem 0 1rem}.mark{position:absolute;top:0;width:2px;height:14px}
 .span{position:absolute;top:0;height:14px;opacity:.35}.fail{position:absolute;top:9px;width:1px;height:5px;background:#b00020}
-.open{background:#b00020}.half_open{background:#b35900}.closed{background:#1a7f37}</style></head><body>
+.axis{position:relative;width:900px;height:1.2rem;font-size:12px;color:#555}.axis span{position:absolute}.open{background:#b00020}.half_open{background:#b35900}.closed{background:#1a7f37}</style></head><body>
 <h1>fusebox replay</h1>
 {{range $name, $rep := .Parts}}{{if $rep}}<h2>{{$name}}</h2>
 <p>{{$rep.Lines}} lines, {{$rep.Malformed}} malformed, {{$rep.ClientErrors}} client errors ({{$rep.ClientErrorsEstimated}} estimated).</p>
 <table><tr><th>gateway</th><th>model</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>routed elsewhere</th><th>met failing (estimated)</th></tr>
 {{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Model}}</td><td>{{.Route}}</td><td>{{.Opens}}</td><td>{{printf "%.0f" .OpenSec}}</td><td>{{.Served}}</td><td>{{.Rerouted}}</td><td>{{.MetFailing}} ({{.MetFailingEstimated}})</td></tr>{{end}}</table>
+<div class="axis"><span style="left:0">{{time $.From}}</span><span style="left:50%">{{time (mid $.From $.To)}}</span><span style="right:0">{{time $.To}}</span></div>
 {{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Bands}}<span class="span {{.State}}" style="left:{{pct .From $.From $.To}}%;width:{{width .From .To $.From $.To}}%"></span>{{end}}{{range .Failures}}<span class="fail" style="left:{{pct . $.From $.To}}%"></span>{{end}}{{range .Transitions}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}</div>{{end}}
 {{end}}{{end}}
 <p>"estimated": a request sent to a route that did not serve it live is given that route's latest logged outcome before it.</p>
