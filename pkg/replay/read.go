@@ -75,26 +75,34 @@ func (l *Log) read(name string, r io.Reader) error {
 		if err != nil && err != io.EOF {
 			return err
 		}
-		switch {
-		case tooLong:
-			l.malformed(name, n, "longer than 1 MiB")
-		case len(bytes.TrimSpace(b)) > 0:
-			line, perr := ParseLine(b)
-			if perr != nil {
-				why := "not an access log line"
-				var le *LineError
-				if errors.As(perr, &le) {
-					why = le.Why
-				}
-				l.malformed(name, n, why)
-				break
-			}
+		if line, ok := l.parse(name, n, b, tooLong); ok {
 			l.Lines = append(l.Lines, line)
 		}
 		if err == io.EOF {
 			return nil
 		}
 	}
+}
+
+// parse reads line n of file name; a line that is not an access log line
+// is counted with its reason (blank lines are nothing).
+func (l *Log) parse(name string, n int, b []byte, tooLong bool) (Line, bool) {
+	switch {
+	case tooLong:
+		l.malformed(name, n, "longer than 1 MiB")
+	case len(bytes.TrimSpace(b)) > 0:
+		line, err := ParseLine(b)
+		if err == nil {
+			return line, true
+		}
+		why := "not an access log line"
+		var le *LineError
+		if errors.As(err, &le) {
+			why = le.Why
+		}
+		l.malformed(name, n, why)
+	}
+	return Line{}, false
 }
 
 // readLine reads one line into buf: at most maxLineBytes of it are kept; a

@@ -167,21 +167,26 @@ type engine struct {
 // start: replaying the live config on its own log (10 s timeouts,
 // threshold 3) opened at t+2 s instead of t+12 s, and every what-if report
 // overstated a tighter policy.
-func Run(rt *routes.Runtime, log *Log) *Report {
+func Run(rt *routes.Runtime, src Source) *Report {
+	rep, _ := RunErr(rt, src)
+	return rep
+}
+
+// RunErr is Run, with the error a Source read can fail with.
+func RunErr(rt *routes.Runtime, src Source) (*Report, error) {
 	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[string]breaker.Result{},
-		rep: &Report{Lines: len(log.Lines), Malformed: log.Malformed, MalformedWhy: log.Why, MalformedExamples: log.Examples,
-			byKey: map[string]*RouteReport{}}}
+		rep: &Report{byKey: map[string]*RouteReport{}}}
 	e.st = breaker.NewMemory(e.event)
 	e.install()
-	for i := range log.Lines {
-		l := &log.Lines[i]
+	err := src.Each(func(l *Line) {
 		e.flush(l.At)
 		e.now = l.At
 		e.decide(l)
-	}
+	})
 	e.flush(math.MaxInt64)
 	e.finish()
-	return e.rep
+	e.rep.Lines, e.rep.Malformed, e.rep.MalformedWhy, e.rep.MalformedExamples = src.Counts()
+	return e.rep, err
 }
 
 // outcome is a request's result, recorded when it ended.

@@ -33,38 +33,43 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	if *cand == "" || fs.NArg() == 0 {
 		return errors.New("usage: extproc replay -config CANDIDATE.yaml [-baseline LIVE.yaml] [-json|-html] LOG files")
 	}
-	log, err := replay.ReadFiles(fs.Args()...)
-	if err != nil {
-		return err
-	}
-	if len(log.Lines) == 0 {
-		// Nothing to replay is not a report with nothing in it: before, a
-		// file of pure junk exited 0.
-		for _, ex := range log.Examples {
-			fmt.Fprintln(stderr, "malformed:", ex)
-		}
-		return &ExitError{Code: 2, Err: fmt.Errorf("no access log line in %s (%d malformed)", strings.Join(fs.Args(), ", "), log.Malformed)}
-	}
 	rt, err := routes.LoadFile(*cand)
 	if err != nil {
 		return fmt.Errorf("-config: %w", err)
 	}
-	res := &replay.Result{Candidate: replay.Run(rt, log)}
+	// The files are read as they replay (replay.Files: memory does not
+	// grow with the log), once per config.
+	src := &replay.Files{Paths: fs.Args()}
+	cr, err := replay.RunErr(rt, src)
+	if err != nil {
+		return err
+	}
+	if src.Lines == 0 {
+		// Nothing to replay is not a report with nothing in it: before, a
+		// file of pure junk exited 0.
+		for _, ex := range src.Examples {
+			fmt.Fprintln(stderr, "malformed:", ex)
+		}
+		return &ExitError{Code: 2, Err: fmt.Errorf("no access log line in %s (%d malformed)", strings.Join(fs.Args(), ", "), src.Malformed)}
+	}
+	from, to := float64(src.First)/1e9, float64(src.Last)/1e9
+	if src.OutOfOrder > 0 {
+		fmt.Fprintf(stderr, "replay: %d lines came later than the reorder window holds; each was replayed at the time of the line before it\n", src.OutOfOrder)
+	}
+	res := &replay.Result{Candidate: cr}
 	if *base != "" {
 		brt, err := routes.LoadFile(*base)
 		if err != nil {
 			return fmt.Errorf("-baseline: %w", err)
 		}
-		res.Baseline = replay.Run(brt, log)
+		if res.Baseline, err = replay.RunErr(brt, src); err != nil {
+			return err
+		}
 	}
 	switch {
 	case *asJSON:
 		return res.WriteJSON(stdout)
 	case *asHTML:
-		var from, to float64
-		if n := len(log.Lines); n > 0 {
-			from, to = float64(log.Lines[0].At)/1e9, float64(log.Lines[n-1].At)/1e9
-		}
 		return res.WriteHTML(stdout, from, to)
 	}
 	res.WriteText(stdout)
