@@ -35,15 +35,15 @@ func TestEffectiveRoundTrips(t *testing.T) {
 	}
 }
 
-// The README's field reference documents every circuit_breaker field.
-func TestREADMEDocumentsEveryPolicyField(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// docs/configuration.md, the field reference, documents every circuit_breaker field.
+func TestConfigurationPageDocumentsEveryPolicyField(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range PolicyFieldNames() {
 		if !strings.Contains(string(readme), "| `"+f+"` |") {
-			t.Errorf("README lacks circuit_breaker.%s", f)
+			t.Errorf("docs/configuration.md lacks circuit_breaker.%s", f)
 		}
 	}
 }

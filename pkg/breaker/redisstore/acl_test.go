@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestACLUserFromTheREADME: the ACL user the README shows ("Redis is
-// trusted storage") is enough for everything the store does (scripts,
-// feed, overlays), and keeps fusebox out of every other key.
-func TestACLUserFromTheREADME(t *testing.T) {
+// TestACLUserFromTheFleetPage: the ACL user docs/fleet.md shows ("Redis is
+// trusted storage"), read from the page, is enough for everything the
+// store does (scripts, feed, overlays), and keeps fusebox out of every
+// other key.
+func TestACLUserFromTheFleetPage(t *testing.T) {
+	page, err := os.ReadFile("../../../docs/fleet.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rule, ok := strings.Cut(string(page), "\n  user fusebox ")
+	rule, _, _ = strings.Cut(rule, "\n")
+	if !ok || !strings.Contains(rule, "~fusebox:*") {
+		t.Fatalf("docs/fleet.md shows no ACL user for fusebox")
+	}
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	rule := "on >LONG-RANDOM-PASSWORD ~fusebox:* &fusebox:* +@read +@write +@scripting +@pubsub +ping +info +time"
 	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "fusebox"}, toAny(strings.Fields(rule))...)...).Err(); err != nil {
 		t.Fatal(err)
 	}
