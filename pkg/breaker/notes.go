@@ -109,8 +109,10 @@ func (t *NoteTable) prune(now time.Time) {
 		}
 	}
 	// A Go map never shrinks: one that held a burst is made again at its
-	// present size, so memory returns once the burst's notes expire.
-	if t.peak > 1024 && len(t.m) < t.peak/4 {
+	// present size, so memory returns once the burst's notes expire
+	// (and an emptied table of any size starts again empty: the soak's
+	// heap after the load held 110 KiB of buckets for no note).
+	if len(t.m) < t.peak/4 && (t.peak > 1024 || len(t.m) == 0) {
 		fresh := make(map[string]note, len(t.m)) // sized to what is left
 		for k, v := range t.m {
 			fresh[k] = v

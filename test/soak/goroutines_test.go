@@ -21,12 +21,16 @@ google.golang.org/grpc/internal/transport.(*http2Client).reader(0xc0)
 
 goroutine 12 [chan receive]:
 github.com/fusebox-llm/fusebox/test/e2e/envoysim.(*Proxy).run(0xc0)
+
+goroutine 13 [select]:
+github.com/fusebox-llm/fusebox/pkg/processor.(*Server).readAccessLogs(0xc0)
+github.com/fusebox-llm/fusebox/pkg/processor.accessLogServer.StreamAccessLogs.func1()
 `
-	all, fb := countGoroutines(dump)
-	if all != 5 || fb != 2 {
-		t.Fatalf("all %d, fusebox's %d; want 5, 2", all, fb)
+	all, fb, serving := countGoroutines(dump)
+	if all != 6 || fb != 3 || serving != 1 {
+		t.Fatalf("all %d, fusebox's %d, serving %d; want 6, 3, 1", all, fb, serving)
 	}
-	if all, fb := goroutineCounts(); all == 0 || fb == 0 || fb > all {
+	if all, fb, _ := goroutineCounts(); all == 0 || fb == 0 || fb > all {
 		t.Fatalf("this process: all %d, fusebox's %d", all, fb)
 	}
 }

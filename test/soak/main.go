@@ -48,11 +48,12 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "client-visible transport errors: %v\n", r.Errors)
 	}
 	fmt.Fprintf(w, "outcomes by class: %v\n", r.Outcomes)
-	fmt.Fprintf(w, "transitions: %d; faults injected: %v\n", r.Transitions, r.Faults)
+	fmt.Fprintf(w, "transitions: %d; faults injected: %v, seen to take effect: %v\n", r.Transitions, r.Faults, r.FaultEffects)
 	fmt.Fprintf(w, "decision latency (request_body message): p50 %v, p99 %v, p99.9 %v\n", r.DecisionP50, r.DecisionP99, r.DecisionP999)
 	fmt.Fprintf(w, "Envoy's longest wait for a request-path reply %v; ext_proc message timeouts (Envoy went on without fusebox) %d\n", r.LongestWait, r.EnvoyGaveUp)
-	fmt.Fprintf(w, "peak RSS %.1f MiB, peak goroutines %d; before/after load: goroutines %d/%d, RSS %.1f/%.1f MiB\n",
-		float64(r.PeakRSS)/(1<<20), r.PeakGoroutines, r.BeforeGoroutines, r.AfterGoroutines, float64(r.BeforeRSS)/(1<<20), float64(r.AfterRSS)/(1<<20))
+	fmt.Fprintf(w, "peak RSS %.1f MiB, peak goroutines %d; before/after load: goroutines %d/%d, live heap %.2f/%.2f MiB, RSS %.1f/%.1f MiB\n",
+		float64(r.PeakRSS)/(1<<20), r.PeakGoroutines, r.Before.goroutines, r.After.goroutines, float64(r.Before.heap)/(1<<20), float64(r.After.heap)/(1<<20),
+		float64(r.Before.rss)/(1<<20), float64(r.After.rss)/(1<<20))
 	for _, c := range r.Invariants {
 		mark := "held"
 		if !c.Held {

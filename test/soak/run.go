@@ -20,25 +20,33 @@ import (
 
 // Report is what a run found.
 type Report struct {
-	Store                                  string // memory | redis
-	Requests                               int
-	Duration                               time.Duration
-	ByStatus                               map[int]int
-	Errors                                 map[string]int // transport errors by cause
-	Outcomes                               map[string]float64
-	Transitions                            int
-	Faults                                 map[string]int
+	Store       string // memory | redis
+	Requests    int
+	Duration    time.Duration
+	ByStatus    map[int]int
+	Errors      map[string]int // transport errors by cause
+	Outcomes    map[string]float64
+	Transitions int
+	Faults      map[string]int
+	// FaultEffects counts the steps seen to take effect (effects.go), and
+	// NoEffect says what each of the others lacked.
+	FaultEffects map[string]int
+	NoEffect     []string
+	// ReloadsApplied counts fusebox's successful reloads over the run.
+	ReloadsApplied                         float64
 	DecisionP50, DecisionP99, DecisionP999 time.Duration
 	LongestWait                            time.Duration // Envoy's longest wait for a request-path reply
 	EnvoyGaveUp                            int           // ext_proc message timeouts (Envoy went on without fusebox)
 	PeakRSS                                int64
 	PeakGoroutines                         int
-	BeforeGoroutines, AfterGoroutines      int
-	// The same, fusebox's own: the harness's left out (goroutines.go).
-	BeforeOwnGoroutines, AfterOwnGoroutines int
-	BeforeRSS, AfterRSS                     int64
-	BeforeHeap, AfterHeap                   int64
-	Invariants                              []Check
+	// The warm-up's peak, and the goroutines run at once before the
+	// baseline (raiseGoroutineMark): a load peaking below the mark makes
+	// no goroutine descriptor the baseline lacks.
+	WarmupPeakGoroutines, GoroutineMark int
+	MarkBytes                           int64 // what the mark's descriptors added to the heap
+	// The measuring points before and after the load.
+	Before, After point
+	Invariants    []Check
 }
 
 // Check is one invariant and whether it held.
@@ -71,7 +79,7 @@ func Run(opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer r.close()
-	rep := &Report{ByStatus: map[int]int{}, Errors: map[string]int{}, Faults: map[string]int{}, Store: "memory"}
+	rep := &Report{ByStatus: map[int]int{}, Errors: map[string]int{}, Faults: map[string]int{}, FaultEffects: map[string]int{}, Store: "memory"}
 	if opts.Redis {
 		rep.Store = "redis"
 	}
@@ -87,6 +95,7 @@ func Run(opts Options) (*Report, error) {
 	// is in the baseline, and the comparison measures what the load
 	// accumulates.
 	var mu sync.Mutex
+	warm := samplePeak()
 	r.drive(max(2000, 50*opts.Concurrency), opts.Concurrency, 0, nil, nil)
 	if opts.Faults && opts.WarmupFaults {
 		done := make(chan struct{})
@@ -99,7 +108,10 @@ func Run(opts Options) (*Report, error) {
 		time.Sleep(4 * time.Second) // probes time out, breakers settle
 	}
 	r.proxy.ResetLog() // the harness's access log is not fusebox's memory
-	rep.BeforeGoroutines, rep.BeforeOwnGoroutines, rep.BeforeRSS, rep.BeforeHeap = r.settle()
+	rep.WarmupPeakGoroutines = warm.end()
+	rep.GoroutineMark = max(4096, 4*rep.WarmupPeakGoroutines) // a busy machine's load peaked at 916, its warm-up at 323
+	rep.MarkBytes = raiseGoroutineMark(rep.GoroutineMark)
+	rep.Before = r.settle()
 
 	record := func(status int, err error) {
 		mu.Lock()
@@ -137,6 +149,7 @@ func Run(opts Options) (*Report, error) {
 		faultWG.Add(1)
 		go func() { defer faultWG.Done(); r.faults(stopFaults, opts.FaultEvery, rep, &mu, 0) }()
 	}
+	load := samplePeak()
 	start := time.Now()
 	r.drive(opts.Requests, opts.Concurrency, opts.Rate, record, nil)
 	rep.Duration = time.Since(start)
@@ -145,6 +158,7 @@ func Run(opts Options) (*Report, error) {
 	faultWG.Wait()
 	close(stopPeak)
 	peakWG.Wait()
+	rep.PeakGoroutines = max(rep.PeakGoroutines, load.end())
 	// Every fault cleared: let probes time out and breakers settle.
 	for _, p := range r.providers {
 		p.SetFault(fakeprovider.Fault{})
@@ -152,7 +166,7 @@ func Run(opts Options) (*Report, error) {
 	}
 	time.Sleep(4 * time.Second)
 	r.proxy.ResetLog()
-	rep.AfterGoroutines, rep.AfterOwnGoroutines, rep.AfterRSS, rep.AfterHeap = r.settle()
+	rep.After = r.settle()
 	r.check(rep)
 	return rep, nil
 }
@@ -202,7 +216,10 @@ func (r *rig) drive(n, conc, rate int, record func(int, error), stop <-chan stru
 // faults runs the schedule until stop, or for cycles full cycles (0 = no
 // limit).
 func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu *sync.Mutex, cycles int) {
-	steps := []string{"503_burst", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "reload", "force_open", "fusebox_restart"}
+	// The reload comes early: it applies once the file settles (two
+	// seconds), and a fusebox restart before then reads the new file at
+	// start, a reload that never happened.
+	steps := []string{"503_burst", "reload", "refused", "reset_mid_stream", "slow_first_token", "429_retry_after", "force_open", "fusebox_restart"}
 	if r.redis != nil {
 		steps = append(steps, "redis_restart")
 	}
@@ -219,7 +236,13 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 		case <-time.After(every):
 		}
 		step := steps[i%len(steps)]
-		p := r.providers[routeProviders[i%len(routeProviders)]]
+		// A fault goes to a model's first route, which takes its traffic
+		// (the others see only what fails over): a 429 on a second route
+		// met no request, and the soak counted it survived. The two
+		// alternate by cycle, so each fault meets both.
+		p := r.providers[primaryProviders[(i+i/len(steps))%len(primaryProviders)]]
+		before := r.evidence(p)
+		var after evidence
 		redisFault := strings.HasPrefix(step, "redis_")
 		if redisFault {
 			// The fault's window, and a second after it (the resync):
@@ -243,7 +266,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			r.threshold = 7 - r.threshold // 3 ↔ 4
 			_ = r.writeConfig(strings.TrimSuffix(r.cfgPath, "/fusebox.yaml"))
 		case "force_open":
-			r.admin("POST", "/admin/v1/gateways/default/routes/"+routeOf[p.Name]+"/force-open", `{"duration_sec": 2}`)
+			after.adminStatus = r.admin("POST", "/admin/v1/gateways/default/routes/"+routeOf[p.Name]+"/force-open", `{"duration_sec": 2}`)
 		case "redis_restart":
 			// Redis killed under load (its data is lost: a cache-only
 			// Redis), down for a while, restarted: fusebox decides and
@@ -255,6 +278,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			r.logs.Write([]byte("=== redis restarted\n"))
 			time.Sleep(every)
 			if err := r.redis.Restart(); err != nil {
+				after.restartError = err
 				r.logs.Write([]byte("=== redis restart failed: " + err.Error() + "\n"))
 			}
 			r.epoch.Add(1)
@@ -263,15 +287,17 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			// failover, CLIENT PAUSE): no decision may wait for it.
 			r.rproxy.Stall(true)
 			time.Sleep(2 * time.Second)
+			untilGrows(r.rproxy.Held, before.held)
 			r.rproxy.Stall(false)
 		case "redis_slow":
 			r.rproxy.Latency(5*time.Millisecond, 5*time.Millisecond)
 			time.Sleep(every)
+			untilGrows(r.rproxy.Delayed, before.delayed)
 			r.rproxy.Latency(0, 0)
 		case "redis_flushall":
 			// Every key gone at once (an emptied or replaced Redis).
 			r.epoch.Add(1)
-			_ = r.rdb.FlushAll(context.Background()).Err()
+			after.restartError = r.rdb.FlushAll(context.Background()).Err()
 			r.epoch.Add(1)
 			r.logs.Write([]byte("=== redis flushed\n"))
 		case "fusebox_restart":
@@ -283,24 +309,35 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			r.gate.Unlock()
 			time.Sleep(every / 2)
 			r.gate.Lock()
-			_ = r.startFusebox()
+			after.restartError = r.startFusebox()
 			r.epoch.Add(1)
 			r.gate.Unlock()
 		}
 		if redisFault {
 			time.AfterFunc(time.Second, func() { r.proxy.Stats().MarkWindow(false) })
 		}
-		mu.Lock()
-		rep.Faults[step]++
-		mu.Unlock()
-		if !strings.HasPrefix(step, "redis_") && step != "reload" && step != "force_open" && step != "fusebox_restart" {
+		held := !strings.HasPrefix(step, "redis_") && step != "reload" && step != "force_open" && step != "fusebox_restart"
+		if held { // the provider's fault lasts a pause
 			select {
 			case <-stop:
 			case <-time.After(every):
 			}
+		}
+		got := r.evidence(p)
+		got.adminStatus, got.restartError = after.adminStatus, after.restartError
+		ok, missing := tookEffect(step, before, got)
+		if held {
 			p.SetFault(fakeprovider.Fault{})
 			_ = p.Up()
 		}
+		mu.Lock()
+		rep.Faults[step]++
+		if ok {
+			rep.FaultEffects[step]++
+		} else {
+			rep.NoEffect = append(rep.NoEffect, fmt.Sprintf("%s on %s: %s", step, p.Name, missing))
+		}
+		mu.Unlock()
 	}
 }
 
@@ -347,7 +384,8 @@ func (r *rig) check(rep *Report) {
 	// match exactly when Envoy never gave up.
 	gaveUp := r.proxy.Stats().Get("message_timeouts")
 	rep.EnvoyGaveUp = gaveUp
-	var bad []string
+	var bad, connOver []string
+	stats := r.proxy.Stats()
 	off := 0.0
 	diff := func(counted, tally float64) {
 		if counted != tally {
@@ -383,9 +421,20 @@ func (r *rig) check(rep *Report) {
 			diff(s, c)
 			bad = append(bad, fmt.Sprintf("%s: %v connection errors counted, provider lost %v connections before its headers", route, s, c))
 		}
+		// And never more than the attempts that lost their connection
+		// before the headers or never had one (envoysim's per-cluster
+		// connect failures: a refused connection leaves the provider no
+		// tally): an error fusebox made up would pass the bound below.
+		if s, c := got[route+"|failure|connection_error"], float64(t["cut_before_headers"])+float64(stats.Get("cluster."+prov+".upstream_cx_connect_fail")); s > c {
+			connOver = append(connOver, fmt.Sprintf("%s: %v connection errors counted, %v attempts lost or refused their connection", route, s, c))
+		}
 	}
+	add("no route counts more connection errors than its attempts lost or were refused", len(connOver) == 0, "%s", strings.Join(connOver, "; "))
 	add("every attempt's outcome counted exactly once, per class, against the providers' tally (off by at most Envoy's message timeouts)",
 		off <= float64(gaveUp), "%d message timeouts; %s", gaveUp, strings.Join(bad, "; "))
+
+	r.checkClients(rep, fams, add)
+	r.checkEffects(rep, fams, add)
 
 	// Transitions: legal, in order, per breaker, each chain on its own.
 	wrong := checkTransitions(r.logs.String(), r.redis != nil, &rep.Transitions)
@@ -393,38 +442,48 @@ func (r *rig) check(rep *Report) {
 
 	// fusebox's own goroutines: the harness's (envoysim's streams, the
 	// Redis proxy's two per pooled connection, the callers' clients) vary
-	// with what the load left open, not with what fusebox leaked.
-	add("fusebox's goroutines return within 10 % after the load", rep.AfterOwnGoroutines <= max(rep.BeforeOwnGoroutines*11/10, rep.BeforeOwnGoroutines+10),
-		"%d before, %d after (with the harness's: %d, %d)", rep.BeforeOwnGoroutines, rep.AfterOwnGoroutines, rep.BeforeGoroutines, rep.AfterGoroutines)
-	if raceEnabled {
-		add("memory (the live Go heap after a collection; RSS is the race detector's under -race) returns within 10 % after the load",
-			float64(rep.AfterHeap) <= 1.1*float64(rep.BeforeHeap)+512<<10,
-			"%.1f MiB before, %.1f MiB after", float64(rep.BeforeHeap)/(1<<20), float64(rep.AfterHeap)/(1<<20))
-	} else {
-		add("memory (RSS) returns within 10 % after the load", float64(rep.AfterRSS) <= 1.1*float64(rep.BeforeRSS),
-			"%.1f MiB before, %.1f MiB after (live heap %.1f / %.1f MiB)", float64(rep.BeforeRSS)/(1<<20), float64(rep.AfterRSS)/(1<<20),
-			float64(rep.BeforeHeap)/(1<<20), float64(rep.AfterHeap)/(1<<20))
+	// with what the load left open, not with what fusebox leaked; so do
+	// the two fusebox serves each access log stream envoysim holds open
+	// (Envoy keeps one per worker for its life), counted apart and held to
+	// exactly that. The rest: within 10 %, as the product promises (it
+	// carried 10 more, 43 % of the 23 measured, which hid this).
+	own := func(p point) int { return p.own - p.serving }
+	add("fusebox's goroutines return within 10 % after the load", own(rep.After) <= own(rep.Before)*11/10,
+		"%d before, %d after, besides %d and %d serving access log streams (with the harness's: %d, %d)",
+		own(rep.Before), own(rep.After), rep.Before.serving, rep.After.serving, rep.Before.goroutines, rep.After.goroutines)
+	add("fusebox serves each access log stream envoysim holds open with two goroutines, and no other",
+		rep.Before.serving == 2*rep.Before.logStreams && rep.After.serving == 2*rep.After.logStreams,
+		"%d and %d goroutines for %d and %d streams", rep.Before.serving, rep.After.serving, rep.Before.logStreams, rep.After.logStreams)
+
+	// The live heap after a collection, in both builds: RSS says what the
+	// allocator and (under -race) the race detector's shadow memory keep,
+	// not what fusebox holds. The bound is the product's promise, 10 %,
+	// with nothing added: what a load leaves the first time only (lazy
+	// set-up, metric series) is in the baseline by the warm-up, the
+	// runtime's goroutine descriptors are raised to a mark above the load's
+	// peak before the baseline and left out of the 10 % (goroutines.go),
+	// and the harness keeps what it measures in a fixed size (gathered.go).
+	// Before those, the check carried 512 KiB of slack and still failed in
+	// CI (4.7 -> 5.7 MiB): the harness's per-restart metrics and the
+	// descriptors of a load that peaked above its warm-up.
+	base := float64(rep.Before.heap - rep.MarkBytes)
+	add("memory (the live Go heap after a collection) returns within 10 % after the load",
+		float64(rep.After.heap-rep.MarkBytes) <= 1.1*base,
+		"%.2f MiB before, %.2f MiB after, each besides %.2f MiB of goroutine descriptors; goroutines peaked at %d in the load, %d in the warm-up, mark %d (RSS %.1f / %.1f MiB)",
+		base/(1<<20), float64(rep.After.heap-rep.MarkBytes)/(1<<20), float64(rep.MarkBytes)/(1<<20), rep.PeakGoroutines, rep.WarmupPeakGoroutines, rep.GoroutineMark,
+		float64(rep.Before.rss)/(1<<20), float64(rep.After.rss)/(1<<20))
+	if rep.PeakGoroutines >= rep.GoroutineMark {
+		// Then the load made descriptors the baseline lacks: the heap
+		// check above may fail for that alone, and says so here.
+		add("the load's goroutines stay below the mark raised before the baseline", false,
+			"peaked at %d, mark %d", rep.PeakGoroutines, rep.GoroutineMark)
 	}
 
-	// No probe slot outlives the probe timeout (3 s; we waited 4).
-	probes := 0
-	r.mu.Lock()
-	in := r.fusebox
-	r.mu.Unlock()
-	if in != nil {
-		resp, err := http.Get("http://" + in.AdminAddr() + "/admin/v1/gateways/default/routes")
-		if err == nil {
-			var rows []struct {
-				Probes int `json:"probes_in_flight"`
-			}
-			_ = jsonDecode(resp.Body, &rows)
-			resp.Body.Close()
-			for _, row := range rows {
-				probes += row.Probes
-			}
-		}
-	}
-	add("no probe slot stays taken past the probe timeout", probes == 0, "%d slots taken", probes)
+	// No probe slot outlives the probe timeout (3 s; we waited 4). The
+	// check fails when it cannot read the slots: before, an HTTP or JSON
+	// error read as no slot taken.
+	probes, probeErr := r.probesInFlight()
+	add("no probe slot stays taken past the probe timeout", probeErr == nil && probes == 0, "%d slots taken%s", probes, errSuffix(probeErr))
 
 	// A failure count goes down only by a close, a window roll, or state
 	// thrown away on purpose (failcount.go).

@@ -82,6 +82,9 @@ type extraReplica struct {
 
 var routeProviders = []string{"openai_us", "azure_eu", "openai_eu", "anthropic_us", "anthropic_eu"}
 
+// primaryProviders serve each model's first route: the faults go there.
+var primaryProviders = []string{"openai_us", "anthropic_us"}
+
 const configTemplate = `
 listen: {grpc: %s, admin: %s}
 store: %s
@@ -121,7 +124,7 @@ type rig struct {
 	mu        sync.Mutex
 	fusebox   *mainlib.Instance
 	stop      context.CancelFunc
-	gathered  [][]*dto.MetricFamily // the metrics of every stopped instance
+	gathered  folded // the metrics of every stopped instance (gathered.go)
 	threshold int
 	redis     *redistest.Server // nil: the memory store
 	// rproxy stands between fusebox and Redis (RedisFaults); rdb talks to
@@ -292,12 +295,14 @@ func (r *rig) stopFusebox() {
 		if fams, err := in.Metrics.Registry.Gather(); err == nil {
 			var keep []*dto.MetricFamily
 			for _, f := range fams {
-				if f.GetName() == "aig_circuit_breaker_outcomes_total" || f.GetName() == "aig_extproc_message_duration_seconds" {
+				switch f.GetName() {
+				case "aig_circuit_breaker_outcomes_total", "aig_extproc_message_duration_seconds", "aig_config_reloads_total", "aig_store_errors_total",
+					"aig_circuit_breaker_decisions_total":
 					keep = append(keep, f)
 				}
 			}
 			r.mu.Lock()
-			r.gathered = append(r.gathered, keep)
+			r.gathered.fold(keep)
 			r.mu.Unlock()
 		}
 	}
@@ -361,7 +366,7 @@ var errHung = errors.New("no answer within its deadline")
 // gatherAll merges every fusebox lifetime's metric families by name.
 func (r *rig) gatherAll() map[string][]*dto.MetricFamily {
 	r.mu.Lock()
-	all := append([][]*dto.MetricFamily(nil), r.gathered...)
+	all := [][]*dto.MetricFamily{r.gathered.families()}
 	in := r.fusebox
 	r.mu.Unlock()
 	if in != nil {
@@ -406,7 +411,16 @@ func memory() int64 {
 // settle closes idle keep-alive connections (pools are not fusebox's
 // state), collects garbage and returns goroutines (all, and fusebox's own),
 // RSS and the live heap.
-func (r *rig) settle() (goroutines, own int, rss, heap int64) {
+// point is one measuring point (settle).
+type point struct {
+	goroutines, own int
+	// serving are fusebox's goroutines serving an access log stream, and
+	// logStreams the streams envoysim holds open (goroutines.go).
+	serving, logStreams int
+	rss, heap           int64
+}
+
+func (r *rig) settle() point {
 	http.DefaultClient.CloseIdleConnections()
 	r.proxy.CloseIdleConnections()
 	// Observer streams the server left open end at envoysim's deferred
@@ -457,11 +471,11 @@ func (r *rig) settle() (goroutines, own int, rss, heap int64) {
 			float64(ms.HeapInuse)/(1<<20), float64(ms.HeapSys)/(1<<20), float64(ms.StackSys)/(1<<20), float64(ms.HeapReleased)/(1<<20),
 			float64(ms.OtherSys)/(1<<20), float64(ms.Sys)/(1<<20))
 	}
-	all, own := goroutineCounts()
+	all, own, serving := goroutineCounts()
 	// The live heap after a collection: what the process still holds.
 	// (HeapInuse counts the free room of every span an object lives in,
 	// which a load's fragmentation grows with nothing retained: 8.2 ->
 	// 9.9 MiB in use while the live heap went 4.94 -> 5.18 MiB, in the
 	// observer soak.)
-	return all, own, memory(), int64(ms.HeapAlloc)
+	return point{goroutines: all, own: own, serving: serving, logStreams: r.proxy.AccessLogStreamsOpen(), rss: memory(), heap: int64(ms.HeapAlloc)}
 }

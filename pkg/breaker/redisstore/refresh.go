@@ -52,7 +52,6 @@ func (s *Store) Refresh(ctx context.Context) {
 		s.lastFull.Store(now)
 	}
 	if _, moved := s.sync.step(readBack); moved {
-		s.log.Info("[store] Redis is reachable again: local outcomes and opens written back, state resynced", "breakers", len(s.tab.Load().list))
 		s.health()
 	}
 	if (resyncing || plan.resync) && s.opts.OnOverlay != nil {
@@ -116,7 +115,14 @@ func (s *Store) planRefresh(ctx context.Context, now int64, wasDegraded bool) (r
 		// the view); a failure below turns it degraded once more. A call
 		// that failed since the write-back left the store degraded, and
 		// this changes nothing.
-		s.sync.step(writtenBack)
+		if _, moved := s.sync.step(writtenBack); moved {
+			// Logged here, where this replica's local decisions end, not
+			// after the read back: the soak reads a replica's local chain
+			// up to this line, and a transition the scripts made between
+			// the two (decided_by=redis) fell into it ("half_open->open
+			// after closed" in the fleet soak).
+			s.log.Info("[store] Redis is reachable again: local outcomes and opens written back; the state is read back next", "breakers", len(tab.list))
+		}
 	}
 	plan.read = tab.list
 	if !plan.full {

@@ -209,3 +209,22 @@ func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
 		Response:         &accesslogdatav3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(uint32(e.Status)), ResponseCodeDetails: e.Details},
 	}
 }
+
+// AccessLogStreamsOpen reports how many of the workers' access log streams
+// are open: Envoy keeps each open for as long as it lives, so the server
+// serving them holds its goroutines for them (the soak's goroutine count
+// sets those apart).
+func (p *Proxy) AccessLogStreamsOpen() int {
+	if p.accessLog == nil {
+		return 0
+	}
+	n := 0
+	for _, w := range p.accessLog.workers {
+		w.mu.Lock()
+		if w.stream != nil {
+			n++
+		}
+		w.mu.Unlock()
+	}
+	return n
+}

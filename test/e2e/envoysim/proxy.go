@@ -613,6 +613,10 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		kind := "reset"
 		if isConnectFailure(err) {
 			kind = "connect-failure"
+			// Envoy's cluster.<name>.upstream_cx_connect_fail, an
+			// attempt's: the soak bounds fusebox's connection errors by it.
+			p.stats.add("upstream_cx_connect_fail")
+			p.stats.add("cluster." + cluster + ".upstream_cx_connect_fail")
 		}
 		if !p.retries(kind) {
 			break

@@ -125,7 +125,8 @@ func (p *Provider) SetFault(f Fault) {
 // Tally counts what the provider answered: "complete" (a whole answer),
 // "status_<code>" (an injected error status), "reset_mid" (a stream cut by
 // the provider), "cut" (the connection went mid-stream, after the headers),
-// "cut_before_headers" (it went before the client saw anything).
+// "cut_before_headers" (it went before the client saw anything), and
+// "slow_first_token" (an answer the fault slowed, besides how it ended).
 func (p *Provider) Tally() map[string]int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -285,6 +286,7 @@ func (p *Provider) sse(w http.ResponseWriter, r *http.Request, f Fault, events [
 	}
 	for i, ev := range events {
 		if i == 1 && f.SlowFirstToken > 0 {
+			p.count("slow_first_token")
 			select {
 			case <-time.After(f.SlowFirstToken):
 			case <-r.Context().Done():
@@ -330,6 +332,7 @@ func (p *Provider) chat(w http.ResponseWriter, r *http.Request, model string, st
 	}
 	if !stream {
 		if f.SlowFirstToken > 0 {
+			p.count("slow_first_token")
 			time.Sleep(f.SlowFirstToken)
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -23,6 +23,9 @@ type Proxy struct {
 	up, down atomic.Int64 // latency per direction, ns
 	stalled  atomic.Bool
 	blackhol atomic.Bool
+	// delayed and held count the chunks the latency delayed and the
+	// chunks a stall held: a test can tell that its fault met traffic.
+	delayed, held atomic.Int64
 
 	mu    sync.Mutex
 	conns map[*proxied]struct{}
@@ -77,6 +80,12 @@ func (p *Proxy) setFlag(f *atomic.Bool, on bool) {
 		p.wake = make(chan struct{})
 	}
 }
+
+// Delayed counts the chunks a latency set by Latency delayed, so far.
+func (p *Proxy) Delayed() int64 { return p.delayed.Load() }
+
+// Held counts the chunks a stall held, so far.
+func (p *Proxy) Held() int64 { return p.held.Load() }
 
 // Reset closes every connection at once (with RST), in the middle of
 // whatever it carried.
@@ -146,7 +155,11 @@ func (p *Proxy) pipe(pc *proxied, from, to net.Conn, latency *atomic.Int64, upst
 				pc.pubsub.Store(true)
 			}
 			if d := time.Duration(latency.Load()); d > 0 {
+				p.delayed.Add(1)
 				time.Sleep(d)
+			}
+			if p.stalled.Load() {
+				p.held.Add(1)
 			}
 			for p.stalled.Load() {
 				p.mu.Lock()
