@@ -28,12 +28,16 @@ type API struct {
 	Baseline func(breaker.ID, int64) int64
 	// Journal is this replica's recent transitions (may be nil).
 	Journal *breaker.Journal
+	// FleetJournal is the fleet's, in the store (nil: this replica's
+	// alone); /admin/v1/transitions merges the two.
+	FleetJournal breaker.FleetJournal
 }
 
 // Register adds the API's routes to s.
 func (a *API) Register(s *Server) {
 	s.HandleAPI("GET /admin/v1/gateways/{id}/circuit-breaker", a.gatewayCircuitBreaker)
 	s.HandleAPI("GET /admin/v1/gateways/{id}/routes", a.gatewayRoutes)
+	s.HandleAPI("GET /admin/v1/gateways/{id}/timeline", a.gatewayTimeline)
 	s.HandleAPI("POST /admin/v1/gateways/{id}/routes/{route}/{action}", a.routeOverride)
 	s.HandleAPI("GET /admin/v1/summary", a.summary)
 	s.HandleAPI("GET /admin/v1/transitions", a.transitions)

@@ -111,5 +111,20 @@ func (a *API) transitions(w http.ResponseWriter, r *http.Request) {
 		}
 		n = l
 	}
-	WriteJSON(w, http.StatusOK, a.Journal.Recent(n))
+	local := a.Journal.Recent(n)
+	if a.FleetJournal == nil {
+		WriteJSON(w, http.StatusOK, local)
+		return
+	}
+	// The fleet's journal, merged with this replica's (which knows what
+	// handled the next request of its own transitions). When the store
+	// cannot answer, this replica's alone, and the header says so.
+	fleet, err := a.FleetJournal.RecentJournal(r.Context(), n)
+	if err != nil {
+		w.Header().Set("X-Fusebox-Journal", "replica")
+		WriteJSON(w, http.StatusOK, local)
+		return
+	}
+	w.Header().Set("X-Fusebox-Journal", "fleet")
+	WriteJSON(w, http.StatusOK, breaker.MergeJournals(local, fleet, n))
 }

@@ -70,7 +70,7 @@ func GatewayRoutes(g *routes.Gateway, st breaker.Store, h *breaker.History, base
 		id := breaker.RouteID(g.ID, r.Key)
 		rows = append(rows, RouteRow{
 			Route: r.Key, Cluster: r.Cluster, Provider: r.Provider, Model: model, FailureThreshold: r.Policy.FailureThreshold,
-			Status: statusOf(st, id, r.Policy, now), History: h.Points(id, now),
+			Status: statusOf(st, id, r.Policy, now), History: h.Points(id, now, breaker.SparkBuckets),
 		})
 		if baseline != nil {
 			rows[len(rows)-1].LatencyBaselineMs = baseline(id, now)

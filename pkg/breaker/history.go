@@ -2,13 +2,16 @@ package breaker
 
 import "sync"
 
-// The outcome history of the dashboard's sparklines (R-API5): per breaker,
-// how many successes, failures and neithers were recorded in each of the
-// last HistoryBuckets periods of HistoryBucketSec. A ring per breaker: fixed
-// memory, no Prometheus needed.
+// The outcome history of the dashboard's sparklines (R-API5) and its
+// 15-minute chart (R-API7): per breaker, how many successes, failures and
+// neithers were recorded in each of the last HistoryBuckets periods of
+// HistoryBucketSec. A ring per breaker: fixed memory (90 periods, 2 KiB),
+// no Prometheus needed.
 const (
 	HistoryBucketSec = 10
-	HistoryBuckets   = 30
+	HistoryBuckets   = 90
+	// SparkBuckets are the sparkline's: the last 5 minutes.
+	SparkBuckets = 30
 )
 
 // HistoryPoint is one period: its start (unix seconds) and its counts.
@@ -66,13 +69,14 @@ func (h *History) Add(id ID, c Class, now int64) {
 	r.mu.Unlock()
 }
 
-// Points returns the last HistoryBuckets periods up to now, oldest first;
-// periods with nothing recorded are zero.
-func (h *History) Points(id ID, now int64) []HistoryPoint {
+// Points returns the last n periods up to now (at most HistoryBuckets),
+// oldest first; periods with nothing recorded are zero.
+func (h *History) Points(id ID, now int64, n int) []HistoryPoint {
+	n = min(max(n, 0), HistoryBuckets)
 	cur := now / 1e9 / HistoryBucketSec * HistoryBucketSec
-	out := make([]HistoryPoint, HistoryBuckets)
+	out := make([]HistoryPoint, n)
 	for i := range out {
-		out[i].At = cur - int64(HistoryBuckets-1-i)*HistoryBucketSec
+		out[i].At = cur - int64(n-1-i)*HistoryBucketSec
 	}
 	if h == nil {
 		return out

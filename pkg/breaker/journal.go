@@ -1,6 +1,12 @@
 package breaker
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -16,10 +22,16 @@ type Journal struct {
 	next    int
 	full    bool
 	waiting atomic.Int32 // entries whose Next is still empty
+	replica string       // names this replica's entries in a fleet's journal
+	seq     uint64
 }
 
 // JournalEntry is one transition and what came of it.
 type JournalEntry struct {
+	// ID is unique in the fleet (the replica and its count), so that the
+	// fleet's journal and this replica's merge without a repeat.
+	ID             string  `json:"id"`
+	Replica        string  `json:"replica"`
 	At             float64 `json:"at"` // unix seconds
 	Gateway        string  `json:"gateway"`
 	Route          string  `json:"route"`
@@ -44,25 +56,48 @@ type JournalNext struct {
 	At     float64 `json:"at"`
 }
 
-// NewJournal keeps the last n transitions.
-func NewJournal(n int) *Journal { return &Journal{ring: make([]JournalEntry, n)} }
+// NewJournal keeps the last n transitions. Its entries name a random
+// replica id (SetReplica gives the store's).
+func NewJournal(n int) *Journal {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &Journal{ring: make([]JournalEntry, n), replica: hex.EncodeToString(b[:])}
+}
 
-// Add records a transition.
-func (j *Journal) Add(e Event) {
+// Replica is the name this replica's entries carry.
+func (j *Journal) Replica() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.replica
+}
+
+// SetReplica names this replica in the entries made from now on.
+func (j *Journal) SetReplica(id string) {
+	j.mu.Lock()
+	j.replica = id
+	j.mu.Unlock()
+}
+
+// Add records a transition and returns its entry.
+func (j *Journal) Add(e Event) JournalEntry {
 	if j == nil {
-		return
+		return JournalEntry{}
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.full && j.ring[j.next].Next == nil {
 		j.waiting.Add(-1) // overwritten while still waiting
 	}
-	j.ring[j.next] = JournalEntry{At: float64(e.At) / 1e9, Gateway: e.ID.Gateway, Route: e.ID.Route, Scope: e.ID.Scope,
+	j.seq++
+	j.ring[j.next] = JournalEntry{ID: j.replica + ":" + strconv.FormatUint(j.seq, 10), Replica: j.replica,
+		At: float64(e.At) / 1e9, Gateway: e.ID.Gateway, Route: e.ID.Route, Scope: e.ID.Scope,
 		Transition: e.Transition(), Reason: e.Reason, Failures: e.Failures, Threshold: e.Threshold,
 		WindowCalls: e.WindowCalls, WindowFailures: e.WindowFailures, PolicyVersion: e.PolicyVersion}
+	out := j.ring[j.next]
 	j.waiting.Add(1)
 	j.next = (j.next + 1) % len(j.ring)
 	j.full = j.full || j.next == 0
+	return out
 }
 
 // Decided tells the journal of a decision: gateway gw's model chose route
@@ -115,3 +150,73 @@ func (j *Journal) Recent(n int) []JournalEntry {
 // Waiting reports whether a transition waits for its next request: the
 // decision path asks this (one atomic load) before it builds anything.
 func (j *Journal) Waiting() bool { return j != nil && j.waiting.Load() > 0 }
+
+// FleetJournalLen bounds a fleet's journal: the last 256 transitions of
+// every replica together.
+const FleetJournalLen = 256
+
+// FleetJournal is a store that keeps a fleet's last transitions, so that
+// every replica's incident view shows every replica's (the Redis store;
+// the memory store's fleet is one replica, whose Journal is all of it).
+// An entry is the JSON of a JournalEntry; the store keeps the newest
+// FleetJournalLen.
+type FleetJournal interface {
+	AppendJournal(ctx context.Context, entry []byte) error
+	// RecentJournal returns up to n entries, newest first.
+	RecentJournal(ctx context.Context, n int) ([][]byte, error)
+}
+
+// MergeJournals returns up to n entries of this replica's journal and the
+// fleet's, newest first, each once: an entry this replica made is taken
+// from its own journal, which knows what handled the next request.
+// Entries that do not decode are left out.
+func MergeJournals(local []JournalEntry, fleet [][]byte, n int) []JournalEntry {
+	seen := make(map[string]bool, len(local))
+	out := append(make([]JournalEntry, 0, len(local)+len(fleet)), local...)
+	for _, e := range local {
+		seen[e.ID] = true
+	}
+	for _, raw := range fleet {
+		var e JournalEntry
+		if json.Unmarshal(raw, &e) != nil || e.ID == "" || seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		out = append(out, e)
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].At > out[b].At })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// journalRing is the memory store's FleetJournal: the newest
+// FleetJournalLen entries.
+type journalRing struct {
+	mu   sync.Mutex
+	ring [FleetJournalLen][]byte
+	n    int // entries ever appended
+}
+
+// AppendJournal implements FleetJournal.
+func (s *Memory) AppendJournal(_ context.Context, entry []byte) error {
+	r := &s.journal
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ring[r.n%FleetJournalLen] = append([]byte(nil), entry...)
+	r.n++
+	return nil
+}
+
+// RecentJournal implements FleetJournal.
+func (s *Memory) RecentJournal(_ context.Context, n int) ([][]byte, error) {
+	r := &s.journal
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out [][]byte
+	for i := r.n - 1; i >= 0 && i >= r.n-FleetJournalLen && len(out) < n; i-- {
+		out = append(out, append([]byte(nil), r.ring[i%FleetJournalLen]...))
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ type Memory struct {
 	tab     atomic.Pointer[table]
 	onEvent func(Event)
 	notes   *NoteTable
+	journal journalRing
 }
 
 // table is an installed set of breakers: by ID, and by the slot of the key

@@ -208,3 +208,81 @@ func TestRampingRouteInDashboard(t *testing.T) {
 		t.Fatalf("the ramping route reads %q", text)
 	}
 }
+
+// R-API7's picture of the last minutes (#37): per route, the requests of
+// the last 15 minutes per 10 s with the failures apart, and the breaker's
+// state behind them as bands, on a time axis in minutes before now. An
+// outage four minutes in, open for its one-minute cooldown, closed by the
+// probe the next request after it made: the chart of
+// the first route shows an open band where the failures were, then closed;
+// the second route's has no band.
+func TestIncidentChart(t *testing.T) {
+	exe := chromium(t)
+	shots := artifacts(t)
+	cfg := strings.Replace(incidentConfig, "cooldown_ms: 600000}", "cooldown_ms: 60000}", 1)
+	start := time.Now().Truncate(10 * time.Second)
+	clk := breaker.NewFakeClock(start)
+	in, conn := startOn(t, cfg, mainlib.WithClock(clk))
+	const bad, good = "openai:us-east:gpt-4o-mini", "azure:eu-west:gpt-4o-mini"
+	for range 24 { // 4 minutes of traffic, one request per 10 s
+		answer(t, conn, "default", "200")
+		clk.Advance(10 * time.Second)
+	}
+	for range 3 { // the outage: 3 failures open the first route
+		answer(t, conn, "default", "503")
+		clk.Advance(time.Second)
+	}
+	for range 12 { // 2 minutes on the second route
+		answer(t, conn, "default", "200")
+		clk.Advance(10 * time.Second)
+	}
+	answer(t, conn, "default", "200") // past the cooldown: the probe closes it
+	for range 6 {
+		clk.Advance(10 * time.Second)
+		answer(t, conn, "default", "200")
+	}
+
+	bctx, shot := newBrowser(t, t.Context(), exe, shots, "chart-")
+	card := `section.gateway[data-gateway="default"]`
+	fig := func(route string) string { return card + ` figure.route-chart[data-route="` + route + `"]` }
+	var openBands, goodBands, bars int
+	var openX, openW float64
+	var caption, source string
+	must(t, chromedp.Run(bctx,
+		chromedp.Navigate("http://"+in.AdminAddr()+"/dashboard"),
+		chromedp.WaitVisible(card+` summary`, chromedp.ByQuery),
+		chromedp.Click(card+` summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(fig(bad)+` svg`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll('`+fig(bad)+` rect.band[data-state="open"]').length`, &openBands),
+		chromedp.Evaluate(`Number(document.querySelector('`+fig(bad)+` rect.band[data-state="open"]')?.getAttribute("x"))`, &openX),
+		chromedp.Evaluate(`Number(document.querySelector('`+fig(bad)+` rect.band[data-state="open"]')?.getAttribute("width"))`, &openW),
+		chromedp.Evaluate(`document.querySelectorAll('`+fig(good)+` rect.band[data-state="open"], `+fig(good)+` rect.band[data-state="half_open"]').length`, &goodBands),
+		chromedp.Evaluate(`document.querySelectorAll('`+fig(bad)+` rect.bar').length`, &bars),
+		chromedp.Text(fig(bad)+` figcaption`, &caption, chromedp.ByQuery),
+		chromedp.Text(card+` .chart-source`, &source, chromedp.ByQuery),
+		chromedp.ScrollIntoView(fig(bad), chromedp.ByQuery),
+		shot("1-after-an-outage"),
+	), "the chart")
+	// The chart spans 15 minutes in 540 px: 36 px a minute. The outage
+	// began 4 min into traffic that ended about 7 min after it began, so
+	// the open band starts about 4 min before the traffic's end, ~11 min
+	// before now, and lasts about the 1-minute cooldown.
+	elapsed := clk.Now().Sub(start).Minutes()
+	wantX := (15 - elapsed + 4) * 36
+	if openBands != 1 || openX < wantX-10 || openX > wantX+10 || openW < 36-8 || openW > 36+8 {
+		t.Errorf("the open band: %d bands, x %.0f (want about %.0f), width %.0f (want about 36)", openBands, openX, wantX, openW)
+	}
+	if goodBands != 0 {
+		t.Errorf("the route that stayed closed has %d state bands", goodBands)
+	}
+	if bars < 20 {
+		t.Errorf("%d request bars on the first route", bars)
+	}
+	if !strings.Contains(caption, "3 failures") || !strings.Contains(caption, "closed") {
+		t.Errorf("the caption: %q", caption)
+	}
+	if !strings.Contains(source, "transitions") {
+		t.Errorf("the chart does not say whose transitions it shows: %q", source)
+	}
+	t.Logf("screenshots in %s", shots)
+}

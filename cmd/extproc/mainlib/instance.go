@@ -133,6 +133,11 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		in.Clock, in.stopClk = cc, cc.Stop
 	}
 	journal := breaker.NewJournal(256)
+	// Named by host (a pod's name) and a random part (two replicas on one
+	// host): the fleet's timeline says which replica made each transition.
+	if host, err := os.Hostname(); err == nil {
+		journal.SetReplica(host + "-" + journal.Replica())
+	}
 	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics, Journal: journal}
 	// The store, and where admin changes are kept: a file beside the
 	// memory store, Redis beside the Redis one (R-API2a).
@@ -147,6 +152,10 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		return nil, err
 	}
 	in.Store = sw.store
+	// The fleet's transitions are kept in the store (R-API7: replica B
+	// behind a Service shows what replica A did).
+	fleetJournal, _ := sw.store.(breaker.FleetJournal)
+	reporter.SetFleet(fleetJournal)
 	// The effective config: the file overlaid by admin changes (R-API2a).
 	mgr := &routes.Manager{Store: sw.overlays, Log: log, SharedStore: sw.shared}
 	refresher.Manager = mgr
@@ -252,7 +261,8 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
 	}
 	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
-	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs, Journal: journal}
+	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs, Journal: journal,
+		FleetJournal: fleetJournal}
 	api.Register(adm)
 	(&admin.Gateways{Manager: mgr, API: api, Refused: func(what string) { in.Metrics.Refused.WithLabelValues(what).Inc() }}).Register(adm)
 	adm.RegisterDashboard()

@@ -2,12 +2,15 @@ package mainlib
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -116,6 +119,26 @@ func TestReplicasOnOneRedis(t *testing.T) {
 	if n := strings.Count(logs.String(), "[circuit_breaker] closed->open"); n != 1 {
 		t.Fatalf("closed->open logged %d times across three replicas, want once:\n%s", n, logs.String())
 	}
+	// Replica 2's timeline has the transition replica 1 made (#37: before,
+	// "recent transitions" were each replica's own, empty behind a Service
+	// on every replica but the one whose script opened the route).
+	waitFor(t, "replica 2's timeline shows replica 1's transition", func() bool {
+		resp, err := http.Get("http://" + in[2].AdminAddr() + "/admin/v1/transitions")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var entries []breaker.JournalEntry
+		if json.NewDecoder(resp.Body).Decode(&entries) != nil || resp.Header.Get("X-Fusebox-Journal") != "fleet" {
+			return false
+		}
+		for _, e := range entries {
+			if e.Route == route && e.Transition == "closed->open" && e.Replica != "" {
+				return true
+			}
+		}
+		return false
+	})
 	// Redis gone: still ready, reported degraded, decisions go on.
 	srv.Stop()
 	roundTrip500(t, c2)

@@ -116,7 +116,7 @@ function renderTimeline(entries) {
     if (e.next) {
       next = `next request: model ${e.next.model} → ` + (e.next.route ? `${e.next.route} (${e.next.action})` : e.next.action);
     }
-    li.textContent = `${fmtTime(e.at)} ${who}: ${e.transition} — ${evidence} — ${next}`;
+    li.textContent = `${fmtTime(e.at)} ${who}: ${e.transition} — ${evidence} — ${next}` + (e.replica ? ` — replica ${e.replica}` : "");
     ol.appendChild(li);
   }
 }
@@ -147,6 +147,63 @@ function sparkline(history) {
     }
   });
   return svg;
+}
+
+// chart draws one route's last 15 minutes (GET .../timeline): the state
+// bands behind, the requests per period as stacked bars, a time axis in
+// minutes before the server's now.
+function chart(tl, rt) {
+  const ns = "http://www.w3.org/2000/svg";
+  const el = (name, attrs) => {
+    const e = document.createElementNS(ns, name);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+    return e;
+  };
+  const W = 540, H = 64, axis = 16, span = tl.now - tl.from;
+  const x = t => Math.max(0, Math.min(W, ((t - tl.from) / span) * W));
+  const svg = el("svg", { class: "chart", width: W, height: H + axis, viewBox: `0 0 ${W} ${H + axis}`, role: "img" });
+  svg.dataset.route = rt.route;
+  const tot = rt.points.reduce((a, p) => [a[0] + p.success, a[1] + p.failure, a[2] + p.neither], [0, 0, 0]);
+  const title = el("title", {});
+  title.textContent = `${rt.route}, last 15 min: ${tot[0]} success, ${tot[1]} failure, ${tot[2]} neither; ` +
+    rt.bands.filter(b => b.state !== "closed").map(b => `${b.state} from ${fmtTime(b.from)} to ${fmtTime(b.to)}`).join(", ");
+  svg.appendChild(title);
+  for (const b of rt.bands) {
+    const r = el("rect", { x: x(b.from), y: 0, width: Math.max(1, x(b.to) - x(b.from)), height: H, class: `band band-${b.state}` });
+    r.dataset.state = b.state;
+    svg.appendChild(r);
+  }
+  const max = Math.max(1, ...rt.points.map(p => p.success + p.failure + p.neither));
+  const bw = W / rt.points.length;
+  rt.points.forEach(p => {
+    let y = H;
+    for (const cls of ["success", "neither", "failure"]) {
+      const bh = (p[cls] / max) * (H - 4);
+      if (bh <= 0) continue;
+      y -= bh;
+      svg.appendChild(el("rect", { x: x(p.at), y, width: Math.max(1, bw - 1), height: bh, class: `bar ${cls}` }));
+    }
+  });
+  svg.appendChild(el("line", { x1: 0, y1: H, x2: W, y2: H, class: "axis" }));
+  for (const m of [15, 10, 5, 0]) {
+    const tx = x(tl.now - m * 60);
+    svg.appendChild(el("line", { x1: tx, y1: H, x2: tx, y2: H + 4, class: "axis" }));
+    const label = el("text", { x: Math.min(W - 2, Math.max(2, tx)), y: H + axis - 2, class: "tick", "text-anchor": m === 15 ? "start" : m === 0 ? "end" : "middle" });
+    label.textContent = m === 0 ? "now" : `-${m} min`;
+    svg.appendChild(label);
+  }
+  const fig = document.createElement("figure");
+  fig.className = "route-chart";
+  fig.dataset.route = rt.route;
+  const cap = document.createElement("figcaption");
+  cap.textContent = `${rt.route} — ${rt.state}; ${tot[0] + tot[1] + tot[2]} requests, ${tot[1]} failures`;
+  fig.append(cap, svg);
+  return fig;
+}
+
+function renderCharts(card, tl) {
+  $(".chart-source", card).textContent = tl.source === "fleet" ? "from the whole fleet's transitions" : "from this replica's transitions";
+  $(".charts", card).replaceChildren(...tl.routes.map(rt => chart(tl, rt)));
 }
 
 function cell(text) { const td = document.createElement("td"); td.textContent = text; return td; }
@@ -291,6 +348,7 @@ async function refresh() {
       if (!unhealthy.has(doc.id)) expanded.delete(doc.id);
       if ($("details", card).open) {
         renderRoutes(card, doc.id, await api("GET", `/gateways/${encodeURIComponent(doc.id)}/routes`));
+        renderCharts(card, await api("GET", `/gateways/${encodeURIComponent(doc.id)}/timeline`));
       }
     }
     const fleets = await api("GET", "/fleets");

@@ -37,15 +37,22 @@ return {1}
 
 const noteMagic = "fbn1:"
 
-func (g signer) sealNote(name string, v []byte) []byte {
+func (g signer) sealNote(name string, v []byte) []byte { return g.sealIn("note|"+name, v) }
+
+func (g signer) openNote(name string, v []byte) ([]byte, error) { return g.openIn("note|"+name, v) }
+
+// sealIn signs v for domain (with a fleet key; unchanged without one), and
+// openIn checks it: a note or a journal entry in Redis is something only
+// a replica of the fleet wrote.
+func (g signer) sealIn(domain string, v []byte) []byte {
 	if v == nil || !g.on() {
 		return v
 	}
-	sum := hex.EncodeToString(g.mac("note|"+name, v))
+	sum := hex.EncodeToString(g.mac(domain, v))
 	return append([]byte(noteMagic+sum+":"), v...)
 }
 
-func (g signer) openNote(name string, v []byte) ([]byte, error) {
+func (g signer) openIn(domain string, v []byte) ([]byte, error) {
 	if !g.on() {
 		return v, nil
 	}
@@ -54,7 +61,7 @@ func (g signer) openNote(name string, v []byte) ([]byte, error) {
 		return nil, errUnsigned
 	}
 	sum, err := hex.DecodeString(string(v[len(noteMagic) : head-1]))
-	if err != nil || !hmac.Equal(sum, g.mac("note|"+name, v[head:])) {
+	if err != nil || !hmac.Equal(sum, g.mac(domain, v[head:])) {
 		return nil, errUnsigned
 	}
 	return v[head:], nil

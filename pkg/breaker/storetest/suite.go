@@ -44,6 +44,7 @@ func Run(t *testing.T, f Factory) {
 		{"Notes", testNotes},
 		{"RecoveryRamp", testRecoveryRamp},
 		{"Vectors", testVectors},
+		{"Journal", testJournal},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
