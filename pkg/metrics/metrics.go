@@ -27,6 +27,11 @@ type Metrics struct {
 	AccessLogEntries *prometheus.CounterVec // result
 	// Refused counts what a limit turned away (R-L1, R-L4, R-L6).
 	Refused *prometheus.CounterVec // what
+	// RouteHeadroom is the last quota a route's provider announced
+	// (gateway, route, kind: requests or tokens); HeadroomIgnored counts the
+	// header values not trusted, by reason (SPEC §15).
+	RouteHeadroom   *prometheus.GaugeVec
+	HeadroomIgnored *prometheus.CounterVec
 	// DecisionEvents counts the events that reached a decision's lifecycle
 	// by what became of them (R-DL2: duplicates, late outcomes, unreachable
 	// meeting place, forged notes).
@@ -134,10 +139,19 @@ func New() *Metrics {
 			Name: "fusebox_refused_total",
 			Help: "Requests and streams a limit turned away, by what was refused.",
 		}, []string{"what"}),
+		RouteHeadroom: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fusebox_route_headroom",
+			Help: "The quota a route's provider last announced as left (R-H4): remaining requests or tokens, from its x-ratelimit-* or anthropic-ratelimit-* response headers.",
+		}, []string{"gateway", "route", "kind"}),
+		HeadroomIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_headroom_ignored_total",
+			Help: "Rate-limit header values not trusted (R-H6), by why: negative, not_a_number, bad_reset, reset_too_far, repeated.",
+		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
 		m.InternalErrors, m.Refused, m.RouteBaseline, m.AccessLogEntries, m.DecisionEvents, m.DeploymentMismatch,
+		m.RouteHeadroom, m.HeadroomIgnored,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")

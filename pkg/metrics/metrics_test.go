@@ -18,6 +18,8 @@ func TestSpecNames(t *testing.T) {
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
 	m.DecisionEvents.WithLabelValues("observe", "duplicate").Inc()
 	m.DeploymentMismatch.WithLabelValues("attempt_without_failover").Inc()
+	m.RouteHeadroom.WithLabelValues("g", "r", "requests").Set(2)
+	m.HeadroomIgnored.WithLabelValues("negative").Inc()
 	m.StoreErrors.WithLabelValues("record").Inc()
 	families, err := m.Registry.Gather()
 	if err != nil {
@@ -75,6 +77,8 @@ func TestMetricsPageListsEverySeries(t *testing.T) {
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
 	m.DecisionEvents.WithLabelValues("observe", "duplicate").Inc()
 	m.DeploymentMismatch.WithLabelValues("attempt_without_failover").Inc()
+	m.RouteHeadroom.WithLabelValues("g", "r", "requests").Set(2)
+	m.HeadroomIgnored.WithLabelValues("negative").Inc()
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

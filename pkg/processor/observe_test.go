@@ -49,6 +49,12 @@ func (e *env) observe(md *corev3.Metadata, status string, chunks ...string) {
 // observeCT is observe with the response's content type.
 func (e *env) observeCT(md *corev3.Metadata, status, ct string, chunks ...string) {
 	e.t.Helper()
+	e.observeWith(md, []string{":status", status, "content-type", ct}, chunks...)
+}
+
+// observeWith is observe with the response's headers.
+func (e *env) observeWith(md *corev3.Metadata, headers []string, chunks ...string) {
+	e.t.Helper()
 	c := e.open("observe")
 	send := func(r *extprocv3.ProcessingRequest) {
 		r.ObservabilityMode = true
@@ -57,7 +63,7 @@ func (e *env) observeCT(md *corev3.Metadata, status, ct string, chunks ...string
 		}
 	}
 	send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: hdrs(":status", status, "content-type", ct), EndOfStream: len(chunks) == 0}},
+		Headers: hdrs(headers...), EndOfStream: len(chunks) == 0}},
 		Attributes: attrs(0, "via_upstream")})
 	for i, ch := range chunks {
 		send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{

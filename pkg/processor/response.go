@@ -20,6 +20,7 @@ import (
 type respHeaders struct {
 	respHead
 	retryAfter, retryAfterMs, xmsRetryAfterMs string
+	hr                                        headroomRaw // the rate-limit headers (headroom.go)
 }
 
 func parseResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) respHeaders {
@@ -39,6 +40,10 @@ func parseResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingReq
 				p.overloaded = headerValue(hv) == "true"
 			case "content-type":
 				p.contentType = headerValue(hv)
+			default:
+				if slot := headroomHeader(hv.Key); slot >= 0 {
+					p.hr.add(slot, headerValue(hv))
+				}
 			}
 		}
 	}
@@ -64,6 +69,9 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.Pro
 func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 	res, wait := judgeHead(p.respHead)
 	st.reportClusterNotFound(res)
+	if p.hr.seen != 0 {
+		st.noteHeadroom(&p.hr)
+	}
 	if !st.tracked {
 		return false
 	}
@@ -103,6 +111,21 @@ func (st *stream) reportClusterNotFound(res breaker.Result) {
 	st.s.metrics.ClusterNotFound.WithLabelValues(st.gw.ID, st.chosen.Cluster).Inc()
 	st.s.log.Error("Envoy has no cluster for the route fusebox chose: fix the Envoy config or the route's cluster",
 		"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster)
+}
+
+// noteHeadroom shows what the chosen route's provider announced of its
+// quota (R-H4), and counts the values it did not trust (R-H6).
+func (st *stream) noteHeadroom(raw *headroomRaw) {
+	h := raw.parse(time.Unix(0, st.now()))
+	for reason, n := range h.BadReasons {
+		st.s.metrics.HeadroomIgnored.WithLabelValues(reason).Add(float64(n))
+	}
+	if h.Requests >= 0 {
+		st.s.metrics.RouteHeadroom.WithLabelValues(st.gw.ID, st.chosen.Key, "requests").Set(float64(h.Requests))
+	}
+	if h.Tokens >= 0 {
+		st.s.metrics.RouteHeadroom.WithLabelValues(st.gw.ID, st.chosen.Key, "tokens").Set(float64(h.Tokens))
+	}
 }
 
 // timed sets the attempt's total time.

@@ -420,6 +420,9 @@ func (s *Server) install(rt *routes.Runtime) {
 	}
 	for _, id := range removed {
 		s.metrics.State.DeleteLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope))
+		for _, kind := range []string{"requests", "tokens"} {
+			s.metrics.RouteHeadroom.DeleteLabelValues(id.Gateway, id.Route, kind)
+		}
 	}
 	if len(removed) > 0 {
 		keep := make(map[breaker.ID]bool, len(specs))

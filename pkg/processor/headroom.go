@@ -1,0 +1,194 @@
+package processor
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Rate-limit headroom (SPEC §15, R-H1): what a provider announces of its
+// quota on every response. OpenAI, Azure OpenAI, Groq, OpenRouter and
+// other OpenAI-compatible servers send x-ratelimit-remaining-requests and
+// -tokens with x-ratelimit-reset-requests and -tokens (Go-style durations:
+// "1s", "6m0s", "20ms"); Anthropic sends
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-remaining
+// and -reset (RFC 3339).
+
+// headroomRaw holds the header values of one response, as they came (the
+// parse of the response headers only keeps them: a response without them
+// costs nothing more).
+type headroomRaw struct {
+	vals [hrKinds]string
+	// seen marks each header found; a header found twice is not trusted.
+	seen, repeated uint16
+}
+
+const (
+	hrOpenAIRequests = iota
+	hrOpenAITokens
+	hrOpenAIResetRequests
+	hrOpenAIResetTokens
+	hrAnthRequests
+	hrAnthTokens
+	hrAnthInputTokens
+	hrAnthOutputTokens
+	hrAnthResetRequests
+	hrAnthResetTokens
+	hrAnthResetInputTokens
+	hrAnthResetOutputTokens
+	hrKinds
+)
+
+// headroomHeader maps a response header name to its slot, -1 for any
+// other header.
+func headroomHeader(name string) int {
+	switch {
+	case strings.HasPrefix(name, "x-ratelimit-"):
+		switch name[len("x-ratelimit-"):] {
+		case "remaining-requests":
+			return hrOpenAIRequests
+		case "remaining-tokens":
+			return hrOpenAITokens
+		case "reset-requests":
+			return hrOpenAIResetRequests
+		case "reset-tokens":
+			return hrOpenAIResetTokens
+		}
+	case strings.HasPrefix(name, "anthropic-ratelimit-"):
+		switch name[len("anthropic-ratelimit-"):] {
+		case "requests-remaining":
+			return hrAnthRequests
+		case "tokens-remaining":
+			return hrAnthTokens
+		case "input-tokens-remaining":
+			return hrAnthInputTokens
+		case "output-tokens-remaining":
+			return hrAnthOutputTokens
+		case "requests-reset":
+			return hrAnthResetRequests
+		case "tokens-reset":
+			return hrAnthResetTokens
+		case "input-tokens-reset":
+			return hrAnthResetInputTokens
+		case "output-tokens-reset":
+			return hrAnthResetOutputTokens
+		}
+	}
+	return -1
+}
+
+// add keeps one header's value (slot from headroomHeader).
+func (r *headroomRaw) add(slot int, v string) {
+	bit := uint16(1) << slot
+	if r.seen&bit != 0 {
+		r.repeated |= bit
+	}
+	r.seen |= bit
+	r.vals[slot] = v
+}
+
+// Headroom is what a response announced: the remaining requests and
+// tokens (-1: not announced) and when each resets (unix ns; 0: not
+// announced), and how many of its values were not trusted.
+type Headroom struct {
+	Requests, Tokens           int64
+	RequestsReset, TokensReset int64
+	Bad                        int
+	// BadReasons counts the untrusted values by why (R-H6).
+	BadReasons map[string]int
+}
+
+// Announced reports whether anything was announced.
+func (h Headroom) Announced() bool { return h.Requests >= 0 || h.Tokens >= 0 }
+
+// maxHeadroomReset bounds a reset a header can announce before the
+// policy's cap (max_retry_after_sec) applies: a reset counted in days is
+// not a per-minute quota's, and is not trusted (R-H6).
+const maxHeadroomReset = 24 * time.Hour
+
+// parse reads the values kept: a remaining count must be a whole number
+// ≥0, a reset a duration (OpenAI) or an RFC 3339 time (Anthropic) within a
+// day; anything else, or a header given twice, is left out and counted.
+// Of Anthropic's token budgets the smallest remaining one counts, with its
+// reset.
+func (r *headroomRaw) parse(now time.Time) Headroom {
+	h := Headroom{Requests: -1, Tokens: -1}
+	if r.seen == 0 {
+		return h
+	}
+	bad := func(reason string) {
+		h.Bad++
+		if h.BadReasons == nil {
+			h.BadReasons = map[string]int{}
+		}
+		h.BadReasons[reason]++
+	}
+	count := func(slot int) int64 {
+		if r.seen&(1<<slot) == 0 {
+			return -1
+		}
+		if r.repeated&(1<<slot) != 0 {
+			bad("repeated")
+			return -1
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(r.vals[slot]), 10, 64)
+		switch {
+		case err != nil:
+			bad("not_a_number")
+			return -1
+		case n < 0:
+			bad("negative")
+			return -1
+		}
+		return n
+	}
+	reset := func(slot int, rfc3339 bool) int64 {
+		if r.seen&(1<<slot) == 0 {
+			return 0
+		}
+		if r.repeated&(1<<slot) != 0 {
+			bad("repeated")
+			return 0
+		}
+		v := strings.TrimSpace(r.vals[slot])
+		var d time.Duration
+		if rfc3339 {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				bad("bad_reset")
+				return 0
+			}
+			d = t.Sub(now)
+		} else {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil {
+				bad("bad_reset")
+				return 0
+			}
+		}
+		switch {
+		case d < 0 && !rfc3339:
+			bad("negative")
+			return 0
+		case d > maxHeadroomReset:
+			bad("reset_too_far")
+			return 0
+		case d < 0: // a reset already past: the quota is back
+			d = 0
+		}
+		return now.Add(d).UnixNano()
+	}
+	h.Requests, h.RequestsReset = count(hrOpenAIRequests), reset(hrOpenAIResetRequests, false)
+	h.Tokens, h.TokensReset = count(hrOpenAITokens), reset(hrOpenAIResetTokens, false)
+	if n := count(hrAnthRequests); n >= 0 || r.seen&(1<<hrAnthResetRequests) != 0 {
+		h.Requests, h.RequestsReset = n, reset(hrAnthResetRequests, true)
+	}
+	for _, k := range [][2]int{{hrAnthTokens, hrAnthResetTokens}, {hrAnthInputTokens, hrAnthResetInputTokens}, {hrAnthOutputTokens, hrAnthResetOutputTokens}} {
+		n := count(k[0])
+		at := reset(k[1], true)
+		if n >= 0 && (h.Tokens < 0 || n < h.Tokens) {
+			h.Tokens, h.TokensReset = n, at
+		}
+	}
+	return h
+}
