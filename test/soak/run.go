@@ -253,7 +253,10 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 		case "503_burst":
 			p.SetFault(fakeprovider.Fault{Status: 503})
 		case "refused":
-			p.Down()
+			// New connections refused; the requests in flight end as
+			// they would (fakeprovider.Refuse: Down's RST could lose a
+			// response the provider had tallied complete).
+			p.Refuse()
 		case "reset_mid_stream":
 			p.SetFault(fakeprovider.Fault{ResetMidStream: true})
 		case "slow_first_token":
