@@ -307,6 +307,15 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			// Quiesce (nothing in flight), kill fusebox, serve a while
 			// without it (failure_mode_allow), restart.
 			r.gate.Lock()
+			// In the observer profile the clients are done before fusebox
+			// has read what was observed: the side streams still carry the
+			// responses' tails (one way, never waited for). A kill then
+			// loses an outcome fusebox was never given time to see, which
+			// the count check read as one success short (7,588 of 7,589,
+			// both cores busy). Nothing is in flight until they end too.
+			for deadline := time.Now().Add(5 * time.Second); r.proxy.ObserversOpen() > 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 			r.epoch.Add(1)
 			r.stopFusebox()
 			r.gate.Unlock()
