@@ -161,7 +161,9 @@ const FleetJournalLen = 256
 // An entry is the JSON of a JournalEntry; the store keeps the newest
 // FleetJournalLen.
 type FleetJournal interface {
-	AppendJournal(ctx context.Context, entry []byte) error
+	// AppendJournal adds entries, oldest first, in one round trip: a
+	// replica writes what its transitions made since its last write.
+	AppendJournal(ctx context.Context, entries ...[]byte) error
 	// RecentJournal returns up to n entries, newest first.
 	RecentJournal(ctx context.Context, n int) ([][]byte, error)
 }
@@ -200,12 +202,14 @@ type journalRing struct {
 }
 
 // AppendJournal implements FleetJournal.
-func (s *Memory) AppendJournal(_ context.Context, entry []byte) error {
+func (s *Memory) AppendJournal(_ context.Context, entries ...[]byte) error {
 	r := &s.journal
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ring[r.n%FleetJournalLen] = append([]byte(nil), entry...)
-	r.n++
+	for _, entry := range entries {
+		r.ring[r.n%FleetJournalLen] = append([]byte(nil), entry...)
+		r.n++
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,11 +23,16 @@ type EventReporter struct {
 	Journal *breaker.Journal
 	// fleet, once SetFleet names it, is told each journal entry too, so
 	// that every replica's timeline shows this one's (the Redis store).
-	// Each write goes off the path that reported the transition, at most
-	// maxFleetWrites at once; beyond that, or when the store cannot take
-	// it, the entry stays in this replica's journal only.
-	fleet       atomic.Pointer[fleetJournal]
-	fleetWrites atomic.Int32
+	// The writes go off the path that reported the transition, through
+	// one writer at a time that takes every entry queued since its last
+	// write in one round trip: a burst of transitions (an outage opening
+	// every route of a provider) is one call on one connection, not one
+	// each. Beyond maxFleetQueue waiting, or when the store cannot take
+	// them, entries stay in this replica's journal only.
+	fleet   atomic.Pointer[fleetJournal]
+	fleetMu sync.Mutex
+	queued  [][]byte
+	writing bool
 }
 
 type fleetJournal struct{ breaker.FleetJournal }
@@ -39,9 +45,9 @@ func (r *EventReporter) SetFleet(f breaker.FleetJournal) {
 	}
 }
 
-// maxFleetWrites bounds the journal writes in flight (a store that stalls
-// holds each for its op timeout).
-const maxFleetWrites = 16
+// maxFleetQueue bounds the entries waiting for the writer (a store that
+// stalls holds a write for its op timeout).
+const maxFleetQueue = 256
 
 // Report handles one transition.
 func (r *EventReporter) Report(e breaker.Event) {
@@ -104,21 +110,41 @@ func rampUntil(e breaker.Event) string {
 	return time.Unix(0, e.RampUntil).UTC().Format(time.RFC3339Nano)
 }
 
-// toFleet writes entry to the fleet's journal in its own goroutine: a
-// transition is reported on the decision and record paths, which never
-// wait for the store (R-L11).
+// toFleet queues entry for the fleet's journal and starts the writer if
+// none runs: a transition is reported on the decision and record paths,
+// which never wait for the store (R-L11).
 func (r *EventReporter) toFleet(f *fleetJournal, entry breaker.JournalEntry) {
-	if r.fleetWrites.Add(1) > maxFleetWrites {
-		r.fleetWrites.Add(-1)
-		return
-	}
 	raw, err := json.Marshal(entry)
 	if err != nil {
-		r.fleetWrites.Add(-1)
 		return
 	}
-	go func() {
-		defer r.fleetWrites.Add(-1)
-		_ = f.AppendJournal(context.Background(), raw) // the store bounds it and counts its failures
-	}()
+	r.fleetMu.Lock()
+	if len(r.queued) >= maxFleetQueue {
+		r.fleetMu.Unlock()
+		return
+	}
+	r.queued = append(r.queued, raw)
+	start := !r.writing
+	r.writing = true
+	r.fleetMu.Unlock()
+	if start {
+		go r.writeFleet(f)
+	}
+}
+
+// writeFleet writes what is queued, oldest first, until nothing is, and
+// ends: no goroutine waits while there are no transitions.
+func (r *EventReporter) writeFleet(f *fleetJournal) {
+	for {
+		r.fleetMu.Lock()
+		batch := r.queued
+		r.queued = nil
+		if len(batch) == 0 {
+			r.writing = false
+			r.fleetMu.Unlock()
+			return
+		}
+		r.fleetMu.Unlock()
+		_ = f.AppendJournal(context.Background(), batch...) // the store bounds it and counts its failures
+	}
 }

@@ -49,6 +49,7 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("store.redis.url (sentinel): %w", err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaxIdleConns = maxIdle(q, o.MaxIdleConns)
 		return redis.NewFailoverClient(o), nil
 	case q.Has("addr"):
 		o, err := redis.ParseClusterURL(u.String())
@@ -56,6 +57,7 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("store.redis.url (cluster): %w", err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaxIdleConns = maxIdle(q, o.MaxIdleConns)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(u.String())
@@ -63,7 +65,30 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("store.redis.url: %w", err)
 	}
 	o.ContextTimeoutEnabled = true
+	o.MaxIdleConns = maxIdle(q, o.MaxIdleConns)
 	return redis.NewClient(o), nil
+}
+
+// IdleConns is how many idle connections a replica keeps to each Redis
+// server, unless the URL says otherwise (max_idle_conns). go-redis's own
+// default keeps every connection a burst opened, up to pool_size (10 a
+// core), for 30 minutes: a fleet of replicas on 16-core nodes held 160
+// connections each against Redis's maxclients, and a replica's memory
+// followed the largest burst it ever met (64 KiB of buffers a
+// connection). A replica's steady use is its record workers
+// (recordWorkers), the refresh, the feed's publisher and the journal's
+// writer; the pool still opens up to pool_size for a burst and closes, as
+// they come back, what the burst opened beyond this. (Not min_idle_conns
+// as well: go-redis then dials a new connection each time one is taken and
+// closes the warm one when it comes back, a handshake for every call.)
+const IdleConns = 8
+
+// maxIdle is the idle bound: the URL's when it sets one, else IdleConns.
+func maxIdle(q url.Values, parsed int) int {
+	if q.Has("max_idle_conns") {
+		return parsed
+	}
+	return IdleConns
 }
 
 // go-redis prints its own unstructured lines to stderr (a failed dial, a
@@ -75,3 +100,16 @@ var quietOnce sync.Once
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// PoolBuffers says how many connections the store's client holds to Redis
+// and what their read and write buffers take: memory that follows the
+// pool's size, bounded by pool_size and, idle, by IdleConns (a soak's
+// memory check counts it apart, as it closes idle HTTP connections).
+func (s *Store) PoolBuffers() (conns int, bytes int64) {
+	st := s.rdb.PoolStats()
+	per := int64(2 * 32 << 10) // go-redis's default buffer sizes
+	if c, ok := s.rdb.(*redis.Client); ok {
+		per = int64(c.Options().ReadBufferSize + c.Options().WriteBufferSize)
+	}
+	return int(st.TotalConns), int64(st.TotalConns) * per
+}

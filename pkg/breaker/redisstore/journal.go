@@ -20,14 +20,23 @@ var ErrJournalUnreachable = errors.New("redisstore: the fleet's journal is unrea
 func (s *Store) journalKey() string { return s.prefix + "journal" }
 
 // AppendJournal implements breaker.FleetJournal.
-func (s *Store) AppendJournal(ctx context.Context, entry []byte) error {
+func (s *Store) AppendJournal(ctx context.Context, entries ...[]byte) error {
+	if len(entries) == 0 {
+		return nil
+	}
 	if s.sync.localIsTheStore() {
 		return ErrJournalUnreachable
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	// LPUSH pushes its values in order, each to the head: the newest
+	// entry, given last, ends first.
+	sealed := make([]any, len(entries))
+	for i, e := range entries {
+		sealed[i] = s.sign.sealIn("journal", e)
+	}
 	pipe := s.rdb.TxPipeline()
-	pipe.LPush(ctx, s.journalKey(), s.sign.sealIn("journal", entry))
+	pipe.LPush(ctx, s.journalKey(), sealed...)
 	pipe.LTrim(ctx, s.journalKey(), 0, breaker.FleetJournalLen-1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		s.count("journal")

@@ -19,10 +19,21 @@ func testJournal(t *testing.T, f Factory) {
 		return fmt.Sprintf(`{"id":"r:%d","at":%d,"route":"a:b:c","transition":"closed->open"}`, i, i)
 	}
 	total := breaker.FleetJournalLen + 44
-	for i := 0; i < total; i++ {
+	for i := 0; i < total-10; i++ {
 		if err := j.AppendJournal(ctx, []byte(entry(i))); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
+	}
+	// A batch is appended oldest first, as ten single appends would be.
+	var batch [][]byte
+	for i := total - 10; i < total; i++ {
+		batch = append(batch, []byte(entry(i)))
+	}
+	if err := j.AppendJournal(ctx, batch...); err != nil {
+		t.Fatalf("append a batch: %v", err)
+	}
+	if err := j.AppendJournal(ctx); err != nil {
+		t.Fatalf("append nothing: %v", err)
 	}
 	got, err := j.RecentJournal(ctx, 3)
 	if err != nil || len(got) != 3 || string(got[0]) != entry(total-1) || string(got[2]) != entry(total-3) {

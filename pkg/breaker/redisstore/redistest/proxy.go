@@ -110,6 +110,17 @@ func (p *Proxy) cut(which func(*proxied) bool) {
 	}
 }
 
+// PipeBuffer is what each direction of a proxied connection reads into.
+const PipeBuffer = 32 << 10
+
+// Conns is how many connections the proxy holds open, each with two
+// PipeBuffers.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
 // Close stops the proxy and every connection.
 func (p *Proxy) Close() {
 	p.ln.Close()
@@ -145,8 +156,11 @@ func (p *Proxy) pipe(pc *proxied, from, to net.Conn, latency *atomic.Int64, upst
 	defer func() {
 		from.Close()
 		to.Close()
+		p.mu.Lock()
+		delete(p.conns, pc) // a connection the client closed (a pool shrinking)
+		p.mu.Unlock()
 	}()
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, PipeBuffer)
 	for {
 		n, err := from.Read(buf)
 		if n > 0 {
