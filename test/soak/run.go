@@ -6,13 +6,16 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
 	dto "github.com/prometheus/client_model/go"
@@ -450,6 +453,9 @@ func (r *rig) check(rep *Report) {
 
 	// Transitions: legal, in order, per breaker, each chain on its own.
 	wrong := checkTransitions(r.logs.String(), r.redis != nil, &rep.Transitions)
+	if dir := os.Getenv("SOAK_PROFILE_DIR"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, "fusebox.log"), []byte(r.logs.String()), 0o644) // the chains as logged
+	}
 	add("transitions are legal and in order, per breaker", len(wrong) == 0, "%d transitions; %s", rep.Transitions, strings.Join(first(wrong, 5), "; "))
 
 	// fusebox's own goroutines: the harness's (envoysim's streams, the
@@ -477,13 +483,26 @@ func (r *rig) check(rep *Report) {
 	// and the harness keeps what it measures in a fixed size (gathered.go).
 	// Before those, the check carried 512 KiB of slack and still failed in
 	// CI (4.7 -> 5.7 MiB): the harness's per-restart metrics and the
-	// descriptors of a load that peaked above its warm-up.
-	base := float64(rep.Before.heap - rep.MarkBytes)
+	// descriptors of a load that peaked above its warm-up. The Redis
+	// connections' buffers (64 KiB each in go-redis, 64 more in the fault
+	// proxy) are left out of both measures as the idle HTTP connections
+	// are closed before them: a pool, whose size the check below bounds.
+	// Counted in, the fleet soak failed in CI at 13.93 -> 15.86 MiB: the
+	// pools held 15 connections more after the load than after the
+	// warm-up, nothing else.
+	base := float64(rep.Before.heap - rep.MarkBytes - rep.Before.pool)
+	after := float64(rep.After.heap - rep.MarkBytes - rep.After.pool)
 	add("memory (the live Go heap after a collection) returns within 10 % after the load",
-		float64(rep.After.heap-rep.MarkBytes) <= 1.1*base,
-		"%.2f MiB before, %.2f MiB after, each besides %.2f MiB of goroutine descriptors; goroutines peaked at %d in the load, %d in the warm-up, mark %d (RSS %.1f / %.1f MiB)",
-		base/(1<<20), float64(rep.After.heap-rep.MarkBytes)/(1<<20), float64(rep.MarkBytes)/(1<<20), rep.PeakGoroutines, rep.WarmupPeakGoroutines, rep.GoroutineMark,
+		after <= 1.1*base,
+		"%.2f MiB before, %.2f MiB after, each besides %.2f MiB of goroutine descriptors and %.2f / %.2f MiB of Redis connection buffers; goroutines peaked at %d in the load, %d in the warm-up, mark %d (RSS %.1f / %.1f MiB)",
+		base/(1<<20), after/(1<<20), float64(rep.MarkBytes)/(1<<20), float64(rep.Before.pool)/(1<<20), float64(rep.After.pool)/(1<<20),
+		rep.PeakGoroutines, rep.WarmupPeakGoroutines, rep.GoroutineMark,
 		float64(rep.Before.rss)/(1<<20), float64(rep.After.rss)/(1<<20))
+	if rep.After.poolConns != nil {
+		most := slices.Max(rep.After.poolConns)
+		add("each replica's Redis pool keeps at most IdleConns connections after the load", most <= redisstore.IdleConns,
+			"%v connections (bound %d)", rep.After.poolConns, redisstore.IdleConns)
+	}
 	if rep.PeakGoroutines >= rep.GoroutineMark {
 		// Then the load made descriptors the baseline lacks: the heap
 		// check above may fail for that alone, and says so here.
@@ -521,13 +540,20 @@ func (r *rig) check(rep *Report) {
 	// of ~27,700 did. So the waits of replies begun in a Redis fault's
 	// window (the fault, and one second after it: marked by faults()) are
 	// held against the others of the same run, on the same machine at the
-	// same time: no more than 4 times the others' rate past each bound,
-	// plus 5. The fault it guards against holds every decision of a 2 s
-	// stall (~1,000 of them); the same noise reaches both sides.
+	// same time: no more than 4 times the others' rate past the bound less
+	// the op timeout, plus 5. Less the op timeout: a decision in a fault
+	// may wait that long by the promise itself (a probe's slot), and then
+	// meets the same pauses as any other, so its noise is the others'
+	// past 20 ms, not past 70 (held against those, a busy CI run failed
+	// with 12 of 2,930 past 70 ms, allowed 11.9: the others' rate past
+	// 70 ms, 0.06 %, is no measure of what 20 ms of noise does). The fault
+	// it guards against holds every decision of a 2 s stall (~1,000 of
+	// them), or each call its own op timeout in turn.
 	if r.redis != nil {
 		st := r.proxy.Stats()
-		for _, bound := range []time.Duration{time.Duration(routes.DefaultOpTimeoutMs)*time.Millisecond + 20*time.Millisecond, hardWait} {
-			nOut, outLonger, longestOut := st.RequestPathWaits(bound)
+		op := time.Duration(routes.DefaultOpTimeoutMs) * time.Millisecond
+		for _, bound := range []time.Duration{op + 20*time.Millisecond, hardWait} {
+			nOut, outLonger, longestOut := st.RequestPathWaits(bound - op)
 			nIn, inLonger, longestIn := st.MarkedWaits(bound)
 			rep.LongestWait = max(rep.LongestWait, longestOut, longestIn)
 			allowed := 5.0
@@ -536,8 +562,8 @@ func (r *rig) check(rep *Report) {
 			}
 			add(fmt.Sprintf("no more decisions wait past %v in Redis's faults than the rest of the run's noise", bound),
 				nIn > 0 && float64(inLonger) <= allowed,
-				"in the faults' windows %d of %d request-path replies waited past %v (allowed %.1f), the longest %v; elsewhere %d of %d, the longest %v",
-				inLonger, nIn, bound, allowed, longestIn, outLonger, nOut, longestOut)
+				"in the faults' windows %d of %d request-path replies waited past %v (allowed %.1f), the longest %v; elsewhere %d of %d past %v, the longest %v",
+				inLonger, nIn, bound, allowed, longestIn, outLonger, nOut, bound-op, longestOut)
 		}
 	}
 }

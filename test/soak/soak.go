@@ -418,6 +418,12 @@ type point struct {
 	// logStreams the streams envoysim holds open (goroutines.go).
 	serving, logStreams int
 	rss, heap           int64
+	// pool is what the Redis connections' buffers take (redisConns): a
+	// pool's size, which follows the load (up to pool_size while it runs,
+	// IdleConns after), not fusebox's state; idle the most conns a
+	// replica's pool held.
+	pool      int64
+	poolConns []int
 }
 
 func (r *rig) settle() point {
@@ -477,5 +483,38 @@ func (r *rig) settle() point {
 	// which a load's fragmentation grows with nothing retained: 8.2 ->
 	// 9.9 MiB in use while the live heap went 4.94 -> 5.18 MiB, in the
 	// observer soak.)
-	return point{goroutines: all, own: own, serving: serving, logStreams: r.proxy.AccessLogStreamsOpen(), rss: memory(), heap: int64(ms.HeapAlloc)}
+	pool, conns := r.redisConns()
+	return point{goroutines: all, own: own, serving: serving, logStreams: r.proxy.AccessLogStreamsOpen(), rss: memory(), heap: int64(ms.HeapAlloc),
+		pool: pool, poolConns: conns}
+}
+
+// redisConns returns what the Redis connections' buffers take in this
+// process, and how many connections each replica's pool holds: each
+// fusebox's pool (go-redis's read and write buffers), the harness's own
+// client, and the fault proxy's two pipe buffers per connection.
+func (r *rig) redisConns() (bytes int64, perReplica []int) {
+	r.mu.Lock()
+	ins := []*mainlib.Instance{r.fusebox}
+	r.mu.Unlock()
+	for _, x := range r.extra {
+		ins = append(ins, x.in)
+	}
+	for _, in := range ins {
+		if in == nil {
+			continue
+		}
+		if p, ok := in.Store.(interface{ PoolBuffers() (int, int64) }); ok {
+			n, b := p.PoolBuffers()
+			bytes += b
+			perReplica = append(perReplica, n)
+		}
+	}
+	if r.rdb != nil {
+		o := r.rdb.Options()
+		bytes += int64(r.rdb.PoolStats().TotalConns) * int64(o.ReadBufferSize+o.WriteBufferSize)
+	}
+	if r.rproxy != nil {
+		bytes += int64(r.rproxy.Conns()) * 2 * redistest.PipeBuffer
+	}
+	return bytes, perReplica
 }

@@ -318,6 +318,17 @@ if op == "rec" and A.id and string.find(s.recent_ids, ";" .. A.id .. "@", 1, tru
   events = s.recent_events[A.id] or {}
   op = "repeat"
 end
+if op == "lost" then
+  -- A: call. Another call (acq, adv, snap, stl, merge) timed out on the
+  -- caller after it ran here; the transitions it made are answered now,
+  -- once, so the caller reports them (in the fleet soak a timed-out acq
+  -- turned a route half-open and nobody logged it: the shared chain read
+  -- half_open->closed after open).
+  local id = "c" .. tostring(A.call)
+  events = s.recent_events[id] or {}
+  s.recent_events[id] = nil
+  op = "repeat"
+end
 
 if op == "rec" then
   -- A: id (the caller's, for repeats), class (0 neither, 1 success, 2 failure), reason, slow, slow_by,
@@ -449,6 +460,10 @@ elseif op == "fc" or op == "rst" then
 end
 
 if op == "rec" and A.id then recent_add(A.id, events) end
+-- A call other than a record names itself (A.call) so that, its answer
+-- lost, the caller can ask for its transitions (op lost); kept only when
+-- it made one.
+if A.call and #events > 0 and op ~= "repeat" then recent_add("c" .. tostring(A.call), events) end
 
 local changed = 0
 if sig() ~= before then

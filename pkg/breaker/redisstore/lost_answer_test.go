@@ -16,24 +16,33 @@ import (
 // before its resync. Before, Redis gave the id, the replica never learned
 // it, and with half_open_max_probes 1 the route took no probe at all until
 // probe_timeout_ms (here never: the test's clock stands still).
-func TestTimedOutAcquireFreesItsSlot(t *testing.T) {
+// openOnTwo: replica a behind the fault proxy (op timeout 100 ms), b on
+// Redis itself, one route opened by a (threshold 1, cooldown 1 s, one
+// probe) and seen open in Redis.
+func openOnTwo(t *testing.T, prefix string) (px *redistest.Proxy, a, b *replica, clk *breaker.FakeClock) {
+	t.Helper()
 	srv := redistest.Start(t)
-	px := srv.Proxy(t)
-	clk := breaker.NewFakeClock(time.Now())
+	px = srv.Proxy(t)
+	clk = breaker.NewFakeClock(time.Now())
 	p := replicaPolicy(func(p *breaker.Policy) {
 		p.FailureThreshold, p.CooldownMs, p.HalfOpenMaxProbes, p.ProbeTimeoutMs = 1, 1000, 1, 60000
 	})
-	a := replicasWith(t, proxiedClient(t, px), "lease:", clk, p, 1, 100*time.Millisecond, nil)[0]
-	b := replicasWith(t, srv.Client(t), "lease:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
+	a = replicasWith(t, proxiedClient(t, px), prefix, clk, p, 1, 100*time.Millisecond, nil)[0]
+	b = replicasWith(t, srv.Client(t), prefix, clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
 		o.ReplicaID = "b"
 	})[0]
-	ctx := context.Background()
-	now := func() int64 { return clk.Now().UnixNano() }
 	recordFail(t, a, clk)
 	eventually(t, "open in Redis", func() bool {
-		s, err := b.st.Status(ctx, b.key, now())
+		s, err := b.st.Status(context.Background(), b.key, clk.Now().UnixNano())
 		return err == nil && s.State == "open"
 	})
+	return px, a, b, clk
+}
+
+func TestTimedOutAcquireFreesItsSlot(t *testing.T) {
+	px, a, b, clk := openOnTwo(t, "lease:")
+	ctx := context.Background()
+	now := func() int64 { return clk.Now().UnixNano() }
 	clk.Advance(time.Second)
 	// A warm connection, so that the acq itself is sent at once (a new one
 	// would wait for its handshake's delayed answer and send nothing).
@@ -143,5 +152,57 @@ func TestLostAnswerTransitionIsReported(t *testing.T) {
 	eventually(t, "the open reported", func() bool { return opens() > 0 })
 	if n := opens(); n != 1 {
 		t.Fatalf("%d closed->open transitions reported, want 1", n)
+	}
+}
+
+// TestLostAcquireTransitionIsReported: a probe's acq that times out on
+// the replica after Redis ran it turned the route half-open there; that
+// transition is reported once, by that replica, when Redis answers again
+// (it asks for the transitions of the call it lost). Before, nobody
+// reported it: the replica never had the answer, and every later call
+// found the route half-open already (the fleet soak's shared chain read
+// half_open->closed after open).
+func TestLostAcquireTransitionIsReported(t *testing.T) {
+	px, a, b, clk := openOnTwo(t, "lostacq:")
+	ctx := context.Background()
+	now := func() int64 { return clk.Now().UnixNano() }
+	for range 3 { // a warm connection (see TestTimedOutAcquireFreesItsSlot), before the cooldown ends
+		if _, err := a.st.Status(ctx, a.key, now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Second)
+	// The shared state's (a's local view makes its own, decided_by=local,
+	// while Redis does not answer).
+	halfOpens := func() int {
+		n := 0
+		for _, r := range []*replica{a, b} {
+			r.mu.Lock()
+			for _, e := range r.events {
+				if e.Transition() == "open->half_open" && e.DecidedBy == breaker.DecidedByRedis {
+					n++
+				}
+			}
+			r.mu.Unlock()
+		}
+		return n
+	}
+	if n := halfOpens(); n != 0 {
+		t.Fatalf("%d open->half_open reported before the acq (the warm-up calls must not make it)", n)
+	}
+	px.Latency(0, 300*time.Millisecond)
+	if _, _, err := a.st.Acquire(ctx, a.key, now(), false); err == nil {
+		t.Fatal("the acq did not time out")
+	}
+	if s, _ := b.st.Status(ctx, b.key, now()); s.State != "half_open" {
+		t.Fatalf("the timed-out acq did not run in Redis: %+v", s)
+	}
+	px.Latency(0, 0)
+	eventually(t, "the resync", func() bool { return !a.st.Degraded() })
+	eventually(t, "the half-open reported", func() bool { return halfOpens() > 0 })
+	clk.Advance(10 * time.Millisecond)
+	a.st.Refresh(ctx)
+	if n := halfOpens(); n != 1 {
+		t.Fatalf("%d open->half_open transitions reported, want 1", n)
 	}
 }

@@ -202,9 +202,12 @@ func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error 
 	defer cancel()
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
+	ids := make([]uint64, len(batch))
 	for i, e := range batch {
 		if s.remote(e) {
-			cmds[i] = script.EvalSha(pctx, pipe, []string{e.key}, s.scriptArgs(e, "snap", now, nil)...)
+			var a args
+			a, ids[i] = named("snap", nil)
+			cmds[i] = script.EvalSha(pctx, pipe, []string{e.key}, s.scriptArgs(e, "snap", now, a)...)
 		}
 	}
 	_, _ = pipe.Exec(pctx)
@@ -212,7 +215,7 @@ func (s *Store) snapBatch(ctx context.Context, batch []*entry, now int64) error 
 		if cmds[i] == nil {
 			continue
 		}
-		if err := s.snapAnswered(ctx, e, now, cmds[i]); err != nil {
+		if err := s.snapAnswered(ctx, e, now, cmds[i], ids[i]); err != nil {
 			return err
 		}
 	}
@@ -229,7 +232,7 @@ func (s *Store) snapOne(ctx context.Context, e *entry, now int64) error {
 }
 
 // snapAnswered takes one pipelined snap's answer for e.
-func (s *Store) snapAnswered(ctx context.Context, e *entry, now int64, cmd *redis.Cmd) error {
+func (s *Store) snapAnswered(ctx context.Context, e *entry, now int64, cmd *redis.Cmd, id uint64) error {
 	vals, err := cmd.Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis restarted and lost the script: this call loads it.
@@ -240,6 +243,9 @@ func (s *Store) snapAnswered(ctx context.Context, e *entry, now int64, cmd *redi
 		r, err = parseReply(vals)
 	} else {
 		err = fmt.Errorf("redisstore snap %s: %w", e.id.Route, err)
+		if !keyError(err) {
+			s.oweLost(e, id, now)
+		}
 	}
 	e.emitMu.Lock()
 	e.lastNow.Store(now)

@@ -17,8 +17,34 @@ func (s *Store) runAs(ctx context.Context, e *entry, op string, now int64, ans a
 	e.emitMu.Lock()
 	defer e.emitMu.Unlock()
 	e.lastNow.Store(now)
+	a, id := named(op, a)
 	r, err := s.call(ctx, e, op, now, a)
+	if err != nil && id != 0 && !keyError(err) {
+		s.oweLost(e, id, now)
+	}
 	return s.settle(e, op, now, r, err, ans)
+}
+
+// named gives a call that may make a transition, other than a record
+// (which carries its outcome's id), an id of its own: a call whose answer
+// is lost (the op timeout passed after Redis ran it) may have made a
+// transition nobody reported, which the script keeps by that id for the
+// caller to ask for (oweLost). 0: a call that needs none.
+func named(op string, a args) (args, uint64) {
+	switch op {
+	case "acq", "adv", "snap", "stl", "merge":
+		id := newLeaseID()
+		return append(a, arg{"call", id}), id
+	}
+	return a, 0
+}
+
+// oweLost asks, when Redis answers again and before the resync, for the
+// transitions a call whose answer was lost made (op lost): they are
+// reported then, once. Before, a timed-out acq that turned a route
+// half-open left that transition unreported on every replica.
+func (s *Store) oweLost(e *entry, id uint64, now int64) {
+	s.owe(e, recJob{e: e, op: "lost", now: now, args: args{{"call", id}}})
 }
 
 // settle takes one script call's answer for e (with e.emitMu held): an
