@@ -28,7 +28,19 @@ type Event struct {
 	// unreachable). An operator reading a fleet's logs needs it: local
 	// transitions are one replica's own, the shared ones everyone's.
 	DecidedBy string
+	// Saturation is SaturationStarted or SaturationEnded for an event that
+	// is no transition (From == To): the route's quota headroom crossed its
+	// floor, or the saturation ended (R-H4); "" for a transition.
+	// SaturatedUntil is when a started one ends, unix ns.
+	Saturation     string
+	SaturatedUntil int64
 }
+
+// The Saturation values of an event.
+const (
+	SaturationStarted = "saturated"
+	SaturationEnded   = "unsaturated"
+)
 
 // The DecidedBy values of a remote store's transitions.
 const (
@@ -52,7 +64,7 @@ func (e Event) OpenUntilTime() time.Time {
 // failsafe-go does). A fixed array: no allocation.
 type events struct {
 	n int
-	a [3]Event
+	a [4]Event
 }
 
 func (e *events) add(ev Event) {

@@ -47,13 +47,16 @@ type machine struct {
 	forced       bool
 	forcedUntil  int64 // 0 = no end
 	blockedUntil int64 // Retry-After block; 0 = none
-	consecutive  int
-	slowBy       string // the signal of the latest slow call (R-T4..R-T6)
-	tumble       tumbling
-	failWin      sliding // R-W2 failures over window_sec (sliding policies only)
-	rateWin      sliding // R-T2/R-T4 over rate_window_sec
-	leases       []lease
-	nextLease    uint64
+	// saturatedUntil: the route's provider announced less quota than its
+	// headroom floors (R-H2); skipped like a block until then; 0 = none.
+	saturatedUntil int64
+	consecutive    int
+	slowBy         string // the signal of the latest slow call (R-T4..R-T6)
+	tumble         tumbling
+	failWin        sliding // R-W2 failures over window_sec (sliding policies only)
+	rateWin        sliding // R-T2/R-T4 over rate_window_sec
+	leases         []lease
+	nextLease      uint64
 	// closedAt is the half_open→closed that began the recovery ramp
 	// (R-D8), unix ns; 0 = not ramping. On a shared store it is the close
 	// the store holds, so every replica ramps from the same time.
@@ -123,7 +126,7 @@ func (m *machine) publish() {
 	if m.state != Closed {
 		h |= hotNotClosed
 	}
-	if m.blockedUntil != 0 {
+	if m.blockedUntil != 0 || m.saturatedUntil != 0 {
 		h |= hotBlocked
 	}
 	if m.forced {
@@ -189,6 +192,12 @@ func (m *machine) peek(now int64) Verdict {
 func (m *machine) verdictLocked(now int64) Verdict {
 	p := m.policy
 	v := Verdict{State: m.state, Forced: m.forced, Blocked: m.blockedUntil > now, Shadow: p.Mode == ModeShadow, Off: !p.Active()}
+	if m.saturatedUntil > now {
+		// Saturation is not health: the route stays Allowed, and route
+		// selection passes it over while another can take the request
+		// (Select), so it never counts toward the floor or empties a model.
+		v.Saturated, v.SaturatedUntil = true, m.saturatedUntil
+	}
 	if v.Off {
 		v.Allowed = true
 		return v
@@ -334,6 +343,7 @@ func (m *machine) record(now int64, adm Admission, r Result) Recorded {
 		// R-A1: a block applies to the route that answered, never to its
 		// fleet.
 		m.retryAfterLocked(now, p, r)
+		m.saturateLocked(now, p, r, &evs)
 	}
 	stale := adm.Gen != m.gen
 	if !stale {
@@ -355,6 +365,35 @@ func (m *machine) retryAfterLocked(now int64, p *Policy, r Result) {
 	if until > m.blockedUntil && until > now {
 		m.blockedUntil = until // extended, never shortened
 	}
+}
+
+// saturateLocked applies what the response announced of the route's quota
+// (R-H2): saturated until the announced reset, capped by
+// max_retry_after_sec and extended, never shortened, by a later one; ended
+// early by a response that announced enough. No failure is counted. Its
+// start and its end are events (R-H4: a log line each).
+func (m *machine) saturateLocked(now int64, p *Policy, r Result, evs *events) {
+	switch {
+	case r.SaturateUntil > now:
+		until := min(r.SaturateUntil, now+int64(p.MaxRetryAfterSec)*1e9)
+		if until <= m.saturatedUntil {
+			return
+		}
+		started := m.saturatedUntil <= now
+		m.saturatedUntil = until
+		if started {
+			evs.add(m.saturationEvent(now, SaturationStarted))
+		}
+	case r.Unsaturate && m.saturatedUntil > now:
+		m.saturatedUntil = 0
+		evs.add(m.saturationEvent(now, SaturationEnded))
+	}
+}
+
+// saturationEvent is the event of a saturation that starts or ends.
+func (m *machine) saturationEvent(now int64, what string) Event {
+	return Event{ID: m.id, Provider: m.provider, From: m.state, To: m.state, At: now, Saturation: what,
+		SaturatedUntil: m.saturatedUntil, PolicyVersion: m.policy.Version, Generation: m.gen}
 }
 
 func (m *machine) applyLocked(now int64, p *Policy, o Outcome, evs *events) {
@@ -479,6 +518,10 @@ func (m *machine) advance(now int64, evs *events) {
 	}
 	if m.blockedUntil != 0 && now >= m.blockedUntil {
 		m.blockedUntil = 0
+	}
+	if m.saturatedUntil != 0 && now >= m.saturatedUntil {
+		m.saturatedUntil = 0
+		evs.add(m.saturationEvent(now, SaturationEnded))
 	}
 	m.publish()
 }

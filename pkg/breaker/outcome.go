@@ -102,6 +102,12 @@ type Result struct {
 	// Counted: the attempt was already counted in the rate window as a
 	// stalled call while it ran (R-T5); its outcome must not count it again.
 	Counted bool
+	// SaturateUntil (unix ns): the provider announced less quota than the
+	// route's headroom floors, which reset then (R-H2); Unsaturate: it
+	// announced at least every floor, which ends a saturation early. The
+	// store caps the first by max_retry_after_sec.
+	SaturateUntil int64
+	Unsaturate    bool
 }
 
 // Outcome is a Result judged by one policy.

@@ -75,6 +75,11 @@ type Policy struct {
 	// (R-D8); 0 = off.
 	RecoveryRampSec          int     `json:"recovery_ramp_sec"`
 	RecoveryRampStartPercent float64 `json:"recovery_ramp_start_percent"`
+	// Headroom skips a route whose provider announces less quota left
+	// than these floors, until the announced reset (R-H2); nil = off
+	// (absent from the canonical JSON, so that a policy without it keeps
+	// its version).
+	Headroom *Headroom `json:"headroom,omitempty"`
 
 	// Version is the first 8 hex characters of the SHA-256 of the canonical
 	// JSON above (R-P4). Set by Finish.
@@ -82,6 +87,14 @@ type Policy struct {
 
 	failSet statusSet
 	openSet statusSet
+}
+
+// Headroom is the headroom policy's floors: a route is saturated while its
+// provider's last announced remaining requests (tokens) are below
+// MinRequests (MinTokens). A floor of 0 is never crossed.
+type Headroom struct {
+	MinRequests int64 `json:"min_requests"`
+	MinTokens   int64 `json:"min_tokens"`
 }
 
 // DefaultPolicy returns the SPEC §3 defaults.

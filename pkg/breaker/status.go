@@ -25,6 +25,10 @@ type Status struct {
 	// RampPercent is the share of its traffic a closed route takes on its
 	// recovery ramp (R-D8); null when not ramping.
 	RampPercent *float64 `json:"ramp_percent"`
+	// Saturated: the provider announced less quota than the route's
+	// headroom floors, until SaturatedUntil (R-H2, R-H4).
+	Saturated      bool     `json:"saturated"`
+	SaturatedUntil *float64 `json:"saturated_until"`
 
 	// Notable: open, half-open or Retry-After-blocked; only these appear
 	// in R-API1.
@@ -61,7 +65,10 @@ func (m *machine) status(now int64) Status {
 		v := float64(r) / 10
 		s.RampPercent = &v
 	}
-	s.Notable = m.state != Closed || m.blockedUntil > now
+	if m.saturatedUntil > now {
+		s.Saturated, s.SaturatedUntil = true, unixSec(m.saturatedUntil)
+	}
+	s.Notable = m.state != Closed || m.blockedUntil > now || s.Saturated
 	m.unlock(&evs)
 	return s
 }

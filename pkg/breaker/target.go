@@ -48,6 +48,15 @@ func (tv *TargetVerdict) merge(v Verdict) {
 		// The smaller share of the two breakers (route, fleet) holds.
 		tv.RampPermille = v.RampPermille
 	}
+	if v.Saturated {
+		// A route's quota (R-H2): only the route breaker has one. In
+		// shadow mode it is listed, never passed over (R-M4).
+		if v.Shadow {
+			tv.WouldSkip = true
+		} else {
+			tv.Saturated, tv.SaturatedUntil = true, max(tv.SaturatedUntil, v.SaturatedUntil)
+		}
+	}
 	if v.Allowed {
 		return
 	}

@@ -8,6 +8,13 @@ type Verdict struct {
 	State   State
 	Forced  bool
 	Blocked bool
+	// Saturated: the route's provider announced less quota than its
+	// headroom floors (R-H2), until SaturatedUntil (unix ns). It does not
+	// make the route unhealthy (Allowed is the breaker's): selection
+	// passes it over while another route can take the request, and never
+	// leaves a model with no route for it.
+	Saturated      bool
+	SaturatedUntil int64
 	// ProbesFull: half-open with every probe slot taken.
 	ProbesFull bool
 	// Shadow: the breaker's policy is shadow: it is never skipped, only

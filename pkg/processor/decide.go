@@ -3,10 +3,13 @@ package processor
 import (
 	"context"
 	"fmt"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"log/slog"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
@@ -114,7 +117,12 @@ func stageOfPlan(cands []*routes.Route, pk peeked, plan Plan, skipped []int, wou
 	case plan.TryAll:
 		return ActionTryAll, stageMetadata(ActionTryAll, keys(cands, unhealthy(pk.verdicts)), would)
 	case len(skipped) > 0:
+		if len(plan.Saturated) > 0 {
+			skipped = mergeIndices(skipped, plan.Saturated)
+		}
 		return ActionSkipped, stageMetadata(ActionSkipped, keys(cands, skipped), would)
+	case len(plan.Saturated) > 0:
+		return ActionSaturated, stageMetadata(ActionSaturated, keys(cands, plan.Saturated), would)
 	case len(plan.Ramped) > 0:
 		return ActionRamped, stageMetadata(ActionRamped, keys(cands, plan.Ramped), would)
 	case pk.anyWould:
@@ -123,6 +131,13 @@ func stageOfPlan(cands []*routes.Route, pk peeked, plan Plan, skipped []int, wou
 		return ActionWouldSkip, stageMetadata(ActionWouldSkip, would, "")
 	}
 	return ActionRouted, nil
+}
+
+// mergeIndices is a and b in routing order (both sorted), each once.
+func mergeIndices(a, b []int) []int {
+	out := append(append(make([]int, 0, len(a)+len(b)), a...), b...)
+	sort.Ints(out)
+	return slices.Compact(out)
 }
 
 // peeked is what the candidates' breakers say now.

@@ -49,9 +49,13 @@ func (r *EventReporter) SetFleet(f breaker.FleetJournal) {
 // stalls holds a write for its op timeout).
 const maxFleetQueue = 256
 
-// Report handles one transition.
+// Report handles one transition, or a saturation's start or end.
 func (r *EventReporter) Report(e breaker.Event) {
 	gw := e.ID.Gateway
+	if e.Saturation != "" {
+		r.saturation(e)
+		return
+	}
 	if entry := r.Journal.Add(e); entry.ID != "" {
 		if f := r.fleet.Load(); f != nil {
 			r.toFleet(f, entry)
@@ -83,6 +87,19 @@ func (r *EventReporter) Report(e breaker.Event) {
 		"ramp_until", rampUntil(e),
 		"decided_by", decidedBy(e),
 	)
+}
+
+// saturation logs a route's quota headroom crossing its floor, and the end
+// of it (R-H4): one line each, from the replica whose store call saw it.
+func (r *EventReporter) saturation(e breaker.Event) {
+	if e.Saturation == breaker.SaturationStarted {
+		r.Log.Info("[headroom] route saturated: its provider announced less quota than the headroom floor; requests go to the model's other routes until the reset",
+			"gateway", e.ID.Gateway, "route", e.ID.Route, "provider", e.Provider,
+			"saturated_until", time.Unix(0, e.SaturatedUntil).UTC().Format(time.RFC3339Nano), "decided_by", decidedBy(e))
+		return
+	}
+	r.Log.Info("[headroom] route no longer saturated", "gateway", e.ID.Gateway, "route", e.ID.Route, "provider", e.Provider,
+		"decided_by", decidedBy(e))
 }
 
 // View sets the state gauge of a breaker whose state this replica learned

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +84,25 @@ func TestFleetJournalHasOneWriter(t *testing.T) {
 			t.Fatalf("entry %d at %v after %v: written out of order", i, e.At, prev)
 		}
 		prev = e.At
+	}
+}
+
+// R-H4: a saturation's start and end are one log line each, never a
+// transition (no transition metric, no journal entry).
+func TestSaturationIsLogged(t *testing.T) {
+	var buf strings.Builder
+	r := &EventReporter{Log: slog.New(slog.NewTextHandler(&buf, nil)), Metrics: metrics.New(), Journal: breaker.NewJournal(8)}
+	id := breaker.RouteID("gw", "openai:us:m")
+	until := time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
+	r.Report(breaker.Event{ID: id, Provider: "openai", Saturation: breaker.SaturationStarted, SaturatedUntil: until.UnixNano(), DecidedBy: breaker.DecidedByRedis})
+	r.Report(breaker.Event{ID: id, Provider: "openai", Saturation: breaker.SaturationEnded})
+	out := buf.String()
+	for _, want := range []string{`msg="[headroom] route saturated`, "saturated_until=2026-12-01T12:00:30Z", "decided_by=redis", `msg="[headroom] route no longer saturated"`, "route=openai:us:m"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "[circuit_breaker]") || len(r.Journal.Recent(10)) != 0 {
+		t.Fatalf("a saturation was reported as a transition:\n%s", out)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
 // Rate-limit headroom (SPEC §15, R-H1): what a provider announces of its
@@ -171,8 +173,11 @@ func (r *headroomRaw) parse(now time.Time) Headroom {
 			bad("negative")
 			return 0
 		case d > maxHeadroomReset:
+			// Counted, not trusted: the reset is taken as a day away,
+			// which the store caps at max_retry_after_sec; a provider or
+			// a man in the middle parks a route no longer than that.
 			bad("reset_too_far")
-			return 0
+			d = maxHeadroomReset
 		case d < 0: // a reset already past: the quota is back
 			d = 0
 		}
@@ -191,4 +196,38 @@ func (r *headroomRaw) parse(now time.Time) Headroom {
 		}
 	}
 	return h
+}
+
+// unknownReset is how long a route whose provider announced less than
+// its floor, with no reset (or a reset past), stays saturated: long enough
+// to pass the next requests over, short enough that a quota announced
+// wrongly costs a second.
+const unknownReset = int64(time.Second)
+
+// saturation is what an announced headroom means for a route with floors
+// hp (R-H2): the time its saturation ends when a kind with a floor is
+// below it (the latest of those kinds' resets), or clear when every kind
+// with a floor was announced at or above it, which ends a saturation
+// early. A kind not announced, or without a floor, says nothing.
+func saturation(h Headroom, hp *breaker.Headroom, now int64) (until int64, clear bool) {
+	judged := false
+	check := func(remaining, reset, floor int64) {
+		if floor <= 0 || remaining < 0 {
+			return
+		}
+		judged = true
+		if remaining >= floor {
+			return
+		}
+		if reset <= now {
+			reset = now + unknownReset
+		}
+		until = max(until, reset)
+	}
+	check(h.Requests, h.RequestsReset, hp.MinRequests)
+	check(h.Tokens, h.TokensReset, hp.MinTokens)
+	if until != 0 {
+		return until, false
+	}
+	return 0, judged
 }

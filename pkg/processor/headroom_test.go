@@ -45,7 +45,7 @@ func TestHeadroomHeaders(t *testing.T) {
 		{"not a number", []string{"x-ratelimit-remaining-tokens", "lots"}, Headroom{Requests: -1, Tokens: -1}, "map[not_a_number:1]"},
 		{"repeated", []string{"x-ratelimit-remaining-requests", "9", "x-ratelimit-remaining-requests", "0"}, Headroom{Requests: -1, Tokens: -1}, "map[repeated:1]"},
 		{"a reset in days", []string{"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "3d"}, Headroom{Requests: 0, Tokens: -1}, "map[bad_reset:1]"},
-		{"a reset beyond a day", []string{"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "48h0m0s"}, Headroom{Requests: 0, Tokens: -1}, "map[reset_too_far:1]"},
+		{"a reset beyond a day", []string{"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "48h0m0s"}, Headroom{Requests: 0, RequestsReset: at(24 * time.Hour), Tokens: -1}, "map[reset_too_far:1]"},
 		{"a negative reset", []string{"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "-1s"}, Headroom{Requests: 0, Tokens: -1}, "map[negative:1]"},
 	}
 	for _, c := range cases {

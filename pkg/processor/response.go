@@ -70,7 +70,10 @@ func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 	res, wait := judgeHead(p.respHead)
 	st.reportClusterNotFound(res)
 	if p.hr.seen != 0 {
-		st.noteHeadroom(&p.hr)
+		h, at := st.noteHeadroom(&p.hr)
+		if hp := st.chosen.Policy.Headroom; hp != nil && st.tracked {
+			res.SaturateUntil, res.Unsaturate = saturation(h, hp, at)
+		}
 	}
 	if !st.tracked {
 		return false
@@ -115,8 +118,9 @@ func (st *stream) reportClusterNotFound(res breaker.Result) {
 
 // noteHeadroom shows what the chosen route's provider announced of its
 // quota (R-H4), and counts the values it did not trust (R-H6).
-func (st *stream) noteHeadroom(raw *headroomRaw) {
-	h := raw.parse(time.Unix(0, st.now()))
+func (st *stream) noteHeadroom(raw *headroomRaw) (Headroom, int64) {
+	now := st.now()
+	h := raw.parse(time.Unix(0, now))
 	for reason, n := range h.BadReasons {
 		st.s.metrics.HeadroomIgnored.WithLabelValues(reason).Add(float64(n))
 	}
@@ -126,6 +130,7 @@ func (st *stream) noteHeadroom(raw *headroomRaw) {
 	if h.Tokens >= 0 {
 		st.s.metrics.RouteHeadroom.WithLabelValues(st.gw.ID, st.chosen.Key, "tokens").Set(float64(h.Tokens))
 	}
+	return h, now
 }
 
 // timed sets the attempt's total time.

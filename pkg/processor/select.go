@@ -12,6 +12,7 @@ const (
 	ActionSkipped     = "skipped"
 	ActionRamped      = "ramped" // a route on its recovery ramp passed over (R-D8)
 	ActionWouldSkip   = "would_skip"
+	ActionSaturated   = "saturated" // a route whose quota headroom is below its floor passed over (R-H2)
 	ActionTryAll      = "try_all"
 	ActionFailFast    = "fail_fast"
 	ActionRejected    = "rejected"
@@ -32,6 +33,10 @@ type Selection struct {
 	// 503 with RetryAfterSec.
 	FailFast      bool
 	RetryAfterSec int64
+	// Saturated holds the candidates passed over because their quota
+	// headroom is below the floor (R-H2), in routing order: not in Order
+	// while another candidate can take the request.
+	Saturated []int
 }
 
 // Select applies R-D2, R-F2, R-F3 and R-D6 to the verdicts of a model's
@@ -60,6 +65,7 @@ func Select(now int64, v []breaker.Verdict, maxEjectionPercent int, whenAllOpen 
 		for i := range v {
 			sel.Order = append(sel.Order, i)
 		}
+		sel.passSaturated(v)
 		return sel
 	}
 	eligible := len(v) - forced
@@ -86,6 +92,7 @@ func Select(now int64, v []breaker.Verdict, maxEjectionPercent int, whenAllOpen 
 		sel.Order = append(sel.Order, i)
 	}
 	if len(sel.Order) > 0 {
+		sel.passSaturated(v)
 		return sel
 	}
 	// Nothing left (R-F3).
@@ -124,6 +131,36 @@ func Select(now int64, v []breaker.Verdict, maxEjectionPercent int, whenAllOpen 
 		}
 	}
 	return sel
+}
+
+// passSaturated takes the saturated candidates out of the order while one
+// that is not can take the request, as a Retry-After block is skipped
+// (R-H2); when every candidate in the order is saturated, none is passed
+// over and the least saturated (the earliest end, ties in routing order)
+// goes first: saturation is never the reason a model has no route.
+func (sel *Selection) passSaturated(v []breaker.Verdict) {
+	n := 0
+	for _, i := range sel.Order {
+		if v[i].Saturated {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return
+	case n == len(sel.Order):
+		sort.SliceStable(sel.Order, func(a, b int) bool { return v[sel.Order[a]].SaturatedUntil < v[sel.Order[b]].SaturatedUntil })
+		return
+	}
+	kept := sel.Order[:0]
+	for _, i := range sel.Order {
+		if v[i].Saturated {
+			sel.Saturated = append(sel.Saturated, i)
+			continue
+		}
+		kept = append(kept, i)
+	}
+	sel.Order = kept
 }
 
 // Plan is route selection as one pure function (SPEC R-DL9): the

@@ -67,3 +67,44 @@ func TestSelectNoAllocWhenHealthy(t *testing.T) {
 		t.Fatalf("allocs %v", n)
 	}
 }
+
+// R-H2: a saturated route is passed over while another in the order can
+// take the request; it never counts toward the floor, and never empties a
+// model: with every candidate in the order saturated, the earliest end
+// goes first. Saturation is independent of health.
+func TestSelectPassesSaturated(t *testing.T) {
+	const now = int64(1_000_000_000_000)
+	ok := breaker.Verdict{Allowed: true}
+	sat := func(untilSec int64) breaker.Verdict {
+		return breaker.Verdict{Allowed: true, Saturated: true, SaturatedUntil: now + untilSec*1e9}
+	}
+	open := breaker.Verdict{State: breaker.Open, RecoveryAt: now + 5e9}
+	cases := []struct {
+		name                   string
+		v                      []breaker.Verdict
+		eject                  int
+		order, skipped, passed string
+	}{
+		{"one saturated", []breaker.Verdict{sat(30), ok}, 100, "[1]", "[]", "[0]"},
+		{"every route saturated: the earliest end first", []breaker.Verdict{sat(30), sat(10), sat(20)}, 100, "[1 2 0]", "[]", "[]"},
+		{"open and saturated: the saturated one takes it", []breaker.Verdict{open, sat(30)}, 100, "[1]", "[0]", "[]"},
+		{"open, saturated, healthy", []breaker.Verdict{open, sat(30), ok}, 100, "[2]", "[0]", "[1]"},
+		// The floor (50 % of 2: one skip) counts the open one only.
+		{"the floor does not count saturation", []breaker.Verdict{sat(30), open}, 50, "[0]", "[1]", "[]"},
+	}
+	for _, c := range cases {
+		sel := Select(now, c.v, c.eject, breaker.WhenAllOpenTryAll, nil, nil)
+		if got := fmt.Sprint(sel.Order); got != c.order {
+			t.Errorf("%s: order %s, want %s", c.name, got, c.order)
+		}
+		if got := fmt.Sprint(sel.Skipped); got != c.skipped {
+			t.Errorf("%s: skipped %s, want %s", c.name, got, c.skipped)
+		}
+		if got := fmt.Sprint(append([]int{}, sel.Saturated...)); got != c.passed {
+			t.Errorf("%s: passed over %s, want %s", c.name, got, c.passed)
+		}
+		if sel.TryAll || sel.FailFast {
+			t.Errorf("%s: try_all %v fail_fast %v", c.name, sel.TryAll, sel.FailFast)
+		}
+	}
+}

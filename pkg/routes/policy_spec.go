@@ -42,7 +42,11 @@ type PolicySpec struct {
 	MaxEjectionPercent  *int64
 	WhenAllOpen         *string
 	FailFastClientRetry *bool
-	Policy              string
+	// Headroom is set (non-nil) when the level writes `headroom`; a
+	// HeadroomOff value is `headroom: null`, which turns it off below an
+	// inherited one.
+	Headroom *breaker.Headroom
+	Policy   string
 
 	// errs are the field errors found while decoding; validation reports
 	// them with the gateway/model/route they belong to.
@@ -176,6 +180,7 @@ var policyFields = func() map[string]policyField {
 		enumField("when_all_open", []string{breaker.WhenAllOpenTryAll, breaker.WhenAllOpenFailFast}, func(s *PolicySpec) **string { return &s.WhenAllOpen }),
 		intField("recovery_ramp_sec", 0, 3600, func(s *PolicySpec) **int64 { return &s.RecoveryRampSec }),
 		floatField("recovery_ramp_start_percent", 1, 100, func(s *PolicySpec) **float64 { return &s.RecoveryRampStart }),
+		{"headroom", decodeHeadroom},
 		{"policy", func(s *PolicySpec, n *yaml.Node) error {
 			if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
 				return fmt.Errorf("must be a policy name, got %s", nodeKind(n))
@@ -299,6 +304,58 @@ func (s *PolicySpec) applyTo(p *breaker.Policy) {
 	}
 	setInt(&p.RecoveryRampSec, s.RecoveryRampSec)
 	setFloat(&p.RecoveryRampStartPercent, s.RecoveryRampStart)
+	switch {
+	case s.Headroom == headroomOff:
+		p.Headroom = nil
+	case s.Headroom != nil:
+		h := *s.Headroom
+		p.Headroom = &h
+	}
+}
+
+// headroomOff is what `headroom: null` decodes to.
+var headroomOff = &breaker.Headroom{MinRequests: -1, MinTokens: -1}
+
+// decodeHeadroom reads `headroom: {min_requests: N, min_tokens: N}` (R-H2):
+// whole numbers ≥0, either may be left out (no floor on that kind); null
+// turns an inherited headroom off. The object is one value: a level that
+// sets it replaces the one above whole.
+func decodeHeadroom(s *PolicySpec, n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		s.Headroom = headroomOff
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("must be an object {min_requests, min_tokens} or null, got %s", nodeKind(n))
+	}
+	h := breaker.Headroom{}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var dst *int64
+		switch k.Value {
+		case "min_requests":
+			dst = &h.MinRequests
+		case "min_tokens":
+			dst = &h.MinTokens
+		default:
+			return fmt.Errorf("unknown field %q: headroom takes min_requests and min_tokens", k.Value)
+		}
+		if seen[k.Value] {
+			return fmt.Errorf("%s set twice", k.Value)
+		}
+		seen[k.Value] = true
+		x, err := wholeNumber(v)
+		if err != nil {
+			return fmt.Errorf("%s: %v", k.Value, err)
+		}
+		if x < 0 || x > 1e12 {
+			return fmt.Errorf("%s: must be a whole number in 0..1000000000000, got %d", k.Value, x)
+		}
+		*dst = x
+	}
+	s.Headroom = &h
+	return nil
 }
 
 // boolField decodes a true/false field.

@@ -41,6 +41,12 @@ gateways:
 // through the ext_proc stream; the upstream answers status.
 func answer(t *testing.T, conn *grpc.ClientConn, gw, status string, kv ...string) {
 	t.Helper()
+	answerWith(t, conn, gw, status, kv, nil)
+}
+
+// answerWith is answer with the response headers resp as well.
+func answerWith(t *testing.T, conn *grpc.ClientConn, gw, status string, kv, resp []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
@@ -62,7 +68,7 @@ func answer(t *testing.T, conn *grpc.ClientConn, gw, status string, kv ...string
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h(":status", status), EndOfStream: true}}})
+	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h(append([]string{":status", status}, resp...)...), EndOfStream: true}}})
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +212,32 @@ func TestRampingRouteInDashboard(t *testing.T) {
 	), "ramping route")
 	if !strings.Contains(text, "ramping: 25 %") {
 		t.Fatalf("the ramping route reads %q", text)
+	}
+}
+
+// R-H4: a route whose provider announced less quota than the headroom
+// floor reads "saturated" in its card, with how long it stays so.
+func TestSaturatedRouteInDashboard(t *testing.T) {
+	exe := chromium(t)
+	shots := artifacts(t)
+	cfg := strings.Replace(incidentConfig, "cooldown_ms: 600000}", "cooldown_ms: 600000, headroom: {min_requests: 5}}", 1)
+	in, conn := startOn(t, cfg)
+	answerWith(t, conn, "default", "200", nil, []string{"x-ratelimit-remaining-requests", "2", "x-ratelimit-reset-requests", "50s"})
+	bctx, shot := newBrowser(t, t.Context(), exe, shots, "saturated-")
+	card := `section.gateway[data-gateway="default"]`
+	row := card + ` tr[data-route="openai:us-east:gpt-4o-mini"]`
+	var state, rowText string
+	must(t, chromedp.Run(bctx,
+		chromedp.Navigate("http://"+in.AdminAddr()+"/dashboard"),
+		chromedp.WaitVisible(card+` summary`, chromedp.ByQuery),
+		chromedp.Click(card+` summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(row+` td.state-saturated`, chromedp.ByQuery),
+		chromedp.Text(row+` td.state`, &state, chromedp.ByQuery),
+		chromedp.Text(row, &rowText, chromedp.ByQuery),
+		shot("1-saturated"),
+	), "saturated route")
+	if !strings.Contains(state, "saturated") || !strings.Contains(rowText, "saturated for") {
+		t.Fatalf("the saturated route reads %q / %q", state, rowText)
 	}
 }
 

@@ -40,6 +40,9 @@ function recovery(row, now) {
   if (row.blocked_until != null && row.blocked_until > now) {
     parts.push("blocked for " + Math.ceil(row.blocked_until - now) + " s (Retry-After)");
   }
+  if (row.saturated && row.saturated_until != null && row.saturated_until > now) {
+    parts.push("saturated for " + Math.ceil(row.saturated_until - now) + " s (quota headroom below the floor)");
+  }
   if (row.state === "half_open") parts.push("probing");
   return parts.join("; ") || "—";
 }
@@ -63,6 +66,14 @@ function stateCell(row, now, shadowKey) {
     td.className = "state state-ramp";
     td.dataset.ramp = String(row.ramp_percent);
     td.textContent = `closed (ramping: ${Math.round(row.ramp_percent)} % of its traffic)`;
+    return td;
+  }
+  const saturated = row.saturated && row.saturated_until != null && row.saturated_until > now;
+  if (row.state === "closed" && saturated && !blocked) {
+    // Healthy, but its provider announced less quota than the headroom
+    // floor (R-H2): passed over until the reset.
+    td.className = "state state-saturated";
+    td.textContent = "closed (saturated: quota headroom low)";
     return td;
   }
   const key = row.state === "closed" && blocked ? "blocked" : row.state;

@@ -53,7 +53,7 @@ end
 -- state: 0 closed, 1 open, 2 half_open (machine.go's State).
 local function fresh()
   return {schema = SCHEMA, state = 0, generation = 1, reason = "", opened_at = 0, reopened_at = 0, reopens = 0,
-          open_until = 0, forced = 0, forced_until = 0, blocked_until = 0, consecutive = 0, tumbling_failures = 0,
+          open_until = 0, forced = 0, forced_until = 0, blocked_until = 0, saturated_until = 0, consecutive = 0, tumbling_failures = 0,
           tumbling_until = 0, failure_window = {}, rate_window = {}, leases = {}, slow_by = "",
           seq = 0, incarnation = incarnation()}
 end
@@ -76,7 +76,8 @@ local function buckets_ok(w)
   return true
 end
 local NUMBERS = {"state", "generation", "opened_at", "reopened_at", "reopens", "open_until", "forced",
-  "forced_until", "blocked_until", "consecutive", "tumbling_failures", "tumbling_until", "last_lease", "last_close"}
+  "forced_until", "blocked_until", "saturated_until", "consecutive", "tumbling_failures", "tumbling_until", "last_lease",
+  "last_close"}
 local function readable(d)
   if type(d) ~= "table" or d.schema ~= SCHEMA then return false end
   for _, f in ipairs(NUMBERS) do
@@ -131,7 +132,8 @@ local events = {}
 -- sequence (v) grows and the caller publishes the snapshot to the other
 -- replicas (R-ST2).
 local function sig()
-  return table.concat({s.state, s.generation, s.forced, s.forced_until, s.open_until, s.blocked_until, s.reason}, "|")
+  return table.concat({s.state, s.generation, s.forced, s.forced_until, s.open_until, s.blocked_until, s.reason,
+    s.saturated_until}, "|")
 end
 local before = sig()
 s.seq = s.seq or 0
@@ -189,7 +191,14 @@ local function emit(from, reason)
   if s.state == 1 then ou = s.open_until end
   table.insert(events, {from = from, to = s.state, reason = reason, failures = failures(), open_until = ou,
     forever = (s.forced == 1 and s.forced_until == 0) and 1 or 0, opened_at = s.opened_at, reopens = s.reopens,
-    window_calls = c, window_failures = f, gen = s.generation})
+    window_calls = c, window_failures = f, gen = s.generation, sat = 0, sat_until = 0})
+end
+-- emit_sat is the event of a saturation that starts (1) or ends (2): no
+-- transition (from = to), machine.go's saturationEvent.
+local function emit_sat(what)
+  table.insert(events, {from = s.state, to = s.state, reason = "", failures = 0, open_until = 0, forever = 0,
+    opened_at = 0, reopens = 0, window_calls = 0, window_failures = 0, gen = s.generation, sat = what,
+    sat_until = s.saturated_until})
 end
 
 local function cooldown_for(k)
@@ -250,6 +259,7 @@ local function advance()
     if exp <= now then s.leases[id] = nil end
   end
   if s.blocked_until ~= 0 and now >= s.blocked_until then s.blocked_until = 0 end
+  if s.saturated_until ~= 0 and now >= s.saturated_until then s.saturated_until = 0; emit_sat(2) end
 end
 
 local function check_rates()
@@ -347,6 +357,22 @@ if op == "rec" then
     local limit = now + max_ra * 1000
     if ra > limit then ra = limit end
     if ra > s.blocked_until and ra > now then s.blocked_until = ra end
+  end
+  -- Quota headroom (R-H2): saturate_until (ms, 0 none) when the response
+  -- announced less than the route's floors, unsaturate when it announced
+  -- enough; capped, extended, never shortened (machine.go saturateLocked).
+  local su = A.saturate_until or 0
+  if route_scope and su > now then
+    local limit = now + max_ra * 1000
+    if su > limit then su = limit end
+    if su > s.saturated_until then
+      local started = s.saturated_until <= now
+      s.saturated_until = su
+      if started then emit_sat(1) end
+    end
+  elseif route_scope and A.unsaturate and s.saturated_until > now then
+    s.saturated_until = 0
+    emit_sat(2)
   end
   if agen ~= s.generation then
     res.stale = 1
@@ -488,14 +514,14 @@ for _, exp in pairs(s.leases) do if earliest == 0 or exp < earliest then earlies
 local REPLY = {"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
   "open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
   "window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
-  "closed_at"}
+  "closed_at", "saturated_until"}
 local EVENT = {"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
-  "window_calls", "window_failures", "gen"}
+  "window_calls", "window_failures", "gen", "sat", "sat_until"}
 local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.state, gen = s.generation, reason = s.reason,
   opened_at = s.opened_at, reopened_at = s.reopened_at, reopens = s.reopens, open_until = s.open_until, forced = s.forced, forced_until = s.forced_until,
   blocked_until = s.blocked_until, consecutive = s.consecutive, failures = failures(), window_calls = c, window_failures = f,
   window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.seq, changed = changed,
-  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0}
+  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0, saturated_until = s.saturated_until}
 local out = {}
 for _, k in ipairs(REPLY) do table.insert(out, reply[k]) end
 for _, e in ipairs(events) do

@@ -31,7 +31,7 @@ func pbSnapshot(r *result) *replicav1.Snapshot {
 	return &replicav1.Snapshot{
 		Seq: r.Seq, State: replicav1.State(r.State), Generation: r.Gen, Reason: r.Reason, OpenedAtMs: r.OpenedAt, ReopenedAtMs: r.ReopenedAt,
 		Reopens: uint32(r.Reopens), OpenUntilMs: r.OpenUntil, Forced: r.Forced == 1, ForcedUntilMs: r.ForcedUntil, BlockedUntilMs: r.BlockedUntil,
-		ProbesInFlight: uint32(r.Leases), ProbesUntilMs: r.Earliest,
+		ProbesInFlight: uint32(r.Leases), ProbesUntilMs: r.Earliest, SaturatedUntilMs: r.SaturatedUntil,
 	}
 }
 

@@ -96,12 +96,17 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 	if r.RetryAfterUnixNano != 0 {
 		ra = r.RetryAfterUnixNano / ms
 	}
-	return recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: args{
+	j := recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: args{
 		{"id", newRecordID()}, {"class", class}, {"reason", o.Reason}, {"slow", o.Slow}, {"slow_by", o.SlowBy}, {"open_now", o.OpenNow},
 		{"counted", o.Counted}, {"gen", adm.Gen}, {"lease", adm.Lease}, {"retry_after", ra},
 		{"route_scope", e.id.Scope == breaker.ScopeGateway}, {"status", r.Status},
 		{"block_retry_after", p.RetryAfter == breaker.RetryAfterBlock}, {"max_retry_after_sec", p.MaxRetryAfterSec},
 	}}
+	if r.SaturateUntil != 0 || r.Unsaturate {
+		// The quota's headroom (R-H2): only a response that announced it.
+		j.args = append(j.args, arg{"saturate_until", r.SaturateUntil / ms}, arg{"unsaturate", r.Unsaturate})
+	}
+	return j
 }
 
 // runJob runs a queued (or synchronous) record or release; when Redis

@@ -34,6 +34,21 @@ func (r *replica) transitions() []string {
 	return out
 }
 
+// countEvents counts the events across rs that match.
+func countEvents(rs []*replica, match func(breaker.Event) bool) int {
+	n := 0
+	for _, r := range rs {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if match(e) {
+				n++
+			}
+		}
+		r.mu.Unlock()
+	}
+	return n
+}
+
 func (r *replica) errCount(op string) int64 {
 	if v, ok := r.errs.Load(op); ok {
 		return v.(*atomic.Int64).Load()

@@ -130,7 +130,7 @@ func (r *result) snapshot() breaker.Snapshot {
 	return breaker.Snapshot{
 		State: breaker.State(r.State), Generation: r.Gen, Reason: r.Reason, OpenedAt: r.OpenedAt * ms, ReopenedAt: r.ReopenedAt * ms,
 		Reopens: r.Reopens, OpenUntil: r.OpenUntil * ms, Forced: r.Forced == 1, ForcedUntil: r.ForcedUntil * ms, BlockedUntil: r.BlockedUntil * ms,
-		Probes: r.Leases, ProbesUntil: r.Earliest * ms, ClosedAt: r.ClosedAt * ms,
+		Probes: r.Leases, ProbesUntil: r.Earliest * ms, ClosedAt: r.ClosedAt * ms, SaturatedUntil: r.SaturatedUntil * ms,
 	}
 }
 
@@ -148,6 +148,9 @@ type result struct {
 	Calls, Fails, Slow int64
 	// ClosedAt is the half_open→closed a recovery ramp runs from (ms; 0 none).
 	ClosedAt int64
+	// SaturatedUntil: the route's quota headroom is below its floors
+	// until then (ms; 0 none; R-H2).
+	SaturatedUntil int64
 	// Seq is the view sequence: it grows with every change of the decision
 	// state; Changed says this call changed it.
 	Seq     uint64
@@ -166,6 +169,10 @@ type event struct {
 	Reason                               string
 	OpenUntil, OpenedAt, Calls, Fails    int64
 	Gen                                  uint64
+	// Sat is 1 for a saturation that starts, 2 for one that ends, 0 for a
+	// transition; SatUntil the start's end (ms).
+	Sat      int
+	SatUntil int64
 }
 
 // The script's flat reply, by name: replyNames' fields in that order, then
@@ -175,9 +182,9 @@ var (
 	replyNames = []string{"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
 		"open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
 		"window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
-		"closed_at"}
+		"closed_at", "saturated_until"}
 	eventNames = []string{"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
-		"window_calls", "window_failures", "gen"}
+		"window_calls", "window_failures", "gen", "sat", "sat_until"}
 )
 
 // Positions of replyNames and eventNames.
@@ -207,6 +214,7 @@ const (
 	rRewritten
 	rIncarnation
 	rClosedAt
+	rSaturatedUntil
 	replyFields
 )
 
@@ -222,6 +230,8 @@ const (
 	eWindowCalls
 	eWindowFailures
 	eGen
+	eSat
+	eSatUntil
 	eventFields
 )
 
@@ -262,12 +272,13 @@ func parseReply(vals []any) (*result, error) {
 		Failures: int(i(rFailures)), Calls: i(rWindowCalls), Fails: i(rWindowFailures), Slow: i(rWindowSlow),
 		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), Seq: uint64(i(rSeq)), Changed: i(rChanged) == 1,
 		Rewritten: i(rRewritten) == 1, Incarnation: asString(vals[rIncarnation]), ClosedAt: i(rClosedAt),
+		SaturatedUntil: i(rSaturatedUntil),
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }
 		r.Events = append(r.Events, event{From: int(e(eFrom)), To: int(e(eTo)), Reason: asString(vals[k+eReason]),
 			Failures: int(e(eFailures)), OpenUntil: e(eOpenUntil), Forever: int(e(eForever)), OpenedAt: e(eOpenedAt), Reopens: int(e(eReopens)),
-			Calls: e(eWindowCalls), Fails: e(eWindowFailures), Gen: uint64(e(eGen))})
+			Calls: e(eWindowCalls), Fails: e(eWindowFailures), Gen: uint64(e(eGen)), Sat: int(e(eSat)), SatUntil: e(eSatUntil)})
 	}
 	return r, nil
 }

@@ -80,17 +80,7 @@ func replicasOpenOnce(t *testing.T, url string) {
 			return !r.st.Peek(ctx, r.key, clk.Now().UnixNano()).Allowed
 		})
 	}
-	opens := 0
-	for _, r := range rs {
-		r.mu.Lock()
-		for _, e := range r.events {
-			if e.To == breaker.Open {
-				opens++
-			}
-		}
-		r.mu.Unlock()
-	}
-	if opens != 1 {
+	if opens := countEvents(rs, func(e breaker.Event) bool { return e.To == breaker.Open }); opens != 1 {
 		t.Fatalf("%d closed->open transitions in the fleet, want 1", opens)
 	}
 }

@@ -83,6 +83,12 @@ func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 	if ev.Forever == 1 && ev.To == int(breaker.Open) {
 		out.OpenUntil = breaker.Never
 	}
+	switch ev.Sat {
+	case 1:
+		out.Saturation, out.SaturatedUntil, out.Reason, out.Threshold = breaker.SaturationStarted, ev.SatUntil*ms, "", 0
+	case 2:
+		out.Saturation, out.Reason, out.Threshold = breaker.SaturationEnded, "", 0
+	}
 	return out
 }
 
@@ -114,6 +120,9 @@ func statusOf(e *entry, r *result, now int64) breaker.Status {
 		v := float64(share) / 10
 		st.RampPercent = &v
 	}
-	st.Notable = r.State != 0 || r.BlockedUntil*ms > now
+	if r.SaturatedUntil*ms > now {
+		st.Saturated, st.SaturatedUntil = true, sec(r.SaturatedUntil)
+	}
+	st.Notable = r.State != 0 || r.BlockedUntil*ms > now || st.Saturated
 	return st
 }

@@ -50,6 +50,18 @@ func newRig(t *testing.T, f Factory, p *breaker.Policy) *rig {
 	return r
 }
 
+// newCaseRig is a rig on a policy that never trips on failures (threshold
+// 100), edited by mod (nil: none): a table case's.
+func newCaseRig(t *testing.T, f Factory, mod func(*breaker.Policy)) *rig {
+	t.Helper()
+	return newRig(t, f, pol(func(p *breaker.Policy) {
+		p.FailureThreshold = 100
+		if mod != nil {
+			mod(p)
+		}
+	}))
+}
+
 // install puts p in force for the rig's breaker, as a config reload does.
 func (r *rig) install(p *breaker.Policy) {
 	r.t.Helper()
@@ -132,9 +144,11 @@ func (r *rig) state() breaker.State {
 func (r *rig) transitions() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, len(r.evs))
-	for i, e := range r.evs {
-		out[i] = e.Transition() + ":" + e.Reason
+	out := make([]string, 0, len(r.evs))
+	for _, e := range r.evs {
+		if e.Saturation == "" {
+			out = append(out, e.Transition()+":"+e.Reason)
+		}
 	}
 	return out
 }
@@ -156,4 +170,17 @@ func (r *rig) halfOpenNow() {
 	if r.state() != breaker.HalfOpen {
 		r.t.Fatalf("setup: want half_open, got %v", r.state())
 	}
+}
+
+// saturations are the saturation events seen, in order.
+func (r *rig) saturations() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.evs {
+		if e.Saturation != "" {
+			out = append(out, e.Saturation)
+		}
+	}
+	return out
 }

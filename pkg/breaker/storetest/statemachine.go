@@ -402,12 +402,7 @@ func testRetryAfterBlock(t *testing.T, f Factory) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, f, pol(func(p *breaker.Policy) {
-				p.FailureThreshold = 100
-				if tc.policy != nil {
-					tc.policy(p)
-				}
-			}))
+			r := newCaseRig(t, f, tc.policy)
 			tc.steps(r)
 			if got := blocked(r); got != tc.want {
 				t.Fatalf("blocked for %v, want %v", got, tc.want)

@@ -29,6 +29,7 @@ func Run(t *testing.T, f Factory) {
 		{"EpisodeTimes", testEpisodeTimes},
 		{"RetryAfterBlock", testRetryAfterBlock},
 		{"RetryAfterNeverBlocksAFleet", testRetryAfterNeverBlocksAFleet},
+		{"Saturation", testSaturation},
 		{"ForceOpen", testForceOpen},
 		{"SweepMakesDueTransitionsOnce", testSweepMakesDueTransitionsOnce},
 		{"TransitionEventFields", testTransitionEventFields},

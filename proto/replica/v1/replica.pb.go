@@ -359,8 +359,11 @@ type Snapshot struct {
 	// probes_until_ms.
 	ProbesInFlight uint32 `protobuf:"varint,12,opt,name=probes_in_flight,json=probesInFlight,proto3" json:"probes_in_flight,omitempty"`
 	ProbesUntilMs  int64  `protobuf:"varint,13,opt,name=probes_until_ms,json=probesUntilMs,proto3" json:"probes_until_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// saturated_until_ms: the route's quota headroom is below its floors
+	// until then (SPEC R-H2, R-H3).
+	SaturatedUntilMs int64 `protobuf:"varint,14,opt,name=saturated_until_ms,json=saturatedUntilMs,proto3" json:"saturated_until_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -480,6 +483,13 @@ func (x *Snapshot) GetProbesInFlight() uint32 {
 func (x *Snapshot) GetProbesUntilMs() int64 {
 	if x != nil {
 		return x.ProbesUntilMs
+	}
+	return 0
+}
+
+func (x *Snapshot) GetSaturatedUntilMs() int64 {
+	if x != nil {
+		return x.SaturatedUntilMs
 	}
 	return 0
 }
@@ -634,7 +644,7 @@ const file_replica_v1_replica_proto_rawDesc = "" +
 	"\tBreakerId\x12\x18\n" +
 	"\agateway\x18\x01 \x01(\tR\agateway\x12\x14\n" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12/\n" +
-	"\x05scope\x18\x03 \x01(\x0e2\x19.fusebox.replica.v1.ScopeR\x05scope\"\xc7\x03\n" +
+	"\x05scope\x18\x03 \x01(\x0e2\x19.fusebox.replica.v1.ScopeR\x05scope\"\xf5\x03\n" +
 	"\bSnapshot\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.fusebox.replica.v1.StateR\x05state\x12\x1e\n" +
@@ -652,7 +662,8 @@ const file_replica_v1_replica_proto_rawDesc = "" +
 	" \x01(\x03R\rforcedUntilMs\x12(\n" +
 	"\x10blocked_until_ms\x18\v \x01(\x03R\x0eblockedUntilMs\x12(\n" +
 	"\x10probes_in_flight\x18\f \x01(\rR\x0eprobesInFlight\x12&\n" +
-	"\x0fprobes_until_ms\x18\r \x01(\x03R\rprobesUntilMs\"\x86\x02\n" +
+	"\x0fprobes_until_ms\x18\r \x01(\x03R\rprobesUntilMs\x12,\n" +
+	"\x12saturated_until_ms\x18\x0e \x01(\x03R\x10saturatedUntilMs\"\x86\x02\n" +
 	"\n" +
 	"Transition\x127\n" +
 	"\abreaker\x18\x01 \x01(\v2\x1d.fusebox.replica.v1.BreakerIdR\abreaker\x128\n" +
