@@ -153,3 +153,20 @@ func (e *env) roundTripOn(route string, kv ...string) {
 		e.t.Fatal(err)
 	}
 }
+
+// R-H1, R-H2 on the observer profile: the observer sees the response and
+// saturates the route (the route role never sees it).
+func TestObserverSaturatesTheRoute(t *testing.T) {
+	e := newEnvConfig(t, "envoy: {observer: true}\n"+headroomConfig)
+	c := e.open("")
+	d := c.chat("gpt")
+	c.end()
+	e.observeWith(fuseboxMetadata(t, d), []string{":status", "200", "content-type", "application/json",
+		"x-ratelimit-remaining-requests", "1", "x-ratelimit-reset-requests", "30s"}, `{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`)
+	if s := e.status("default", "openai:us:gpt"); !s.Saturated {
+		t.Fatalf("the observer did not saturate the route: %+v", s)
+	}
+	if cluster, action, _ := e.clusterOf("gpt"); cluster != "c_azure_eu" || action != ActionSaturated {
+		t.Fatalf("%s %s", cluster, action)
+	}
+}

@@ -44,14 +44,25 @@ func withRedis(w *world) {
 // clock (one clock stands for replicas whose clocks agree).
 func newFleet(t *testing.T, n int, config string) *world {
 	t.Helper()
-	// A fleet key (store.redis.hmac_key_file): it signs what replicas
-	// share, and seals the attempt token every replica must open.
-	key := filepath.Join(t.TempDir(), "fleet.key")
-	if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
-		t.Fatal(err)
+	return newFleetOn(t, n, config, true)
+}
+
+// newFleetOn is newFleet on Redis, or (onRedis false) n replicas each on
+// its own memory store, sharing nothing but the Envoy in front.
+func newFleetOn(t *testing.T, n int, config string, onRedis bool) *world {
+	t.Helper()
+	var opts []func(*world)
+	if onRedis {
+		// A fleet key (store.redis.hmac_key_file): it signs what replicas
+		// share, and seals the attempt token every replica must open.
+		key := filepath.Join(t.TempDir(), "fleet.key")
+		if err := os.WriteFile(key, []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		config = strings.Replace(config, "policies:", "store: {redis: {hmac_key_file: \""+key+"\"}}\npolicies:", 1)
+		opts = append(opts, withRedis)
 	}
-	config = strings.Replace(config, "policies:", "store: {redis: {hmac_key_file: \""+key+"\"}}\npolicies:", 1)
-	w := newWorldConfig(t, config, withRedis)
+	w := newWorldConfig(t, config, opts...)
 	for range n - 1 {
 		addr := freeAddr(t)
 		ctx, cancel := context.WithCancel(context.Background())

@@ -56,6 +56,7 @@ type Provider struct {
 	last   http.Header
 	model  string
 	path   string
+	quota  *quotaState // SetQuota; nil: none
 }
 
 // Start listens on a free loopback port.
@@ -231,6 +232,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	if f.Status == 0 && !p.takeQuota(w, r) {
+		return
 	}
 	if f.Status != 0 {
 		if f.RetryAfter != "" {

@@ -57,3 +57,43 @@ func TestRefuseLetsTheAnswerInFlightFinish(t *testing.T) {
 		})
 	}
 }
+
+// A quota is announced on every answer the way each provider does, runs
+// out within its window (429 with Retry-After) and comes back when the
+// window rolls.
+func TestQuotaIsAnnouncedAndRunsOut(t *testing.T) {
+	p, err := Start("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	p.SetQuota(Quota{Requests: 2, Window: time.Minute, Now: func() time.Time { return now }})
+	post := func(path string) *http.Response {
+		t.Helper()
+		resp, err := http.Post("http://"+p.Addr()+path, "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	r := post("/v1/chat/completions")
+	if r.StatusCode != 200 || r.Header.Get("x-ratelimit-remaining-requests") != "1" || r.Header.Get("x-ratelimit-reset-requests") != "1m0s" {
+		t.Fatalf("first: %d %v", r.StatusCode, r.Header)
+	}
+	now = now.Add(30 * time.Second)
+	r = post("/v1/messages")
+	if r.StatusCode != 200 || r.Header.Get("anthropic-ratelimit-requests-remaining") != "0" || r.Header.Get("anthropic-ratelimit-requests-reset") != "2026-12-01T12:01:00Z" {
+		t.Fatalf("second: %d %v", r.StatusCode, r.Header)
+	}
+	r = post("/v1/chat/completions")
+	if r.StatusCode != 429 || r.Header.Get("Retry-After") != "30" || r.Header.Get("x-ratelimit-remaining-requests") != "0" {
+		t.Fatalf("past the quota: %d %v", r.StatusCode, r.Header)
+	}
+	now = now.Add(30 * time.Second)
+	if r = post("/v1/chat/completions"); r.StatusCode != 200 || r.Header.Get("x-ratelimit-remaining-requests") != "1" {
+		t.Fatalf("the next window: %d %v", r.StatusCode, r.Header)
+	}
+}
