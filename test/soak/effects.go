@@ -121,7 +121,7 @@ func (r *rig) checkClients(rep *Report, fams map[string][]*dto.MetricFamily, add
 		for k, v := range p.Tally() {
 			tally[k] += v
 		}
-		connectFails += r.proxy.Stats().Get("cluster." + name + ".upstream_cx_connect_fail")
+		connectFails += r.proxy.Stats().Get("cluster." + name + ".upstream_rq_pending_failure_eject")
 	}
 	var rejected float64
 	for _, f := range fams["aig_circuit_breaker_decisions_total"] {

@@ -437,10 +437,12 @@ func (r *rig) check(rep *Report) {
 			bad = append(bad, fmt.Sprintf("%s: %v connection errors counted, provider lost %v connections before its headers", route, s, c))
 		}
 		// And never more than the attempts that lost their connection
-		// before the headers or never had one (envoysim's per-cluster
-		// connect failures: a refused connection leaves the provider no
-		// tally): an error fusebox made up would pass the bound below.
-		if s, c := got[route+"|failure|connection_error"], float64(t["cut_before_headers"])+float64(stats.Get("cluster."+prov+".upstream_cx_connect_fail")); s > c {
+		// before the headers or never had one (Envoy's per-cluster
+		// upstream_rq_pending_failure_eject: the requests a failed
+		// connection failed, docs/envoy.md "Connection failures"; a
+		// refused connection leaves the provider no tally): an error
+		// fusebox made up would pass the bound below.
+		if s, c := got[route+"|failure|connection_error"], float64(t["cut_before_headers"])+float64(stats.Get("cluster."+prov+".upstream_rq_pending_failure_eject")); s > c {
 			connOver = append(connOver, fmt.Sprintf("%s: %v connection errors counted, %v attempts lost or refused their connection", route, s, c))
 		}
 	}

@@ -719,3 +719,44 @@ func TestResponseTrailers(t *testing.T) {
 		})
 	}
 }
+
+// Connection failures are counted as Envoy's connection pool counts them
+// (conn_pool_base.cc, onConnectionEvent and purgePendingRequests):
+// cluster.<name>.upstream_cx_connect_fail for each connection that failed
+// while connecting, and cluster.<name>.upstream_rq_pending_failure_eject
+// for each request such a failure failed, the retried attempt's included.
+// envoysim dials a connection per attempt, so both count attempts here.
+func TestConnectFailureStats(t *testing.T) {
+	refused := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
+	}()
+	toChosen := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			return reqHeadersReply(&extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{set("x-fusebox-cluster", "chosen")}}})
+		}
+		return plain(req)
+	}
+	r := newRig(t, toChosen, func(c *Config) { c.Clusters["chosen"].Addr = refused })
+	for range 2 {
+		if resp, _ := r.post(`{}`); resp.StatusCode != 503 {
+			t.Fatalf("a refused cluster answered %d, want 503 (UF)", resp.StatusCode)
+		}
+	}
+	st := r.proxy.Stats()
+	// Two requests, each tried twice (num_retries 1 on connect-failure).
+	if got := st.Get("cluster.chosen.upstream_rq_pending_failure_eject"); got != 4 {
+		t.Fatalf("upstream_rq_pending_failure_eject %d, want 4 (each attempt)", got)
+	}
+	if got := st.Get("cluster.chosen.upstream_cx_connect_fail"); got < 1 || got > 4 {
+		t.Fatalf("upstream_cx_connect_fail %d, want 1..4 (one a failed connection)", got)
+	}
+	if got := st.Get("cluster.default.upstream_rq_pending_failure_eject"); got != 0 {
+		t.Fatalf("another cluster counted %d", got)
+	}
+}

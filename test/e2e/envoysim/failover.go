@@ -207,8 +207,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		stop := p.upstreamRequestPhase(w, e, ep, h, &abody)
 		close(phaseDone)
 		if derr := <-dialed; derr != nil {
-			p.stats.add("upstream_cx_connect_fail")
-			p.stats.add("cluster." + cluster + ".upstream_cx_connect_fail")
+			p.connectFailed(cluster)
 			if p.attemptFailed(ctx, w, e, ep, attemptEnd{n: n, retries: numRetries, cluster: cluster, flags: flags, err: derr}, slot) {
 				continue
 			}

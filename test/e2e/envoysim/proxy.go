@@ -613,10 +613,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		kind := "reset"
 		if isConnectFailure(err) {
 			kind = "connect-failure"
-			// Envoy's cluster.<name>.upstream_cx_connect_fail, an
-			// attempt's: the soak bounds fusebox's connection errors by it.
-			p.stats.add("upstream_cx_connect_fail")
-			p.stats.add("cluster." + cluster + ".upstream_cx_connect_fail")
+			p.connectFailed(cluster)
 		}
 		if !p.retries(kind) {
 			break
@@ -711,3 +708,18 @@ const (
 	flagUPE   = 0x800000
 	flagNC    = 0x1000000
 )
+
+// connectFailed counts an attempt whose connection failed as Envoy's
+// connection pool does (docs/envoy.md, "Connection failures"):
+// upstream_cx_connect_fail per connection that failed while connecting,
+// upstream_rq_pending_failure_eject per request that failure failed. Each
+// envoysim attempt dials its own connection, so both count it once; in
+// Envoy one failed connection fails every request pending on it, so the
+// second is the one that counts attempts (the soak bounds fusebox's
+// connection errors by it).
+func (p *Proxy) connectFailed(cluster string) {
+	for _, stat := range []string{"upstream_cx_connect_fail", "upstream_rq_pending_failure_eject"} {
+		p.stats.add(stat)
+		p.stats.add("cluster." + cluster + "." + stat)
+	}
+}
