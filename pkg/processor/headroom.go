@@ -231,3 +231,45 @@ func saturation(h Headroom, hp *breaker.Headroom, now int64) (until int64, clear
 	}
 	return 0, judged
 }
+
+// LoggedHeadroom reads what an access log line kept of a response's quota
+// (the shipped json_format's ratelimit_* fields: remaining requests and
+// their reset, remaining tokens and theirs, each OpenAI's header or else
+// Anthropic's) as the response path reads the headers: a reset that is an
+// RFC 3339 time is Anthropic's, any other a duration. Empty and "-" are
+// absent.
+func LoggedHeadroom(requests, requestsReset, tokens, tokensReset string, now time.Time) Headroom {
+	var r headroomRaw
+	keep := func(slot int, v string) {
+		if v != "" && v != "-" {
+			r.add(slot, v)
+		}
+	}
+	anthropic := func(reset string) bool { return strings.ContainsRune(reset, 'T') && strings.ContainsRune(reset, ':') }
+	if anthropic(requestsReset) {
+		keep(hrAnthRequests, requests)
+		keep(hrAnthResetRequests, requestsReset)
+	} else {
+		keep(hrOpenAIRequests, requests)
+		keep(hrOpenAIResetRequests, requestsReset)
+	}
+	if anthropic(tokensReset) {
+		keep(hrAnthTokens, tokens)
+		keep(hrAnthResetTokens, tokensReset)
+	} else {
+		keep(hrOpenAITokens, tokens)
+		keep(hrOpenAIResetTokens, tokensReset)
+	}
+	return r.parse(now)
+}
+
+// Saturation is what an announced headroom means for a route with floors
+// hp at now (R-H2), as the response path judges it: the time the
+// saturation ends, or clear when it announced enough (replay evaluates a
+// candidate's headroom with it, R-H5).
+func Saturation(h Headroom, hp *breaker.Headroom, now int64) (until int64, clear bool) {
+	if hp == nil {
+		return 0, false
+	}
+	return saturation(h, hp, now)
+}

@@ -10,9 +10,12 @@ import (
 // config would change, with signs. A negative client_errors is errors
 // avoided; a positive opens is the breaker opening more often.
 type Difference struct {
-	ClientErrors int               `json:"client_errors"`
-	Cost         float64           `json:"cost"`
-	Routes       []RouteDifference `json:"routes"`
+	ClientErrors int     `json:"client_errors"`
+	Cost         float64 `json:"cost"`
+	// HeadroomAvoided429s is the candidate's headroom's 429s avoided less
+	// the baseline's (R-H5).
+	HeadroomAvoided429s int               `json:"headroom_avoided_429s"`
+	Routes              []RouteDifference `json:"routes"`
 }
 
 // RouteDifference is one route's difference.
@@ -29,7 +32,8 @@ type RouteDifference struct {
 // Diff is cand less base, per route (the routes of either, in the
 // candidate's order, then the baseline's others).
 func Diff(cand, base *Report) *Difference {
-	d := &Difference{ClientErrors: cand.ClientErrors - base.ClientErrors, Routes: []RouteDifference{}}
+	d := &Difference{ClientErrors: cand.ClientErrors - base.ClientErrors, HeadroomAvoided429s: cand.HeadroomAvoided429s - base.HeadroomAvoided429s,
+		Routes: []RouteDifference{}}
 	byKey := map[string]*RouteReport{}
 	for _, rr := range base.Routes {
 		byKey[rr.Gateway+"|"+rr.Route] = rr
@@ -62,7 +66,7 @@ func Diff(cand, base *Report) *Difference {
 
 // writeDiff writes the difference as text, every number with its sign.
 func writeDiff(w io.Writer, d *Difference) {
-	fmt.Fprintf(w, "candidate - baseline: client errors %+d, cost %+.4f\n", d.ClientErrors, d.Cost)
+	fmt.Fprintf(w, "candidate - baseline: client errors %+d, cost %+.4f, 429s avoided by headroom %+d\n", d.ClientErrors, d.Cost, d.HeadroomAvoided429s)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  gateway\troute\topens\topen s\tserved\tmet a failing route\tcost")
 	for _, rd := range d.Routes {

@@ -26,6 +26,11 @@ type Line struct {
 	Reason     string
 	// Tokens is what the provider reported (0 when it did not).
 	Tokens int64
+	// RateLimit is the quota the provider announced on the response (the
+	// shipped format's ratelimit_requests, ratelimit_requests_reset,
+	// ratelimit_tokens, ratelimit_tokens_reset; "" when absent), which
+	// replay's headroom evaluation reads (R-H5).
+	RateLimit [4]string
 }
 
 // maxLineBytes bounds one line: Envoy's lines are far smaller (a few
@@ -69,6 +74,10 @@ func ParseLine(b []byte) (Line, error) {
 		Gateway    string          `json:"gateway"`
 		Route      string          `json:"route"`
 		Fusebox    json.RawMessage `json:"fusebox"`
+		RLReq      json.RawMessage `json:"ratelimit_requests"`
+		RLReqReset json.RawMessage `json:"ratelimit_requests_reset"`
+		RLTok      json.RawMessage `json:"ratelimit_tokens"`
+		RLTokReset json.RawMessage `json:"ratelimit_tokens_reset"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return Line{}, notALine("not JSON, or a field of the wrong type")
@@ -79,6 +88,12 @@ func ParseLine(b []byte) (Line, error) {
 	}
 	l := Line{At: at, DurationMs: whole(raw.DurationMs), TTFBMs: whole(raw.TTFBMs), Code: int(whole(raw.Code)),
 		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route)}
+	for i, v := range []json.RawMessage{raw.RLReq, raw.RLReqReset, raw.RLTok, raw.RLTokReset} {
+		// A string or a number (a custom format); null and "-" are none.
+		if len(v) > 0 && len(v) <= 64 && string(v) != "null" {
+			l.RateLimit[i] = dash(strings.Trim(string(v), `"`))
+		}
+	}
 	if len(raw.Fusebox) > 0 && raw.Fusebox[0] == '{' {
 		var fb struct {
 			Model    string  `json:"model"`

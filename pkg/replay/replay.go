@@ -31,6 +31,9 @@ type RouteReport struct {
 	// estimated when the route did not serve them live).
 	MetFailing          int `json:"met_failing"`
 	MetFailingEstimated int `json:"met_failing_estimated"`
+	// Saturated: requests the config passed over this route because its
+	// quota headroom was below the floor (R-H2, R-H5).
+	Saturated int `json:"saturated"`
 	// Cost is what the requests the config sent here cost, from the
 	// tokens the log holds and the route's cost_per_mtok (estimated for
 	// requests it did not serve live: their tokens were another route's).
@@ -121,10 +124,15 @@ type Report struct {
 	LiveCost         float64 `json:"live_cost"`
 	// Avoided and Added compare the config with what happened, request by
 	// request (estimated where the config changed the route).
-	Avoided int            `json:"avoided"`
-	Added   int            `json:"added"`
-	Routes  []*RouteReport `json:"routes"`
-	byKey   map[string]*RouteReport
+	Avoided int `json:"avoided"`
+	Added   int `json:"added"`
+	// Headroom is what the config's headroom policy (R-H2) did, evaluated
+	// on the quota each response announced (R-H5): requests it moved off a
+	// saturated route, and the 429s of those that it avoided.
+	HeadroomMoved       int            `json:"headroom_moved"`
+	HeadroomAvoided429s int            `json:"headroom_avoided_429s"`
+	Routes              []*RouteReport `json:"routes"`
+	byKey               map[string]*RouteReport
 }
 
 func (r *Report) route(gw, model, key string) *RouteReport {
@@ -296,6 +304,22 @@ func (e *engine) decide(l *Line) {
 	rr := e.rep.route(gwID, m.Name, chosen.Key)
 	rr.Served++
 	estimated := chosen != live
+	if live != nil && estimated && passedOver(plan.Saturated, cands, live) {
+		// The headroom policy moved it off the live route (R-H5).
+		e.rep.HeadroomMoved++
+		e.rep.route(gwID, m.Name, live.Key).Saturated++
+		if l.Code == 429 {
+			e.rep.HeadroomAvoided429s++
+		}
+	}
+	if !estimated {
+		// The quota the live route's provider announced on this response:
+		// the candidate, sending it there too, reads the same (R-H5).
+		h := processor.LoggedHeadroom(l.RateLimit[0], l.RateLimit[1], l.RateLimit[2], l.RateLimit[3], time.Unix(0, l.At))
+		if h.Announced() {
+			res.SaturateUntil, res.Unsaturate = processor.Saturation(h, chosen.Policy.Headroom, l.At)
+		}
+	}
 	if estimated {
 		if live != nil {
 			e.rep.route(gwID, m.Name, live.Key).Rerouted++
@@ -394,6 +418,16 @@ func (e *engine) event(ev breaker.Event) {
 		rr.OpenSec += float64(ev.At-rr.openedAt) / 1e9
 		rr.openedAt = 0
 	}
+}
+
+// passedOver reports whether route is among the candidates idx names.
+func passedOver(idx []int, cands []*routes.Route, route *routes.Route) bool {
+	for _, i := range idx {
+		if cands[i] == route {
+			return true
+		}
+	}
+	return false
 }
 
 // liveRoute is the candidate that served the line live: the route fusebox

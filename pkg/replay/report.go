@@ -48,6 +48,10 @@ func (r *Result) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  next to what happened (%d client errors, cost %.4f): %d client errors avoided, %d added\n",
 			rep.LiveClientErrors, rep.LiveCost, rep.Avoided, rep.Added)
+		if rep.HeadroomMoved > 0 {
+			fmt.Fprintf(w, "  headroom: %d requests moved off a route whose quota was nearly gone, %d of them 429s avoided\n",
+				rep.HeadroomMoved, rep.HeadroomAvoided429s)
+		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  gateway\tmodel\troute\topens\topen s\tserved\trouted elsewhere\tmet a failing route (estimated)\tcost (estimated)")
 		for _, rr := range rep.Routes {

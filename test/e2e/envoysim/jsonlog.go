@@ -11,7 +11,8 @@ import (
 // WriteJSONLog writes every access log entry as the shipped configs'
 // json_format line (envoy/envoy.yaml: start_time, duration_ms, ttfb_ms,
 // method, path, code, flags, details, cluster, attempts, gateway, route,
-// fusebox), the lines `extproc replay` reads. Times are the entries' own
+// ratelimit_*, fusebox; TestJSONLogIsTheShippedFormat holds the keys to the
+// file's), the lines `extproc replay` reads. Times are the entries' own
 // (wall clock), or, with at, each mapped to the harness's simulated clock.
 func (p *Proxy) WriteJSONLog(w io.Writer, at func(time.Time) float64) error {
 	enc := json.NewEncoder(w)
@@ -31,6 +32,14 @@ func (p *Proxy) WriteJSONLog(w io.Writer, at func(time.Time) float64) error {
 			"method": e.Method, "path": e.Path, "code": e.Status, "flags": flagList(e.Flags), "details": e.Details,
 			"cluster": e.Cluster, "attempts": e.Attempts, "gateway": e.Gateway, "route": e.FuseboxRoute,
 		}
+		for i, f := range rateLimitFields {
+			if v := e.RateLimit[i]; v != "" {
+				line[f] = v
+			} else {
+				line[f] = nil // json_format: a value not there is null
+			}
+		}
+		line["fusebox"] = nil // %DYNAMIC_METADATA(fusebox)% of a request fusebox never answered
 		if md := e.Metadata["fusebox"]; md != nil {
 			line["fusebox"] = md.AsMap()
 		}

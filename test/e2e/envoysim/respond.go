@@ -124,6 +124,11 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	w.WriteHeader(status)
 	e.Status = status
 	e.FuseboxRoute = w.Header().Get("x-fusebox-route")
+	for i, hs := range rateLimitHeaders {
+		if e.RateLimit[i] = w.Header().Get(hs[0]); e.RateLimit[i] == "" {
+			e.RateLimit[i] = w.Header().Get(hs[1])
+		}
+	}
 	e.FirstByte = time.Since(e.Start)
 	flush := func() {
 		if f, ok := w.(http.Flusher); ok {

@@ -153,7 +153,23 @@ type Entry struct {
 	FuseboxRoute        string
 	RequestID           string // the x-request-id Envoy set
 	FirstByte, Duration time.Duration
+	// RateLimit is what the shipped json_format's ratelimit_* fields log
+	// of the response (%RESP(A?B)%: header A, else B; "" when neither):
+	// remaining requests, their reset, remaining tokens, their reset.
+	RateLimit [4]string
 }
+
+// rateLimitHeaders are the ratelimit_* fields' %RESP(A?B)% pairs, in
+// Entry.RateLimit's order, and rateLimitFields their names.
+var (
+	rateLimitHeaders = [4][2]string{
+		{"x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"},
+		{"x-ratelimit-reset-requests", "anthropic-ratelimit-requests-reset"},
+		{"x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining"},
+		{"x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset"},
+	}
+	rateLimitFields = [4]string{"ratelimit_requests", "ratelimit_requests_reset", "ratelimit_tokens", "ratelimit_tokens_reset"}
+)
 
 // FuseboxStage returns the fusebox namespace's fields as strings.
 func (e Entry) FuseboxStage() map[string]string {
