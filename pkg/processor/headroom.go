@@ -245,20 +245,19 @@ func LoggedHeadroom(requests, requestsReset, tokens, tokensReset string, now tim
 			r.add(slot, v)
 		}
 	}
-	anthropic := func(reset string) bool { return strings.ContainsRune(reset, 'T') && strings.ContainsRune(reset, ':') }
-	if anthropic(requestsReset) {
-		keep(hrAnthRequests, requests)
-		keep(hrAnthResetRequests, requestsReset)
-	} else {
-		keep(hrOpenAIRequests, requests)
-		keep(hrOpenAIResetRequests, requestsReset)
-	}
-	if anthropic(tokensReset) {
-		keep(hrAnthTokens, tokens)
-		keep(hrAnthResetTokens, tokensReset)
-	} else {
-		keep(hrOpenAITokens, tokens)
-		keep(hrOpenAIResetTokens, tokensReset)
+	for _, k := range []struct {
+		count, reset string
+		slots        [4]int // OpenAI's count and reset, Anthropic's
+	}{
+		{requests, requestsReset, [4]int{hrOpenAIRequests, hrOpenAIResetRequests, hrAnthRequests, hrAnthResetRequests}},
+		{tokens, tokensReset, [4]int{hrOpenAITokens, hrOpenAIResetTokens, hrAnthTokens, hrAnthResetTokens}},
+	} {
+		s := k.slots[:2]
+		if strings.ContainsRune(k.reset, 'T') && strings.ContainsRune(k.reset, ':') {
+			s = k.slots[2:]
+		}
+		keep(s[0], k.count)
+		keep(s[1], k.reset)
 	}
 	return r.parse(now)
 }
