@@ -7,6 +7,8 @@
 //
 //	make demo            real time (about 45 s: the default cooldown is 30 s)
 //	go run ./test/e2e/demo -fast   the same timeline on a simulated clock
+//	go run ./test/e2e/demo -headroom [-fast]   a provider's quota routed
+//	                     around before it runs out (rate-limit headroom)
 package main
 
 import (
@@ -33,7 +35,15 @@ import (
 
 func main() {
 	fast := flag.Bool("fast", false, "run the timeline on a simulated clock (seconds pass instantly)")
+	headroom := flag.Bool("headroom", false, "show the rate-limit headroom instead: a provider's quota routed around before it runs out")
 	flag.Parse()
+	if *headroom {
+		if _, _, err := runHeadroom(os.Stdout, options{fast: *fast}); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, err := run(os.Stdout, options{fast: *fast}); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -201,7 +211,7 @@ func runBoth(out io.Writer, o options) (plain, failover *summary, err error) {
 // startLane starts fusebox (embedded default config), envoysim playing
 // envoyYAML and two providers; with failover, the gateway's
 // failover.max_attempts is set to 2 through the admin API.
-func startLane(name string, o options, envoyYAML string, failover bool) (*lane, error) {
+func startLane(name string, o options, envoyYAML string, failover bool, edits ...func(string) string) (*lane, error) {
 	l := &lane{name: name, logs: &logbuf.Buffer{}, s: &summary{servedBy: map[string]int{}}}
 	var closers []func()
 	l.stop = func() {
@@ -238,6 +248,9 @@ func startLane(name string, o options, envoyYAML string, failover bool) (*lane, 
 	doc := strings.Replace(string(routes.DefaultConfig()), "    cooldown_ms: 30000\n", "    cooldown_ms: 30000\n    recovery_ramp_sec: 20\n    recovery_ramp_start_percent: 25\n", 1)
 	if failover {
 		doc = "envoy: {failover: true}\n" + doc
+	}
+	for _, e := range edits {
+		doc = e(doc)
 	}
 	path := filepath.Join(dir, "fusebox.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {

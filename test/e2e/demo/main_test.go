@@ -44,3 +44,20 @@ func TestDemoFast(t *testing.T) {
 	}
 	t.Log("\n" + out.String())
 }
+
+// The headroom demo on a simulated clock: without headroom the clients
+// meet the quota; with it, none does and the other route takes the rest.
+func TestDemoHeadroomFast(t *testing.T) {
+	var out bytes.Buffer
+	off, on, err := runHeadroom(&out, options{fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.tooMany == 0 {
+		t.Errorf("without headroom no 429: the demo shows nothing\n%s", out.String())
+	}
+	if on.tooMany != 0 || on.servedBy["azure_eu_west"] == 0 || on.servedBy["openai_us_east"] == 0 {
+		t.Errorf("with headroom: %d 429s, served %v; want none, both routes\n%s", on.tooMany, on.servedBy, out.String())
+	}
+	t.Log("\n" + out.String())
+}
