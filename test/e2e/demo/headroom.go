@@ -78,16 +78,7 @@ func runHeadroom(out io.Writer, o options) (off, on *headroomSummary, err error)
 			row += fmt.Sprintf("| %-22s %-10s ", first, fmtCount(counts["azure_eu_west"]))
 		}
 		fmt.Fprintln(out, strings.TrimRight(row, " "))
-		for _, l := range lanes {
-			if o.fast {
-				l.fake.Advance(time.Second)
-			}
-		}
-		if !o.fast {
-			if wait := time.Until(start.Add(time.Duration(sec+1) * time.Second)); wait > 0 {
-				time.Sleep(wait)
-			}
-		}
+		nextSecond(lanes, o, start, sec)
 	}
 	fmt.Fprintf(out, `
 Without headroom (left): %d of %d requests got a 429 — each window's quota ran out and the clients met it

@@ -193,16 +193,7 @@ func runBoth(out io.Writer, o options) (plain, failover *summary, err error) {
 			row += strings.Join(trans, " / ")
 		}
 		fmt.Fprintln(out, strings.TrimRight(row, " "))
-		for _, l := range lanes {
-			if o.fast {
-				l.fake.Advance(time.Second)
-			}
-		}
-		if !o.fast {
-			if wait := time.Until(start.Add(time.Duration(sec+1) * time.Second)); wait > 0 {
-				time.Sleep(wait)
-			}
-		}
+		nextSecond(lanes, o, start, sec)
 	}
 	fmt.Fprintf(out, "\n%s\n\n%s\n", explain(a.s, o), explainFailover(b.s, a.s))
 	return a.s, b.s, nil
@@ -385,4 +376,19 @@ route gradually (recovery_ramp_sec 20: from 25 %% of its share to all of it, the
 azure_eu_west, %d seconds with both serving), so a provider that came back half-healthy is not
 flooded at once (%s). Transitions: %s.`,
 		o.outageAt, s.clientErrors, s.requests, o.recoverAt, s.rampSeconds, strings.Join(served, ", "), strings.Join(s.transitions, "; "))
+}
+
+// nextSecond ends second sec of the timeline: a simulated clock moves on
+// by a second, a real one is waited for.
+func nextSecond(lanes []*lane, o options, start time.Time, sec int) {
+	for _, l := range lanes {
+		if o.fast {
+			l.fake.Advance(time.Second)
+		}
+	}
+	if !o.fast {
+		if wait := time.Until(start.Add(time.Duration(sec+1) * time.Second)); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
 }
