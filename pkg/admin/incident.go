@@ -31,10 +31,15 @@ type ModelSummary struct {
 	// WouldSkip lists the routes a shadow breaker would skip: they take
 	// traffic as usual (R-M2).
 	WouldSkip []string `json:"would_skip"`
+	// Saturated lists the routes passed over because their provider
+	// announced less quota than the headroom floor (R-H2): healthy, and
+	// counted in Healthy, but not taking requests now.
+	Saturated []string `json:"saturated"`
 	// Degradation is what routing does about it: "" (nothing is
 	// unhealthy), "skipping" (unhealthy routes are passed over),
 	// "floor" (the capacity floor keeps some unhealthy routes in:
-	// max_ejection_percent), "try_all" or "fail_fast" (nothing is
+	// max_ejection_percent), "saturated" (healthy routes whose quota is
+	// nearly gone are passed over), "try_all" or "fail_fast" (nothing is
 	// healthy: when_all_open; fail_fast too when every route is forced
 	// open).
 	Degradation string `json:"degradation"`
@@ -53,7 +58,7 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 		g := rt.Gateways[id]
 		for _, name := range g.ModelNames {
 			m := g.Models[name]
-			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}}
+			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}, Saturated: []string{}}
 			cands := m.Candidates(nil)
 			v := make([]breaker.Verdict, len(cands))
 			for i, r := range cands {
@@ -78,6 +83,9 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 			for _, i := range sel.Skipped {
 				s.Skipped = append(s.Skipped, cands[i].Key)
 			}
+			for _, i := range sel.Saturated {
+				s.Saturated = append(s.Saturated, cands[i].Key)
+			}
 			switch {
 			case sel.FailFast:
 				s.Degradation = breaker.WhenAllOpenFailFast
@@ -87,6 +95,8 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 				s.Degradation = "floor"
 			case len(s.Skipped) > 0:
 				s.Degradation = "skipping"
+			case len(s.Saturated) > 0:
+				s.Degradation = "saturated"
 			}
 			out = append(out, s)
 		}

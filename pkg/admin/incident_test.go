@@ -48,6 +48,10 @@ func TestSummaryTellsTheTruth(t *testing.T) {
 		{"the fleet open: two routes unhealthy, the floor keeps one", func(st breaker.Store, now int64, key func(breaker.ID) breaker.Key) {
 			_, _ = st.Record(ctx, key(breaker.FleetID("gpu")), now, breaker.Admission{Gen: 1}, fail)
 		}, 1, "c:r:m", "floor"}, // b readmitted: ties go in routing order
+		{"one route saturated: passed over, healthy", func(st breaker.Store, now int64, key func(breaker.ID) breaker.Key) {
+			_, _ = st.Record(ctx, key(breaker.RouteID("g", "a:r:m")), now, breaker.Admission{Gen: 1},
+				breaker.Result{Kind: breaker.KindAnswered, Status: 200, SaturateUntil: now + 30e9})
+		}, 3, "", "saturated"},
 		{"every route forced open: fail_fast", func(st breaker.Store, now int64, key func(breaker.ID) breaker.Key) {
 			for _, r := range []string{"a:r:m", "b:r:m", "c:r:m"} {
 				_ = st.ForceOpen(ctx, key(breaker.RouteID("g", r)), now, 0)

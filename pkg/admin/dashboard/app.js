@@ -88,6 +88,7 @@ const degradationText = {
   try_all: "every route unhealthy: try_all (sending to unhealthy routes)",
   fail_fast: "every route unhealthy: fail_fast (answering 503)",
   floor: "capacity floor (max_ejection_percent) keeps unhealthy routes in",
+  saturated: "passing over routes whose quota is nearly gone (headroom)",
 };
 
 function renderSummary(rows) {
