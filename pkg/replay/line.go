@@ -50,6 +50,38 @@ func (e *LineError) Is(target error) bool { return target == errLine }
 
 func notALine(why string) error { return &LineError{Why: why} }
 
+// rawLine is a line's fields as encoding/json reads them (the reference
+// fastLine is held to).
+type rawLine struct {
+	StartTime  json.RawMessage `json:"start_time"`
+	DurationMs json.RawMessage `json:"duration_ms"`
+	TTFBMs     json.RawMessage `json:"ttfb_ms"`
+	Code       json.RawMessage `json:"code"`
+	Flags      string          `json:"flags"`
+	Details    string          `json:"details"`
+	Cluster    string          `json:"cluster"`
+	Gateway    string          `json:"gateway"`
+	Route      string          `json:"route"`
+	Fusebox    json.RawMessage `json:"fusebox"`
+	RLReq      json.RawMessage `json:"ratelimit_requests"`
+	RLReqReset json.RawMessage `json:"ratelimit_requests_reset"`
+	RLTok      json.RawMessage `json:"ratelimit_tokens"`
+	RLTokReset json.RawMessage `json:"ratelimit_tokens_reset"`
+}
+
+// rawFusebox is the fusebox metadata object of a line.
+type rawFusebox struct {
+	Model    string  `json:"model"`
+	Decision string  `json:"decision"`
+	Action   string  `json:"action"`
+	Outcome  string  `json:"outcome"`
+	Reason   string  `json:"reason"`
+	In       float64 `json:"tokens_in"`
+	Out      float64 `json:"tokens_out"`
+	Gateway  string  `json:"gateway"`
+	Route    string  `json:"route"`
+}
+
 // ParseLine reads one JSON access log line (the shipped json_format, or
 // record-log's). Missing fields are zero: lines of another Envoy's format
 // are read where the fields exist. Envoy writes "-" for an absent value.
@@ -63,24 +95,12 @@ func ParseLine(b []byte) (Line, error) {
 	case b[0] != '{':
 		return Line{}, notALine("not a JSON object (the access log's json_format writes one per line)")
 	}
-	var raw struct {
-		StartTime  json.RawMessage `json:"start_time"`
-		DurationMs json.RawMessage `json:"duration_ms"`
-		TTFBMs     json.RawMessage `json:"ttfb_ms"`
-		Code       json.RawMessage `json:"code"`
-		Flags      string          `json:"flags"`
-		Details    string          `json:"details"`
-		Cluster    string          `json:"cluster"`
-		Gateway    string          `json:"gateway"`
-		Route      string          `json:"route"`
-		Fusebox    json.RawMessage `json:"fusebox"`
-		RLReq      json.RawMessage `json:"ratelimit_requests"`
-		RLReqReset json.RawMessage `json:"ratelimit_requests_reset"`
-		RLTok      json.RawMessage `json:"ratelimit_tokens"`
-		RLTokReset json.RawMessage `json:"ratelimit_tokens_reset"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return Line{}, notALine("not JSON, or a field of the wrong type")
+	raw, ok := fastLine(b)
+	if !ok {
+		raw = rawLine{}
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return Line{}, notALine("not JSON, or a field of the wrong type")
+		}
 	}
 	at, ok := seconds(raw.StartTime)
 	if !ok {
@@ -88,25 +108,19 @@ func ParseLine(b []byte) (Line, error) {
 	}
 	l := Line{At: at, DurationMs: whole(raw.DurationMs), TTFBMs: whole(raw.TTFBMs), Code: int(whole(raw.Code)),
 		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route)}
-	for i, v := range []json.RawMessage{raw.RLReq, raw.RLReqReset, raw.RLTok, raw.RLTokReset} {
+	for i, v := range [4]json.RawMessage{raw.RLReq, raw.RLReqReset, raw.RLTok, raw.RLTokReset} {
 		// A string or a number (a custom format); null and "-" are none.
 		if len(v) > 0 && len(v) <= 64 && string(v) != "null" {
 			l.RateLimit[i] = dash(strings.Trim(string(v), `"`))
 		}
 	}
 	if len(raw.Fusebox) > 0 && raw.Fusebox[0] == '{' {
-		var fb struct {
-			Model    string  `json:"model"`
-			Decision string  `json:"decision"`
-			Action   string  `json:"action"`
-			Outcome  string  `json:"outcome"`
-			Reason   string  `json:"reason"`
-			In       float64 `json:"tokens_in"`
-			Out      float64 `json:"tokens_out"`
-			Gateway  string  `json:"gateway"`
-			Route    string  `json:"route"`
+		fb, ok := fastFusebox(raw.Fusebox)
+		if !ok {
+			fb = rawFusebox{}
+			ok = json.Unmarshal(raw.Fusebox, &fb) == nil
 		}
-		if json.Unmarshal(raw.Fusebox, &fb) == nil {
+		if ok {
 			l.Model, l.Decision, l.Action, l.Outcome, l.Reason = fb.Model, fb.Decision, fb.Action, fb.Outcome, fb.Reason
 			// A format without the header fields still names them in
 			// fusebox's metadata.

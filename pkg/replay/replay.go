@@ -157,11 +157,12 @@ type engine struct {
 	rep     *Report
 	// observed is each route's latest logged result (its health as the
 	// log saw it), for requests it did not serve live.
-	observed map[string]breaker.Result
+	observed map[observedKey]breaker.Result
 	now      int64
 	queue    outcomes
 	seq      int
 	vbuf     []breaker.Verdict
+	ramp     replayRamp
 	obuf     []int
 	sbuf     []int
 }
@@ -182,7 +183,7 @@ func Run(rt *routes.Runtime, src Source) *Report {
 
 // RunErr is Run, with the error a Source read can fail with.
 func RunErr(rt *routes.Runtime, src Source) (*Report, error) {
-	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[string]breaker.Result{},
+	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[observedKey]breaker.Result{},
 		rep: &Report{byKey: map[string]*RouteReport{}}}
 	e.st = breaker.NewMemory(e.event)
 	e.install()
@@ -243,6 +244,9 @@ func (e *engine) flush(until int64) {
 	}
 }
 
+// observedKey is a gateway's route.
+type observedKey struct{ gateway, route string }
+
 // replayRamp is the ramp as replay draws it: the breaker's share and the
 // same draw of the decision id as the live decision made (R-D8).
 type replayRamp struct {
@@ -280,15 +284,18 @@ func (e *engine) decide(l *Line) {
 		e.rep.LiveClientErrors++
 	}
 	if live != nil {
-		e.observed[gwID+"|"+live.Key] = res
+		e.observed[observedKey{gwID, live.Key}] = res
 		e.rep.LiveCost += float64(l.Tokens) * live.CostPerMtok / 1e6
 	}
 	e.vbuf = e.vbuf[:0]
 	for _, c := range cands {
 		e.vbuf = append(e.vbuf, e.targets[c].Peek(ctx, e.st, l.At).Verdict)
 	}
+	// A pointer the engine holds: a value would be boxed for the
+	// interface on every line.
+	e.ramp = replayRamp{v: e.vbuf, cands: cands, decision: l.Decision}
 	plan := processor.PlanRoutes(l.At, e.vbuf, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen,
-		replayRamp{v: e.vbuf, cands: cands, decision: l.Decision}, e.obuf[:0], e.sbuf[:0])
+		&e.ramp, e.obuf[:0], e.sbuf[:0])
 	e.obuf, e.sbuf = plan.Order, plan.Skipped
 	if plan.FailFast || len(plan.Order) == 0 {
 		e.rep.ClientErrors++
@@ -324,7 +331,7 @@ func (e *engine) decide(l *Line) {
 		if live != nil {
 			e.rep.route(gwID, m.Name, live.Key).Rerouted++
 		}
-		if o, ok := e.observed[gwID+"|"+chosen.Key]; ok {
+		if o, ok := e.observed[observedKey{gwID, chosen.Key}]; ok {
 			res = o
 		} else {
 			res = breaker.Result{Kind: breaker.KindAnswered, Status: 200, ElapsedMs: -1}
@@ -481,7 +488,9 @@ func resultOf(l *Line) breaker.Result {
 }
 
 func hasAny(flags string, names ...string) bool {
-	for _, f := range strings.Split(flags, ",") {
+	for rest := flags; rest != ""; {
+		var f string
+		f, rest, _ = strings.Cut(rest, ",")
 		for _, n := range names {
 			if f == n {
 				return true

@@ -162,7 +162,7 @@ func (fs *fileStream) next() (Line, bool, error) {
 	if fs.held.Len() == 0 {
 		return Line{}, false, nil
 	}
-	return heap.Pop(&fs.held).(Line), true, nil
+	return fs.held.pop(), true, nil
 }
 
 func (fs *fileStream) readOne() error {
@@ -176,23 +176,81 @@ func (fs *fileStream) readOne() error {
 		fs.eof = true
 	}
 	if line, ok := fs.log.parse(fs.name, fs.n, b, tooLong); ok {
-		heap.Push(&fs.held, line)
+		fs.held.push(&line)
 	}
 	return nil
 }
 
-// lineHeap orders lines by time, then by the order they were read.
-type lineHeap []Line
+// lineHeap holds a file's window of lines in the order they will be
+// replayed: by time, then by the order they were read (a heap alone is not
+// stable, and lines of one millisecond must keep their order). The lines
+// stay in a slab; the heap moves small entries without pointers, so that
+// sifting neither copies lines nor runs the collector's write barriers
+// (they were a third of replay's time).
+type lineHeap struct {
+	lines []Line
+	free  []int32
+	h     []heldLine
+	seq   uint64
+}
 
-func (h lineHeap) Len() int           { return len(h) }
-func (h lineHeap) Less(i, j int) bool { return h[i].At < h[j].At }
-func (h lineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *lineHeap) Push(x any)        { *h = append(*h, x.(Line)) }
-func (h *lineHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+type heldLine struct {
+	at   int64
+	seq  uint64
+	slot int32
+}
+
+func (a heldLine) before(b heldLine) bool {
+	return a.at < b.at || a.at == b.at && a.seq < b.seq
+}
+
+func (h *lineHeap) Len() int { return len(h.h) }
+
+func (h *lineHeap) push(l *Line) {
+	var slot int32
+	if n := len(h.free); n > 0 {
+		slot, h.free = h.free[n-1], h.free[:n-1]
+		h.lines[slot] = *l
+	} else {
+		slot = int32(len(h.lines))
+		h.lines = append(h.lines, *l)
+	}
+	h.seq++
+	h.h = append(h.h, heldLine{at: l.At, seq: h.seq, slot: slot})
+	for i := len(h.h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.h[i].before(h.h[p]) {
+			break
+		}
+		h.h[i], h.h[p] = h.h[p], h.h[i]
+		i = p
+	}
+}
+
+// pop takes the earliest line out.
+func (h *lineHeap) pop() Line {
+	top := h.h[0]
+	n := len(h.h) - 1
+	h.h[0] = h.h[n]
+	h.h = h.h[:n]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && h.h[c+1].before(h.h[c]) {
+			c++
+		}
+		if !h.h[c].before(h.h[i]) {
+			break
+		}
+		h.h[i], h.h[c] = h.h[c], h.h[i]
+		i = c
+	}
+	l := h.lines[top.slot]
+	h.lines[top.slot] = Line{} // the strings are garbage once replayed
+	h.free = append(h.free, top.slot)
+	return l
 }
 
 // merge orders the files' heads by time (ties: the file listed first).
