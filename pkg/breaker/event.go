@@ -61,15 +61,17 @@ func (e Event) OpenUntilTime() time.Time {
 
 // events collects the transitions made under a breaker's lock so that the
 // listener runs after the lock is released (listeners outside the lock, as
-// failsafe-go does). A fixed array: no allocation.
+// failsafe-go does). Empty, it is one word: every Record declares one, and
+// a fixed array of Events (it was four, 800 bytes) was zeroed on every
+// call; a transition, which is rare, allocates instead.
 type events struct {
+	a []Event
 	n int
-	a [4]Event
 }
 
 func (e *events) add(ev Event) {
-	if e.n < len(e.a) {
-		e.a[e.n] = ev
+	if e.n < 4 {
+		e.a = append(e.a, ev)
 		e.n++
 	}
 }

@@ -320,8 +320,8 @@ func (m *machine) releaseLocked(id uint64) {
 }
 
 // record applies one attempt, judged with the installed policy (R-P9,
-// R-S1..R-S4, R-T*, R-W*, R-A1).
-func (m *machine) record(now int64, adm Admission, r Result) Recorded {
+// R-S1..R-S4, R-T*, R-W*, R-A1), into rec (in place: see judge).
+func (m *machine) record(now int64, adm Admission, r *Result, rec *Recorded) {
 	var evs events
 	m.mu.Lock()
 	p := m.policy
@@ -332,9 +332,11 @@ func (m *machine) record(now int64, adm Admission, r Result) Recorded {
 			m.releaseLocked(adm.Lease)
 		}
 		m.mu.Unlock()
-		return Recorded{}
+		*rec = Recorded{}
+		return
 	}
-	o := p.Judge(r)
+	o := &rec.Outcome
+	p.judge(r, o)
 	if adm.Lease != 0 {
 		m.releaseLocked(adm.Lease)
 	}
@@ -351,10 +353,10 @@ func (m *machine) record(now int64, adm Admission, r Result) Recorded {
 	}
 	m.publish()
 	m.unlock(&evs)
-	return Recorded{Outcome: o, Stale: stale, Applied: true}
+	rec.Stale, rec.Applied = stale, true
 }
 
-func (m *machine) retryAfterLocked(now int64, p *Policy, r Result) {
+func (m *machine) retryAfterLocked(now int64, p *Policy, r *Result) {
 	if r.RetryAfterUnixNano == 0 || p.RetryAfter != RetryAfterBlock || (r.Status != 429 && r.Status != 503) {
 		return
 	}
@@ -372,7 +374,7 @@ func (m *machine) retryAfterLocked(now int64, p *Policy, r Result) {
 // max_retry_after_sec and extended, never shortened, by a later one; ended
 // early by a response that announced enough. No failure is counted. Its
 // start and its end are events (R-H4: a log line each).
-func (m *machine) saturateLocked(now int64, p *Policy, r Result, evs *events) {
+func (m *machine) saturateLocked(now int64, p *Policy, r *Result, evs *events) {
 	switch {
 	case r.SaturateUntil > now:
 		until := min(r.SaturateUntil, now+int64(p.MaxRetryAfterSec)*1e9)
@@ -396,7 +398,7 @@ func (m *machine) saturationEvent(now int64, what string) Event {
 		SaturatedUntil: m.saturatedUntil, PolicyVersion: m.policy.Version, Generation: m.gen}
 }
 
-func (m *machine) applyLocked(now int64, p *Policy, o Outcome, evs *events) {
+func (m *machine) applyLocked(now int64, p *Policy, o *Outcome, evs *events) {
 	switch m.state {
 	case Closed:
 		if o.Class == Neither {

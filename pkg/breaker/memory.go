@@ -135,7 +135,9 @@ func (s *Memory) Record(_ context.Context, k Key, now int64, adm Admission, r Re
 	if err != nil {
 		return Recorded{}, err
 	}
-	return m.record(now, adm, r), nil
+	var rec Recorded
+	m.record(now, adm, &r, &rec)
+	return rec, nil
 }
 
 // Stalled implements Store.

@@ -82,11 +82,10 @@ const (
 // judged separately by every breaker that sees the attempt (route and
 // fleet), each with its own policy (SPEC §4).
 type Result struct {
-	Kind   Kind
-	Status int
 	// Reason names a KindNeither; every other kind's reason follows from
 	// the kind and the judging policy.
 	Reason string
+	Status int
 	// ElapsedMs is the time to the first visible token for a stream, the
 	// total time otherwise; -1 when unknown (slow-call trigger, R-O13).
 	ElapsedMs int64
@@ -99,34 +98,48 @@ type Result struct {
 	// BaselineMs is the route's recent p50 latency of successes when the
 	// attempt was judged, 0 when there is none yet (R-T6).
 	BaselineMs int64
-	// Counted: the attempt was already counted in the rate window as a
-	// stalled call while it ran (R-T5); its outcome must not count it again.
-	Counted bool
 	// SaturateUntil (unix ns): the provider announced less quota than the
 	// route's headroom floors, which reset then (R-H2); Unsaturate: it
 	// announced at least every floor, which ends a saturation early. The
 	// store caps the first by max_retry_after_sec.
 	SaturateUntil int64
-	Unsaturate    bool
+	// The small fields last (see Verdict).
+	Kind Kind
+	// Counted: the attempt was already counted in the rate window as a
+	// stalled call while it ran (R-T5); its outcome must not count it again.
+	Counted    bool
+	Unsaturate bool
 }
 
 // Outcome is a Result judged by one policy.
 type Outcome struct {
-	Class  Class
+	// Strings first, then the small fields (see Verdict: an Outcome is
+	// returned by value on every Record).
 	Reason string
-	Slow   bool
-	// OpenNow: the status is in open_on_status_codes (R-T3).
-	OpenNow bool
 	// SlowBy names the signal that made it slow: "" (slow_call_ms),
 	// "stall" or "baseline".
 	SlowBy string
+	Class  Class
+	Slow   bool
+	// OpenNow: the status is in open_on_status_codes (R-T3).
+	OpenNow bool
 	// Counted: see Result.Counted.
 	Counted bool
 }
 
 // Judge classifies r under p.
 func (p *Policy) Judge(r Result) Outcome {
-	o := Outcome{Counted: r.Counted && p.StallMs > 0}
+	var o Outcome
+	p.judge(&r, &o)
+	return o
+}
+
+// judge is Judge for the record path, in place: a Result and an Outcome
+// are too wide for registers, and copying them in and out of the call
+// (an Outcome read back whole just after its fields were written, which
+// stalls on store forwarding) was a third of a Record.
+func (p *Policy) judge(r *Result, o *Outcome) {
+	*o = Outcome{Counted: r.Counted && p.StallMs > 0}
 	switch {
 	case p.SlowCallMs > 0 && r.ElapsedMs > p.SlowCallMs:
 		o.Slow = true
@@ -172,5 +185,4 @@ func (p *Policy) Judge(r Result) Outcome {
 	if o.Class == Neither {
 		o.Slow = false
 	}
-	return o
 }

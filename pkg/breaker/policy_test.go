@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"reflect"
 	"testing"
 )
 
@@ -80,5 +81,19 @@ func TestSlidingWindowBounded(t *testing.T) {
 	}
 	if c, _, _ := s.totals(now + 86400e9 + 720e9); c != 1 {
 		t.Fatalf("after the first slid out: %d", c)
+	}
+}
+
+// The Verdict's int64s come first (see its comment: the decision's copy
+// of it stalls otherwise).
+func TestVerdictIsWidestFirst(t *testing.T) {
+	vt := reflect.TypeOf(Verdict{})
+	last := uintptr(8)
+	for i := range vt.NumField() {
+		f := vt.Field(i)
+		if f.Type.Size() > last {
+			t.Fatalf("Verdict.%s (%d bytes) comes after a narrower field", f.Name, f.Type.Size())
+		}
+		last = f.Type.Size()
 	}
 }

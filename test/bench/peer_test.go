@@ -101,6 +101,20 @@ func BenchmarkFuseboxDecideRecordCoarseClockParallel(b *testing.B) {
 	})
 }
 
+// fusebox's decision as the request path makes it: the coarse clock, a
+// Peek and an Acquire on a closed route.
+func BenchmarkFuseboxDecisionCoarseClock(b *testing.B) {
+	st, br, _ := fuseboxSetup()
+	clk := breaker.NewCoarseClock(time.Millisecond)
+	defer clk.Stop()
+	b.ReportAllocs()
+	for b.Loop() {
+		now := clk.Now().UnixNano()
+		st.Peek(ctx, br, now)
+		st.Acquire(ctx, br, now, false)
+	}
+}
+
 // fusebox's decision alone, clock read included.
 func BenchmarkFuseboxDecision(b *testing.B) {
 	st, br, _ := fuseboxSetup()

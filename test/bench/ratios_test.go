@@ -27,7 +27,7 @@ func TestPeerRatios(t *testing.T) {
 		{"decision", []struct {
 			name string
 			fn   func(*testing.B)
-		}{{"fusebox", BenchmarkFuseboxDecision}, {"gobreaker v2", BenchmarkGobreakerAllow}, {"failsafe-go", BenchmarkFailsafePermit}}},
+		}{{"fusebox (coarse clock)", BenchmarkFuseboxDecisionCoarseClock}, {"fusebox (time.Now)", BenchmarkFuseboxDecision}, {"gobreaker v2", BenchmarkGobreakerAllow}, {"failsafe-go", BenchmarkFailsafePermit}}},
 		{"decide + record", []struct {
 			name string
 			fn   func(*testing.B)
