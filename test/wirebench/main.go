@@ -78,6 +78,13 @@ type Report struct {
 	// costs, its transport settings aside.
 	NullTuned                  *Result
 	TunedRatios, ObserverTuned []float64
+	// NullObserver is the null server playing the observer profile
+	// (nullproc -observer: the 2 request-phase replies, no reply to the 51
+	// observed messages), and ObserverNullObs fusebox's observer CPU over
+	// it, per round: what the observer costs beyond the profile's own
+	// gRPC traffic.
+	NullObserver    *Result
+	ObserverNullObs []float64
 	// RoundRatios is fusebox's CPU per request over the null server's, per
 	// round: the machine is shared and noisy, so the median of paired
 	// rounds is the figure to quote.
@@ -99,7 +106,7 @@ func median(rs []float64) float64 {
 // Print writes the report.
 func (rep *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "%-10s %9s %14s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99")
-	for _, r := range []*Result{rep.Null, rep.NullTuned, rep.Fusebox, rep.Observer} {
+	for _, r := range []*Result{rep.Null, rep.NullTuned, rep.Fusebox, rep.Observer, rep.NullObserver} {
 		if r == nil {
 			continue
 		}
@@ -114,6 +121,11 @@ func (rep *Report) Print(w io.Writer) {
 		float64(rep.Fusebox.CPUPerRequest())/float64(rep.Null.CPUPerRequest()),
 		float64(rep.Fusebox.Pct(0.5))/float64(rep.Null.Pct(0.5)),
 		float64(rep.Fusebox.Pct(0.99))/float64(rep.Null.Pct(0.99)))
+	if no := rep.NullObserver; no != nil && rep.Observer != nil && len(rep.ObserverNullObs) > 0 {
+		fmt.Fprintf(w, "observer/null-obs (the null server playing the observer profile): cpu %.2fx (median of %d paired rounds; pooled %.2fx); null-obs/null %.2fx (pooled)\n",
+			median(rep.ObserverNullObs), len(rep.ObserverNullObs), float64(rep.Observer.CPUPerRequest())/float64(no.CPUPerRequest()),
+			float64(no.CPUPerRequest())/float64(rep.Null.CPUPerRequest()))
+	}
 	if t := rep.NullTuned; t != nil && rep.Observer != nil {
 		fmt.Fprintf(w, "over null-tuned (the null server on fusebox's flow-control settings): observer %.2fx (pooled %.2fx), fusebox %.2fx (pooled %.2fx); null-tuned/null %.2fx (pooled)\n",
 			median(rep.ObserverTuned), float64(rep.Observer.CPUPerRequest())/float64(t.CPUPerRequest()),
@@ -158,20 +170,26 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		return nil, err
 	}
 	defer ob.stop()
-	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}, NullTuned: &Result{Name: "null-tuned"}}
+	no, err := startNull(nullBin, "-observer")
+	if err != nil {
+		return nil, err
+	}
+	defer no.stop()
+	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}, NullTuned: &Result{Name: "null-tuned"},
+		NullObserver: &Result{Name: "null-obs"}}
 	l := newLifecycle()
-	ob.observer = true
-	for _, s := range []*proc{nl, fb, ob, nt} { // warm up
+	ob.observer, no.observer = true, true
+	for _, s := range []*proc{nl, fb, ob, nt, no} { // warm up
 		if _, err := s.drive(l, 200, conc, nil); err != nil {
 			return nil, err
 		}
 	}
 	for i := 0; i < rounds; i++ {
-		var cpu [4]time.Duration
+		var cpu [5]time.Duration
 		for j, p := range []struct {
 			s *proc
 			r *Result
-		}{{nl, rep.Null}, {fb, rep.Fusebox}, {ob, rep.Observer}, {nt, rep.NullTuned}} {
+		}{{nl, rep.Null}, {fb, rep.Fusebox}, {ob, rep.Observer}, {nt, rep.NullTuned}, {no, rep.NullObserver}} {
 			c0, err := procCPU(p.s.cmd.Process.Pid)
 			if err != nil {
 				return nil, err
@@ -191,6 +209,9 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		if cpu[0] > 0 {
 			rep.RoundRatios = append(rep.RoundRatios, float64(cpu[1])/float64(cpu[0]))
 			rep.ObserverRatios = append(rep.ObserverRatios, float64(cpu[2])/float64(cpu[0]))
+		}
+		if cpu[4] > 0 {
+			rep.ObserverNullObs = append(rep.ObserverNullObs, float64(cpu[2])/float64(cpu[4]))
 		}
 		if cpu[3] > 0 {
 			rep.TunedRatios = append(rep.TunedRatios, float64(cpu[1])/float64(cpu[3]))

@@ -31,12 +31,15 @@ func TestWirebenchRuns(t *testing.T) {
 		}
 	}
 	// The observer profile: only the two request-path messages wait.
-	if o := rep.Observer; o.Requests != 300 || len(o.Latencies) != 300*2 || o.CPU <= 0 {
-		t.Fatalf("observer: %d requests, %d latencies, cpu %v", o.Requests, len(o.Latencies), o.CPU)
+	for _, o := range []*Result{rep.Observer, rep.NullObserver} {
+		if o.Requests != 300 || len(o.Latencies) != 300*2 || o.CPU <= 0 {
+			t.Fatalf("%s: %d requests, %d latencies, cpu %v", o.Name, o.Requests, len(o.Latencies), o.CPU)
+		}
 	}
 	var b bytes.Buffer
 	rep.Print(&b)
-	if !strings.Contains(b.String(), "fusebox/null: cpu") || !strings.Contains(b.String(), "observer/null: cpu") {
+	if !strings.Contains(b.String(), "fusebox/null: cpu") || !strings.Contains(b.String(), "observer/null: cpu") ||
+		!strings.Contains(b.String(), "observer/null-obs") {
 		t.Fatalf("report:\n%s", b.String())
 	}
 }

@@ -1,7 +1,8 @@
 // Command nullproc is the baseline of make bench-wire: an ext_proc server
 // that answers every message with the CONTINUE reply of its kind and does
 // nothing else, on the same gRPC stack as fusebox (with
-// -fusebox-transport, its flow-control settings too).
+// -fusebox-transport, its flow-control settings too; with -observer, the
+// observer profile's replies only).
 package main
 
 import (
@@ -17,13 +18,25 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 type server struct {
 	extprocv3.UnimplementedExternalProcessorServer
+	// observer plays the observer profile (envoy-observer.yaml) the way
+	// fusebox does and does nothing else: the request phases get their
+	// CONTINUE with a fixed fusebox.observe note (the driver checks that
+	// it came), observed messages get no reply, and the stream ends at
+	// the response's last chunk.
+	observer bool
 }
 
-func (server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
+// observeNote is the null observer's fixed note.
+var observeNote = &structpb.Struct{Fields: map[string]*structpb.Value{
+	"fusebox.observe": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"n": structpb.NewStringValue("null")}}),
+}}
+
+func (srv server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 	for {
 		req, err := s.Recv()
 		if err != nil {
@@ -31,6 +44,12 @@ func (server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 				return nil
 			}
 			return err
+		}
+		if srv.observer && req.ObservabilityMode {
+			if req.GetResponseBody().GetEndOfStream() {
+				return nil
+			}
+			continue
 		}
 		var resp *extprocv3.ProcessingResponse
 		switch req.Request.(type) {
@@ -47,6 +66,9 @@ func (server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		}
+		if srv.observer {
+			resp.DynamicMetadata = observeNote
+		}
 		if err := s.Send(resp); err != nil {
 			return err
 		}
@@ -56,6 +78,7 @@ func (server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 func main() {
 	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
 	transport := flag.Bool("fusebox-transport", false, "serve with fusebox's gRPC flow-control settings (processor.TransportOptions)")
+	observer := flag.Bool("observer", false, "play the observer profile: no reply to observed messages, the stream ended at the response's last chunk")
 	flag.Parse()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -68,7 +91,7 @@ func main() {
 		opts = processor.TransportOptions()
 	}
 	gs := grpc.NewServer(opts...)
-	extprocv3.RegisterExternalProcessorServer(gs, server{})
+	extprocv3.RegisterExternalProcessorServer(gs, server{observer: *observer})
 	if err := gs.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
