@@ -64,15 +64,11 @@ func (e Event) OpenUntilTime() time.Time {
 // failsafe-go does). Empty, it is one word: every Record declares one, and
 // a fixed array of Events (it was four, 800 bytes) was zeroed on every
 // call; a transition, which is rare, allocates instead.
-type events struct {
-	a []Event
-	n int
-}
+type events struct{ a []Event }
 
 func (e *events) add(ev Event) {
-	if e.n < 4 {
+	if len(e.a) < 4 {
 		e.a = append(e.a, ev)
-		e.n++
 	}
 }
 
@@ -80,8 +76,8 @@ func (e *events) emit(fn func(Event)) {
 	if fn == nil {
 		return
 	}
-	for i := 0; i < e.n; i++ {
-		fn(e.a[i])
+	for _, ev := range e.a {
+		fn(ev)
 	}
 }
 

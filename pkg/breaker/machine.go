@@ -150,7 +150,7 @@ func (m *machine) bump() { m.gen++ }
 // unlock releases mu and hands the events collected under it to the
 // listener, in order (see emitMu).
 func (m *machine) unlock(evs *events) {
-	if evs.n == 0 || m.onEvent == nil {
+	if len(evs.a) == 0 || m.onEvent == nil {
 		m.mu.Unlock()
 		return
 	}
