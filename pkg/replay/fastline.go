@@ -215,33 +215,39 @@ func strField(dst *string, kind int, v []byte) bool {
 }
 
 // fastLine reads a line of the common shape into what encoding/json would
-// make of it; false: ask encoding/json.
-func fastLine(b []byte) (rawLine, bool) {
-	var raw rawLine
+// make of it, and fusebox's metadata object in the same pass (fb: the
+// last "fusebox" object's, as encoding/json keeps the last); false: ask
+// encoding/json.
+func fastLine(b []byte) (raw rawLine, fb rawFusebox, ok bool) {
 	s := lineScan{b: b}
 	if !s.next('{') {
-		return raw, false
+		return raw, fb, false
 	}
 	if s.next('}') {
-		return raw, s.end()
+		return raw, fb, s.end()
 	}
 	for {
 		s.ws()
 		k, ok := s.key()
 		if !ok {
-			return raw, false
+			return raw, fb, false
 		}
 		s.ws()
 		start := s.i
 		var kind int
-		if s.i < len(b) && b[s.i] == '{' {
-			// Only fusebox's metadata is an object: checked here,
-			// read by fastFusebox.
-			if !s.flat(func([]byte, int, []byte) bool { return true }) {
-				return raw, false
-			}
-		} else if kind = s.scalar(); kind == 0 {
-			return raw, false
+		switch {
+		case s.i < len(b) && b[s.i] == '{' && string(k) == "fusebox":
+			fb = rawFusebox{}
+			ok = s.fusebox(&fb)
+		case s.i < len(b) && b[s.i] == '{':
+			// Only fusebox's metadata is an object; another is skipped.
+			ok = s.flat(func([]byte, int, []byte) bool { return true })
+		default:
+			kind = s.scalar()
+			ok = kind != 0
+		}
+		if !ok {
+			return raw, fb, false
 		}
 		v := b[start:s.i]
 		// A json.RawMessage field takes any value's bytes (null too).
@@ -276,13 +282,13 @@ func fastLine(b []byte) (rawLine, bool) {
 			ok = strField(&raw.Route, kind, v)
 		}
 		if !ok {
-			return raw, false
+			return raw, fb, false
 		}
 		if s.next('}') {
-			return raw, s.end()
+			return raw, fb, s.end()
 		}
 		if !s.next(',') {
-			return raw, false
+			return raw, fb, false
 		}
 	}
 }
@@ -292,7 +298,12 @@ func fastLine(b []byte) (rawLine, bool) {
 func fastFusebox(b []byte) (rawFusebox, bool) {
 	var fb rawFusebox
 	s := lineScan{b: b}
-	ok := s.flat(func(k []byte, kind int, v []byte) bool {
+	return fb, s.fusebox(&fb) && s.end()
+}
+
+// fusebox reads fusebox's metadata object into fb.
+func (s *lineScan) fusebox(fb *rawFusebox) bool {
+	return s.flat(func(k []byte, kind int, v []byte) bool {
 		switch string(k) {
 		case "model":
 			return strField(&fb.Model, kind, v)
@@ -315,7 +326,6 @@ func fastFusebox(b []byte) (rawFusebox, bool) {
 		}
 		return true
 	})
-	return fb, ok && s.end()
 }
 
 // numField sets a float64 field as encoding/json does (null leaves it).

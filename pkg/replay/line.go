@@ -95,8 +95,8 @@ func ParseLine(b []byte) (Line, error) {
 	case b[0] != '{':
 		return Line{}, notALine("not a JSON object (the access log's json_format writes one per line)")
 	}
-	raw, ok := fastLine(b)
-	if !ok {
+	raw, fb, fast := fastLine(b)
+	if !fast {
 		raw = rawLine{}
 		if err := json.Unmarshal(b, &raw); err != nil {
 			return Line{}, notALine("not JSON, or a field of the wrong type")
@@ -115,7 +115,10 @@ func ParseLine(b []byte) (Line, error) {
 		}
 	}
 	if len(raw.Fusebox) > 0 && raw.Fusebox[0] == '{' {
-		fb, ok := fastFusebox(raw.Fusebox)
+		ok := fast // read with the line
+		if !ok {
+			fb, ok = fastFusebox(raw.Fusebox)
+		}
 		if !ok {
 			fb = rawFusebox{}
 			ok = json.Unmarshal(raw.Fusebox, &fb) == nil
