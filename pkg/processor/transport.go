@@ -14,7 +14,14 @@ import "google.golang.org/grpc"
 // flight to one fusebox at once (BDP estimation may grow both to 16 MiB).
 func TransportOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.InitialWindowSize(256 << 10),
-		grpc.InitialConnWindowSize(4 << 20),
+		grpc.InitialWindowSize(StreamWindow),
+		grpc.InitialConnWindowSize(ConnWindow),
 	}
 }
+
+// StreamWindow and ConnWindow are those windows, for either server
+// (grpcwire takes them as Options).
+const (
+	StreamWindow = 256 << 10
+	ConnWindow   = 4 << 20
+)

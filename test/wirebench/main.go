@@ -32,8 +32,16 @@ func main() {
 	conc := flag.Int("concurrency", 32, "concurrent streams")
 	wait := flag.Bool("wait-chunks", false, "send each response chunk only once the previous one's reply came (default: pipelined, as Envoy sends them)")
 	accessLog := flag.Bool("access-log", true, "keep an access log channel stream connected to fusebox, as the shipped Envoy configs do")
+	profile := flag.String("profile", "", "instead of measuring: drive each fusebox process (sync, observer) for 10 s and write its CPU profile (from the admin's /debug/pprof) into this directory")
 	flag.Parse()
 	waitChunks, withAccessLog = *wait, *accessLog
+	if *profile != "" {
+		if err := Profile(*fusebox, *profile, *conc); err != nil {
+			fmt.Fprintln(os.Stderr, "wirebench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	rep, err := Run(*fusebox, *null, *requests, *rounds, *conc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wirebench:", err)
@@ -160,7 +168,11 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		return nil, err
 	}
 	defer nl.stop()
-	nt, err := startNull(nullBin, "-fusebox-transport")
+	ntArgs := []string{"-fusebox-transport"}
+	if os.Getenv("WIREBENCH_NT") != "" {
+		ntArgs = strings.Fields(os.Getenv("WIREBENCH_NT"))
+	}
+	nt, err := startNull(nullBin, ntArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +236,8 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 type proc struct {
 	cmd  *exec.Cmd
 	conn *grpc.ClientConn
+	// admin is fusebox's admin address ("" for the null servers).
+	admin string
 	// observer: driven as the observer profile (runObserver).
 	observer bool
 }
@@ -261,7 +275,11 @@ func startFusebox(bin string, args ...string) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return connect(cmd, grpcAddr)
+	p, err := connect(cmd, grpcAddr)
+	if p != nil {
+		p.admin = adminAddr
+	}
+	return p, err
 }
 
 func startNull(bin string, args ...string) (*proc, error) {

@@ -24,6 +24,9 @@ type Flags struct {
 	GracePeriod time.Duration
 	// ReloadInterval is how often the config file is polled for changes.
 	ReloadInterval time.Duration
+	// GRPCServer is the ext_proc listener's gRPC server: "fusebox"
+	// (processor/grpcwire, the default) or "grpc-go".
+	GRPCServer string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*Flags, error) {
@@ -38,6 +41,7 @@ func parseFlags(args []string, stderr io.Writer) (*Flags, error) {
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.GracePeriod, "grace-period", 15*time.Second, "on SIGTERM, keep serving this long while reporting not serving")
 	fs.DurationVar(&f.ReloadInterval, "reload-interval", time.Second, "how often the config file is checked for changes")
+	fs.StringVar(&f.GRPCServer, "grpc-server", "fusebox", "the ext_proc listener's gRPC server: fusebox (its own transport) or grpc-go (grpc-go's server, the one before 0.4)")
 	fs.Usage = func() {
 		usage(stderr)
 		fs.PrintDefaults()
@@ -50,6 +54,9 @@ func parseFlags(args []string, stderr io.Writer) (*Flags, error) {
 	}
 	if f.LogFormat != "text" && f.LogFormat != "json" {
 		return nil, fmt.Errorf("-log-format: must be text or json, got %q", f.LogFormat)
+	}
+	if f.GRPCServer != "fusebox" && f.GRPCServer != "grpc-go" {
+		return nil, fmt.Errorf("-grpc-server: must be fusebox or grpc-go, got %q", f.GRPCServer)
 	}
 	if _, err := parseLevel(f.LogLevel); err != nil {
 		return nil, err

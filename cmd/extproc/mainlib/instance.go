@@ -24,6 +24,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
+	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/fusebox-llm/fusebox/pkg/tlsfiles"
 	"google.golang.org/grpc"
@@ -44,7 +45,7 @@ type Instance struct {
 	stopClk func()
 
 	grpcLn, adminLn net.Listener
-	grpcSrv         *grpc.Server
+	grpcSrv         grpcServer
 	httpSrv         *http.Server
 	grace           time.Duration
 	ctx             context.Context
@@ -199,7 +200,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		in.grpcLn.Close()
 		return nil, fmt.Errorf("listen.admin: %w", err)
 	}
-	grpcCreds, adminTLS, err := listenerTLS(rt, log)
+	grpcTLS, adminTLS, err := listenerTLS(rt, log)
 	if err != nil {
 		in.grpcLn.Close()
 		in.adminLn.Close()
@@ -208,13 +209,13 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if adminTLS != nil {
 		in.adminLn = tls.NewListener(in.adminLn, adminTLS)
 	}
-	if grpcCreds == nil && !admin.IsLoopbackAddr(in.grpcLn.Addr()) {
+	if grpcTLS == nil && !admin.IsLoopbackAddr(in.grpcLn.Addr()) {
 		log.Warn("listen.grpc is not loopback and listen.tls is not set: anyone who reaches it can report outcomes; bind it to loopback or set listen.tls with client_ca_file",
 			"addr", in.GRPCAddr())
 	}
 
 	// gRPC: ext_proc plus grpc.health.v1, which follows the readiness.
-	in.grpcSrv = grpc.NewServer(grpcOptions(rt.Limits, grpcCreds)...)
+	in.grpcSrv = newGRPCServer(f.GRPCServer, rt.Limits, grpcTLS)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(in.grpcSrv, hs)
 	procSrv := processor.NewServer(processor.Options{
@@ -334,6 +335,39 @@ func adminHTTPServer(h http.Handler) *http.Server {
 // grpcOptions are the ext_proc listener's limits (R-L1, R-L6): the largest
 // message Envoy's config can send, a bound on streams per connection,
 // keepalive enforcement and closing idle connections.
+// grpcServer is what the ext_proc listener's server does: grpc-go's
+// *grpc.Server or processor/grpcwire's *Server.
+type grpcServer interface {
+	grpc.ServiceRegistrar
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+// newGRPCServer builds the ext_proc listener's server (-grpc-server): the
+// same limits, keepalive and codec on either.
+func newGRPCServer(which string, l routes.Limits, tlsCfg *tls.Config) grpcServer {
+	if which == "grpc-go" {
+		var creds credentials.TransportCredentials
+		if tlsCfg != nil {
+			creds = credentials.NewTLS(tlsCfg)
+		}
+		return grpc.NewServer(grpcOptions(l, creds)...)
+	}
+	return grpcwire.NewServer(grpcwire.Options{
+		Codec:                processor.Codec{},
+		MaxRecvMsgSize:       l.MaxMessageBytes,
+		MaxConcurrentStreams: uint32(min(l.MaxConcurrentStreams, math.MaxUint32)),
+		StreamWindow:         processor.StreamWindow,
+		ConnWindow:           processor.ConnWindow,
+		TLS:                  tlsCfg,
+		PingMinTime:          10 * time.Second,
+		KeepaliveTime:        time.Minute,
+		KeepaliveTimeout:     20 * time.Second,
+		MaxConnectionIdle:    5 * time.Minute,
+	})
+}
+
 func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.MaxMessageBytes),
@@ -354,7 +388,7 @@ func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc
 // listenerTLS builds the listeners' TLS from listen.tls (R-L5): the same
 // certificate on both, client certificates required on ext_proc when a
 // client CA is set. The files are re-read when they change.
-func listenerTLS(rt *routes.Runtime, log *slog.Logger) (credentials.TransportCredentials, *tls.Config, error) {
+func listenerTLS(rt *routes.Runtime, log *slog.Logger) (*tls.Config, *tls.Config, error) {
 	t := rt.Listen.TLS
 	if t.CertFile == "" {
 		return nil, nil, nil
@@ -370,7 +404,7 @@ func listenerTLS(rt *routes.Runtime, log *slog.Logger) (credentials.TransportCre
 	if err := src.Load(); err != nil {
 		return nil, nil, err
 	}
-	return credentials.NewTLS(src.ServerConfig(true, "h2")), src.ServerConfig(false, "http/1.1"), nil
+	return src.ServerConfig(true, "h2"), src.ServerConfig(false, "http/1.1"), nil
 }
 
 // startProblems are what start-up refuses beyond the config's own

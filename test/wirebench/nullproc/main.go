@@ -12,11 +12,16 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
+	"runtime/pprof"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
+	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -78,8 +83,22 @@ func (srv server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 func main() {
 	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
 	transport := flag.Bool("fusebox-transport", false, "serve with fusebox's gRPC flow-control settings (processor.TransportOptions)")
+	wire := flag.Bool("wire", false, "serve on fusebox's own gRPC transport (grpcwire) instead of grpc-go's server")
 	observer := flag.Bool("observer", false, "play the observer profile: no reply to observed messages, the stream ended at the response's last chunk")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGINT")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, _ := os.Create(*cpuprofile)
+		pprof.StartCPUProfile(f)
+		go func() {
+			ch := make(chan os.Signal, 1)
+			signal.Notify(ch, os.Interrupt)
+			<-ch
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(0)
+		}()
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -90,7 +109,15 @@ func main() {
 	if *transport {
 		opts = processor.TransportOptions()
 	}
-	gs := grpc.NewServer(opts...)
+	var gs interface {
+		grpc.ServiceRegistrar
+		Serve(net.Listener) error
+	}
+	if *wire {
+		gs = grpcwire.NewServer(grpcwire.Options{Codec: encoding.GetCodecV2("proto")})
+	} else {
+		gs = grpc.NewServer(opts...)
+	}
 	extprocv3.RegisterExternalProcessorServer(gs, server{observer: *observer})
 	if err := gs.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,525 @@
+package grpcwire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The HTTP/2 limits this server reads and writes with.
+const (
+	maxFrameSize      = 16 << 10 // the default; we advertise no larger
+	maxHeaderListSize = 1 << 20
+	prefaceTimeout    = 10 * time.Second
+	drainPingData     = "fbdrain1"
+	keepalivePingData = "fbalive1"
+)
+
+// conn is one HTTP/2 connection. Its serve goroutine reads every frame;
+// any goroutine writes through write, which serializes and shares flushes.
+type conn struct {
+	srv  *Server
+	nc   net.Conn
+	fr   *http2.Framer
+	ctx  context.Context
+	stop context.CancelFunc
+
+	// Writing: wmu guards fr's writing side, bw, henc and hbuf. writers
+	// counts goroutines in or waiting for write: the last one flushes.
+	wmu     sync.Mutex
+	writers atomic.Int32
+	// dirty: bytes are buffered and unflushed (writeLater); flushTimer
+	// flushes them after flushDelay, armed while timerArmed.
+	dirty      atomic.Bool
+	timerArmed atomic.Bool
+	flushTimer *time.Timer
+	bw         *bufio.Writer
+	henc       *hpack.Encoder
+	hbuf       bytes.Buffer
+
+	// mu guards the rest; cond waits for send window (broadcast when a
+	// window grows, a stream ends or the connection closes).
+	mu             sync.Mutex
+	cond           *sync.Cond
+	streams        map[uint32]*stream
+	lastID         uint32 // the highest stream id the peer opened
+	maxID          uint32 // streams above it are refused (after GOAWAY)
+	closed         bool
+	closeErr       error
+	connSend       int64  // the peer's connection window for our DATA
+	peerWindow     int32  // the peer's initial stream window
+	peerMaxFrame   uint32 // the peer's SETTINGS_MAX_FRAME_SIZE
+	idleSince      time.Time
+	goAwaySent     bool
+	drainPingSent  bool
+	pingStrikes    int
+	lastPing       time.Time
+	lastRead       atomic.Int64 // unix nanos of the last frame read
+	keepaliveTimer *time.Timer
+
+	// Read side, owned by serve: the connection window's unacknowledged
+	// bytes.
+	connUnacked int32
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{srv: s, nc: nc, streams: map[uint32]*stream{}, connSend: 65535, peerWindow: 65535, peerMaxFrame: maxFrameSize, maxID: 1<<31 - 1,
+		idleSince: time.Now()}
+	c.cond = sync.NewCond(&c.mu)
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.bw = bufio.NewWriterSize(nc, 32<<10)
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.flushTimer = time.AfterFunc(time.Hour, func() {
+		c.timerArmed.Store(false)
+		c.flushDirty()
+	})
+	c.flushTimer.Stop()
+	return c
+}
+
+// serve runs the connection: handshake, then frames until it ends.
+func (c *conn) serve() {
+	defer c.srv.forget(c)
+	err := c.handshake()
+	if err == nil {
+		c.watch()
+		err = c.readLoop()
+	}
+	c.close(err)
+}
+
+func (c *conn) handshake() error {
+	_ = c.nc.SetDeadline(time.Now().Add(prefaceTimeout))
+	if cfg := c.srv.opts.TLS; cfg != nil {
+		tc := tls.Server(c.nc, cfg)
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("tls handshake: %w", err)
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+			return fmt.Errorf("tls: the client did not negotiate h2 (ALPN %q)", p)
+		}
+		c.nc = tc
+		c.bw.Reset(tc)
+	}
+	br := bufio.NewReaderSize(c.nc, 32<<10)
+	pre := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(br, pre); err != nil {
+		return fmt.Errorf("reading the client preface: %w", err)
+	}
+	if string(pre) != http2.ClientPreface {
+		return errors.New("not an HTTP/2 client preface")
+	}
+	_ = c.nc.SetDeadline(time.Time{})
+	c.fr = http2.NewFramer(c.bw, br)
+	c.fr.SetReuseFrames()
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = maxHeaderListSize
+	c.fr.SetMaxReadFrameSize(maxFrameSize)
+	o := c.srv.opts
+	return c.write(func() error {
+		if err := c.fr.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: o.MaxConcurrentStreams},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(o.StreamWindow)},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
+		); err != nil {
+			return err
+		}
+		return c.fr.WriteWindowUpdate(0, uint32(o.ConnWindow-65535))
+	})
+}
+
+// write runs f with the writing side held, and flushes. Goroutines
+// queued behind it skip the flush: the last one out flushes for all.
+func (c *conn) write(f func() error) error { return c.writeFlush(f, true) }
+
+// writeLater runs f like write but leaves the bytes buffered: the writer
+// has more to write soon (a stream whose next message is already queued
+// replies to it next). They go out at the next flush, when that stream
+// waits for a message (stream.take), or after flushDelay at the latest.
+func (c *conn) writeLater(f func() error) error {
+	err := c.writeFlush(f, false)
+	if err == nil && c.timerArmed.CompareAndSwap(false, true) {
+		c.flushTimer.Reset(flushDelay)
+	}
+	return err
+}
+
+// flushDelay bounds how long a deferred reply waits in the buffer: the
+// handling of the next message, which is short, unless it blocks.
+const flushDelay = 100 * time.Microsecond
+
+func (c *conn) writeFlush(f func() error, flush bool) error {
+	c.writers.Add(1)
+	c.wmu.Lock()
+	err := f()
+	if n := c.writers.Add(-1); err == nil {
+		switch {
+		case flush && n == 0:
+			err = c.bw.Flush()
+			c.dirty.Store(false)
+		case c.bw.Buffered() > 0:
+			c.dirty.Store(true)
+		}
+	}
+	c.wmu.Unlock()
+	if err != nil {
+		c.close(err)
+	}
+	return err
+}
+
+// flushDirty flushes what writeLater left buffered.
+func (c *conn) flushDirty() {
+	if c.dirty.Load() {
+		_ = c.write(func() error { return nil })
+	}
+}
+
+// readLoop reads frames until the connection fails or ends.
+func (c *conn) readLoop() error {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code, status.Error(codes.Internal, se.Error()))
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce), err.Error())
+			}
+			return err
+		}
+		c.lastRead.Store(time.Now().UnixNano())
+		if err := c.handle(f); err != nil {
+			return err
+		}
+	}
+}
+
+// errConn is a connection error: GOAWAY with its code, then close.
+type errConn struct {
+	code http2.ErrCode
+	msg  string
+}
+
+func (e errConn) Error() string { return fmt.Sprintf("http2 %v: %s", e.code, e.msg) }
+
+func (c *conn) handle(f http2.Frame) error {
+	var err error
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		err = c.onHeaders(f)
+	case *http2.DataFrame:
+		err = c.onData(f)
+	case *http2.SettingsFrame:
+		err = c.onSettings(f)
+	case *http2.PingFrame:
+		err = c.onPing(f)
+	case *http2.WindowUpdateFrame:
+		err = c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		c.mu.Lock()
+		st := c.streams[f.StreamID]
+		c.mu.Unlock()
+		if st != nil {
+			st.abort(status.Error(codes.Canceled, "the client reset the stream"), false, 0)
+		}
+	case *http2.GoAwayFrame:
+		c.mu.Lock()
+		c.maxID = min(c.maxID, c.lastID)
+		n := len(c.streams)
+		c.mu.Unlock()
+		if n == 0 {
+			return io.EOF
+		}
+	case *http2.PushPromiseFrame:
+		err = errConn{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+	default: // PRIORITY and unknown frames are ignored (RFC 9113 §5.5)
+	}
+	var ce errConn
+	if errors.As(err, &ce) {
+		c.goAway(ce.code, ce.msg)
+	}
+	return err
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	var werr error
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return errConn{http2.ErrCodeProtocol, err.Error()}
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			c.mu.Lock()
+			delta := int64(s.Val) - int64(c.peerWindow)
+			c.peerWindow = int32(s.Val)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+			}
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		case http2.SettingMaxFrameSize:
+			c.mu.Lock()
+			c.peerMaxFrame = s.Val
+			c.mu.Unlock()
+		case http2.SettingHeaderTableSize:
+			c.wmu.Lock()
+			c.henc.SetMaxDynamicTableSizeLimit(s.Val)
+			c.wmu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	werr = c.write(c.fr.WriteSettingsAck)
+	return werr
+}
+
+func (c *conn) onPing(f *http2.PingFrame) error {
+	if f.IsAck() {
+		switch string(f.Data[:]) {
+		case drainPingData:
+			c.mu.Lock()
+			c.maxID = c.lastID
+			last, n := c.lastID, len(c.streams)
+			c.mu.Unlock()
+			if err := c.write(func() error { return c.fr.WriteGoAway(last, http2.ErrCodeNo, nil) }); err != nil {
+				return err
+			}
+			if n == 0 {
+				return io.EOF
+			}
+		}
+		return nil
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if len(c.streams) == 0 && now.Sub(c.lastPing) < c.srv.opts.PingMinTime {
+		c.pingStrikes++
+	}
+	c.lastPing = now
+	strikes := c.pingStrikes
+	c.mu.Unlock()
+	if strikes > 2 {
+		return errConn{http2.ErrCodeEnhanceYourCalm, "too_many_pings"}
+	}
+	return c.write(func() error { return c.fr.WritePing(true, f.Data) })
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		c.connSend += int64(f.Increment)
+		if c.connSend > 1<<31-1 {
+			return errConn{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
+		}
+		c.cond.Broadcast()
+		return nil
+	}
+	if st := c.streams[f.StreamID]; st != nil {
+		st.sendWindow += int64(f.Increment)
+		if st.sendWindow > 1<<31-1 {
+			c.mu.Unlock()
+			c.resetStream(f.StreamID, http2.ErrCodeFlowControl, status.Error(codes.Internal, "stream window above 2^31-1"))
+			c.mu.Lock()
+			return nil
+		}
+		c.cond.Broadcast()
+	}
+	return nil
+}
+
+// onData queues a DATA frame's messages on its stream. The connection's
+// window is returned as data arrives (the streams' windows bound it);
+// a stream's, as its handler takes the messages (stream.take).
+func (c *conn) onData(f *http2.DataFrame) error {
+	n := int32(f.Length)
+	if n > 0 {
+		c.connUnacked += n
+		if c.connUnacked >= c.srv.opts.ConnWindow/4 {
+			inc := c.connUnacked
+			c.connUnacked = 0
+			if err := c.write(func() error { return c.fr.WriteWindowUpdate(0, uint32(inc)) }); err != nil {
+				return err
+			}
+		}
+	}
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	c.mu.Unlock()
+	if st == nil {
+		if f.StreamID > c.lastID {
+			return errConn{http2.ErrCodeProtocol, "DATA on an idle stream"}
+		}
+		return nil // a stream that ended: its data is dropped
+	}
+	return st.onData(f.Data(), n, f.StreamEnded())
+}
+
+// resetStream ends a stream on our side with RST_STREAM code.
+func (c *conn) resetStream(id uint32, code http2.ErrCode, cause error) {
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st != nil {
+		st.abort(cause, true, code)
+		return
+	}
+	_ = c.write(func() error { return c.fr.WriteRSTStream(id, code) })
+}
+
+// goAway tells the peer the connection is ending with code.
+func (c *conn) goAway(code http2.ErrCode, msg string) {
+	c.mu.Lock()
+	last := c.lastID
+	c.goAwaySent = true
+	c.mu.Unlock()
+	_ = c.write(func() error { return c.fr.WriteGoAway(last, code, []byte(msg)) })
+}
+
+// drain starts a graceful close: GOAWAY with the largest id and a PING;
+// once its ack comes every stream the peer opened before it is known, and
+// a second GOAWAY names the last one (as grpc-go does, so that a stream
+// in flight is not refused). The connection ends with its last stream.
+func (c *conn) drain() {
+	c.mu.Lock()
+	if c.closed || c.drainPingSent {
+		c.mu.Unlock()
+		return
+	}
+	c.drainPingSent = true
+	c.goAwaySent = true
+	c.mu.Unlock()
+	var data [8]byte
+	copy(data[:], drainPingData)
+	_ = c.write(func() error {
+		if err := c.fr.WriteGoAway(1<<31-1, http2.ErrCodeNo, nil); err != nil {
+			return err
+		}
+		return c.fr.WritePing(false, data)
+	})
+	// A peer that never acks the ping still gets closed once idle.
+	time.AfterFunc(5*time.Second, func() {
+		c.mu.Lock()
+		c.maxID = c.lastID
+		n := len(c.streams)
+		c.mu.Unlock()
+		if n == 0 {
+			c.close(errors.New("drained"))
+		}
+	})
+}
+
+// close ends the connection and every stream on it.
+func (c *conn) close(err error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	if err == nil {
+		err = io.EOF
+	}
+	c.closeErr = err
+	sts := make([]*stream, 0, len(c.streams))
+	for _, st := range c.streams {
+		sts = append(sts, st)
+	}
+	if c.keepaliveTimer != nil {
+		c.keepaliveTimer.Stop()
+	}
+	c.flushTimer.Stop()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.stop()
+	_ = c.nc.Close()
+	for _, st := range sts {
+		st.abort(status.Error(codes.Unavailable, "the connection closed"), false, 0)
+	}
+}
+
+// streamEnded removes a stream; the connection ends with its last one
+// once it is going away.
+func (c *conn) streamEnded(st *stream) {
+	c.mu.Lock()
+	delete(c.streams, st.id)
+	n := len(c.streams)
+	if n == 0 {
+		c.idleSince = time.Now()
+	}
+	done := n == 0 && c.maxID < 1<<31-1 && c.goAwaySent
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	if done {
+		c.close(errors.New("drained"))
+	}
+}
+
+// watch runs keepalive and the idle close on one timer.
+func (c *conn) watch() {
+	c.lastRead.Store(time.Now().UnixNano())
+	o := c.srv.opts
+	every := min(o.KeepaliveTime, o.MaxConnectionIdle) / 4
+	var tick func()
+	var pingSentAt time.Time
+	tick = func() {
+		now := time.Now()
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		idle := len(c.streams) == 0 && now.Sub(c.idleSince) >= o.MaxConnectionIdle
+		c.mu.Unlock()
+		if idle {
+			c.drain()
+		}
+		lastRead := time.Unix(0, c.lastRead.Load())
+		switch {
+		case !pingSentAt.IsZero() && lastRead.Before(pingSentAt) && now.Sub(pingSentAt) >= o.KeepaliveTimeout:
+			c.close(errors.New("keepalive: the peer did not answer a ping"))
+			return
+		case now.Sub(lastRead) >= o.KeepaliveTime && (pingSentAt.IsZero() || !lastRead.Before(pingSentAt)):
+			pingSentAt = now
+			var data [8]byte
+			copy(data[:], keepalivePingData)
+			// Off this goroutine: a write that blocks must not stop the
+			// timeout from closing the connection.
+			go c.write(func() error { return c.fr.WritePing(false, data) })
+		}
+		c.mu.Lock()
+		if !c.closed {
+			c.keepaliveTimer = time.AfterFunc(every, tick)
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.keepaliveTimer = time.AfterFunc(every, tick)
+	c.mu.Unlock()
+}
+
+// be32 reads a gRPC message prefix's length.
+func be32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }

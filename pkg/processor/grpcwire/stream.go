@@ -1,0 +1,595 @@
+package grpcwire
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// stream is one gRPC call; it implements grpc.ServerStream for the
+// service's handler, which runs on its own goroutine.
+type stream struct {
+	c      *conn
+	id     uint32
+	ctx    context.Context
+	cancel context.CancelFunc
+	method string
+
+	// Guarded by c.mu: the peer's window for our DATA on this stream.
+	sendWindow int64
+
+	// Receive side, guarded by mu. pending is an incomplete message's
+	// bytes; msgs the complete ones not yet taken (msgs[head:]); queued
+	// their size; owed the bytes received and not yet returned to the
+	// peer's window; recvErr what Recv returns once msgs is empty (io.EOF
+	// after the peer's END_STREAM).
+	mu       sync.Mutex
+	pending  []byte
+	msgs     [][]byte
+	head     int
+	queued   int
+	owed     int32
+	recvErr  error
+	halfDone bool // the peer ended its side
+	failed   bool // a message could not be read: the rest is dropped
+	reset    bool // RST_STREAM sent or received: write nothing more
+	signal   chan struct{}
+
+	// Send side, owned by the handler's goroutine.
+	headerSent bool
+	header     metadata.MD
+	trailer    metadata.MD
+	wbuf       []byte
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func getBuf(n int) []byte {
+	bp := bufPool.Get().(*[]byte)
+	if cap(*bp) < n {
+		return make([]byte, n)
+	}
+	return (*bp)[:n]
+}
+
+func putBuf(b []byte) {
+	if cap(b) > 64<<10 {
+		return
+	}
+	b = b[:0]
+	bufPool.Put(&b)
+}
+
+// onHeaders opens a stream, or ends the peer's side of one (trailers).
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	if st := c.streams[id]; st != nil {
+		c.mu.Unlock()
+		if !f.StreamEnded() {
+			c.resetStream(id, http2.ErrCodeProtocol, status.Error(codes.Internal, "trailers without END_STREAM"))
+			return nil
+		}
+		st.mu.Lock()
+		st.halfDone = true
+		if st.recvErr == nil {
+			st.recvErr = io.EOF
+		}
+		st.mu.Unlock()
+		st.wake()
+		return nil
+	}
+	if id%2 == 0 || id <= c.lastID {
+		c.mu.Unlock()
+		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d (last %d)", id, c.lastID)}
+	}
+	c.lastID = id
+	refused := id > c.maxID || c.closed || uint32(len(c.streams)) >= c.srv.opts.MaxConcurrentStreams
+	c.mu.Unlock()
+	if refused {
+		return c.write(func() error { return c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
+	}
+	if f.Truncated {
+		return c.write(func() error { return c.writeStatusOnly(id, 431, nil) })
+	}
+	var path, method, ctype, timeout string
+	var md metadata.MD
+	for _, hf := range f.Fields {
+		switch hf.Name {
+		case ":path":
+			path = hf.Value
+		case ":method":
+			method = hf.Value
+		case "content-type":
+			ctype = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		case "grpc-encoding":
+			if hf.Value != "identity" {
+				return c.write(func() error {
+					return c.writeStatusOnly(id, 200, status.New(codes.Unimplemented, "grpc: compression is not supported"))
+				})
+			}
+		case "te", "grpc-accept-encoding", "grpc-message-type", "grpc-status", "grpc-message", "grpc-status-details-bin":
+		default:
+			if len(hf.Name) > 0 && hf.Name[0] == ':' {
+				continue
+			}
+			if md == nil {
+				md = metadata.MD{}
+			}
+			v, err := decodeMetadataValue(hf.Name, hf.Value)
+			if err != nil {
+				return c.write(func() error { return c.writeStatusOnly(id, 200, status.New(codes.Internal, err.Error())) })
+			}
+			md[hf.Name] = append(md[hf.Name], v)
+		}
+	}
+	if method != "POST" || !isGRPCContentType(ctype) {
+		return c.write(func() error { return c.writeStatusOnly(id, 415, nil) })
+	}
+	m := c.srv.methods[path]
+	if m == nil {
+		return c.write(func() error {
+			return c.writeStatusOnly(id, 200, status.Newf(codes.Unimplemented, "unknown method %s", path))
+		})
+	}
+	ctx := c.ctx
+	var cancel context.CancelFunc
+	if timeout != "" {
+		d, err := parseTimeout(timeout)
+		if err != nil {
+			return c.write(func() error { return c.writeStatusOnly(id, 200, status.New(codes.Internal, err.Error())) })
+		}
+		ctx, cancel = context.WithTimeout(ctx, d)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	if md != nil {
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	st := &stream{c: c, id: id, ctx: ctx, cancel: cancel, method: path, signal: make(chan struct{}, 1)}
+	if f.StreamEnded() {
+		st.halfDone, st.recvErr = true, io.EOF
+	}
+	c.mu.Lock()
+	st.sendWindow = int64(c.peerWindow)
+	c.streams[id] = st
+	c.mu.Unlock()
+	c.srv.goStream(func() { st.run(m) })
+	return nil
+}
+
+func isGRPCContentType(ct string) bool {
+	const p = "application/grpc"
+	return len(ct) >= len(p) && ct[:len(p)] == p && (len(ct) == len(p) || ct[len(p)] == '+' || ct[len(p)] == ';')
+}
+
+// run calls the method's handler and ends the stream with its status.
+func (st *stream) run(m *method) {
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = status.Errorf(codes.Internal, "the handler panicked: %v", r)
+			}
+		}()
+		if m.unary != nil {
+			var resp any
+			resp, err = m.unary(m.impl, st.ctx, st.RecvMsg, nil)
+			if err == nil {
+				err = st.SendMsg(resp)
+			}
+			return
+		}
+		err = m.stream(m.impl, st)
+	}()
+	st.finish(err)
+	st.cancel()
+	st.release()
+	st.c.streamEnded(st)
+}
+
+// release returns the queued buffers.
+func (st *stream) release() {
+	st.mu.Lock()
+	for i := st.head; i < len(st.msgs); i++ {
+		putBuf(st.msgs[i])
+	}
+	st.msgs, st.head, st.pending = nil, 0, nil
+	st.mu.Unlock()
+}
+
+func (st *stream) wake() {
+	select {
+	case st.signal <- struct{}{}:
+	default:
+	}
+}
+
+// onData appends a DATA frame's payload (length n with padding) and
+// queues the messages it completes. Called by the connection's reader.
+func (st *stream) onData(p []byte, n int32, end bool) error {
+	c := st.c
+	st.mu.Lock()
+	if st.halfDone && !st.failed {
+		st.mu.Unlock()
+		c.resetStream(st.id, http2.ErrCodeStreamClosed, status.Error(codes.Internal, "DATA after END_STREAM"))
+		return nil
+	}
+	st.owed += n
+	if st.owed > c.srv.opts.StreamWindow {
+		st.mu.Unlock()
+		c.resetStream(st.id, http2.ErrCodeFlowControl, status.Error(codes.Internal, "the peer overran the stream window"))
+		return nil
+	}
+	queued := false
+	if !st.failed {
+		queued = st.deframe(p) || st.failed
+	}
+	if end && !st.halfDone {
+		st.halfDone = true
+		if st.recvErr == nil {
+			st.recvErr = io.EOF
+			if len(st.pending) > 0 {
+				st.recvErr = status.Error(codes.Internal, "the stream ended inside a message")
+			}
+		}
+	}
+	inc := st.credit()
+	st.mu.Unlock()
+	if queued || end {
+		st.wake()
+	}
+	return st.returnWindow(inc)
+}
+
+// deframe queues the complete messages of pending+p and keeps the rest in
+// pending. A message that is compressed or too large fails the receive
+// side: Recv returns its status once the messages before it are taken,
+// the handler's status goes out as usual, and what follows is dropped.
+// st.mu is held.
+func (st *stream) deframe(p []byte) (queued bool) {
+	src := p
+	if len(st.pending) > 0 {
+		st.pending = append(st.pending, p...)
+		src = st.pending
+	}
+	max := st.c.srv.opts.MaxRecvMsgSize
+	for len(src) >= 5 {
+		if src[0] != 0 {
+			st.fail(status.Error(codes.Unimplemented, "grpc: a compressed message, and compression is not supported"))
+			return queued
+		}
+		size := int(be32(src[1:5]))
+		if size > max {
+			st.fail(status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, max))
+			return queued
+		}
+		if len(src) < 5+size {
+			break
+		}
+		b := getBuf(size)
+		copy(b, src[5:5+size])
+		st.msgs = append(st.msgs, b)
+		st.queued += 5 + size
+		queued = true
+		src = src[5+size:]
+	}
+	switch {
+	case len(src) == 0:
+		st.pending = st.pending[:0]
+	case len(st.pending) == 0: // the rest of p: keep a copy
+		st.pending = append(st.pending, src...)
+	default: // the rest of pending: move it to the front
+		k := copy(st.pending, src)
+		st.pending = st.pending[:k]
+	}
+	if cap(st.pending) > 64<<10 && len(st.pending) == 0 {
+		st.pending = nil
+	}
+	return queued
+}
+
+// fail ends the receive side with err (after the queued messages); the
+// stream's later data is dropped and its window returned. st.mu is held.
+func (st *stream) fail(err error) {
+	st.failed = true
+	st.pending = nil
+	if st.recvErr == nil || st.recvErr == io.EOF {
+		st.recvErr = err
+	}
+}
+
+// credit takes what is owed to the peer's window, in batches of a
+// quarter window, as long as the handler keeps up (fewer than a window's
+// bytes queued): a handler that falls behind stops the peer. The bytes
+// of a message still arriving are returned as they come, so a message
+// larger than the window is never stuck. st.mu is held.
+func (st *stream) credit() int32 {
+	w := st.c.srv.opts.StreamWindow
+	if st.failed && st.owed > 0 {
+		inc := st.owed
+		st.owed = 0
+		return inc
+	}
+	if st.halfDone || st.owed < w/4 || st.queued >= int(w) {
+		return 0
+	}
+	inc := st.owed
+	st.owed = 0
+	return inc
+}
+
+func (st *stream) returnWindow(inc int32) error {
+	if inc <= 0 {
+		return nil
+	}
+	return st.c.write(func() error { return st.c.fr.WriteWindowUpdate(st.id, uint32(inc)) })
+}
+
+// take pops the next queued message, or returns what ends the receive side.
+func (st *stream) take() ([]byte, error) {
+	for {
+		st.mu.Lock()
+		if st.head < len(st.msgs) {
+			b := st.msgs[st.head]
+			st.msgs[st.head] = nil
+			st.head++
+			if st.head == len(st.msgs) {
+				st.msgs, st.head = st.msgs[:0], 0
+			}
+			st.queued -= 5 + len(b)
+			inc := st.credit()
+			st.mu.Unlock()
+			_ = st.returnWindow(inc)
+			return b, nil
+		}
+		if err := st.recvErr; err != nil {
+			st.mu.Unlock()
+			return nil, err
+		}
+		st.mu.Unlock()
+		// Replies left buffered go out before this handler waits.
+		st.c.flushDirty()
+		select {
+		case <-st.signal:
+		case <-st.ctx.Done():
+			st.mu.Lock()
+			err := st.recvErr
+			st.mu.Unlock()
+			if err != nil && err != io.EOF {
+				return nil, err
+			}
+			return nil, status.FromContextError(st.ctx.Err()).Err()
+		}
+	}
+}
+
+// abort ends the stream's receive side with cause and cancels its
+// context; with rst it also resets the stream with code (the handler's
+// status is then not sent).
+func (st *stream) abort(cause error, rst bool, code http2.ErrCode) {
+	st.mu.Lock()
+	already := st.reset
+	st.reset = true
+	st.recvErr = cause
+	st.halfDone = true
+	st.mu.Unlock()
+	st.cancel()
+	st.wake()
+	st.c.mu.Lock()
+	st.c.cond.Broadcast()
+	st.c.mu.Unlock()
+	if rst && !already {
+		_ = st.c.write(func() error { return st.c.fr.WriteRSTStream(st.id, code) })
+	}
+}
+
+// Context, SetHeader, SendHeader, SetTrailer, SendMsg, RecvMsg:
+// grpc.ServerStream.
+func (st *stream) Context() context.Context { return st.ctx }
+
+func (st *stream) SetHeader(md metadata.MD) error {
+	if st.headerSent {
+		return status.Error(codes.Internal, "grpc: headers already sent")
+	}
+	st.header = metadata.Join(st.header, md)
+	return nil
+}
+
+func (st *stream) SendHeader(md metadata.MD) error {
+	if err := st.SetHeader(md); err != nil {
+		return err
+	}
+	return st.sendHeader()
+}
+
+func (st *stream) SetTrailer(md metadata.MD) { st.trailer = metadata.Join(st.trailer, md) }
+
+func (st *stream) RecvMsg(m any) error {
+	b, err := st.take()
+	if err != nil {
+		return err
+	}
+	err = st.c.srv.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	putBuf(b)
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+	}
+	return nil
+}
+
+func (st *stream) SendMsg(m any) error {
+	data, err := st.c.srv.opts.Codec.Marshal(m)
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+	}
+	n := data.Len()
+	if cap(st.wbuf) < 5+n {
+		st.wbuf = make([]byte, 5+n)
+	}
+	b := st.wbuf[:5+n]
+	b[0] = 0
+	binary.BigEndian.PutUint32(b[1:5], uint32(n))
+	data.CopyTo(b[5:])
+	data.Free()
+	if !st.headerSent {
+		if err := st.sendHeader(); err != nil {
+			return err
+		}
+	}
+	st.mu.Lock()
+	later := st.head < len(st.msgs)
+	st.mu.Unlock()
+	err = st.writeData(b, later)
+	if cap(st.wbuf) > 64<<10 {
+		st.wbuf = nil
+	}
+	return err
+}
+
+func (st *stream) sendHeader() error {
+	if st.headerSent {
+		return status.Error(codes.Internal, "grpc: headers already sent")
+	}
+	st.headerSent = true
+	return st.c.write(func() error { return st.c.writeHeaderFrame(st.id, false, st.responseHeaders()) })
+}
+
+func (st *stream) responseHeaders() []hpack.HeaderField {
+	hs := make([]hpack.HeaderField, 0, 2+len(st.header))
+	hs = append(hs, hpack.HeaderField{Name: ":status", Value: "200"}, hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	return appendMetadata(hs, st.header)
+}
+
+// writeData writes b in DATA frames as the peer's windows allow; later
+// leaves them buffered (conn.writeLater).
+func (st *stream) writeData(b []byte, later bool) error {
+	c := st.c
+	for len(b) > 0 {
+		c.mu.Lock()
+		for !c.closed && !st.isReset() && (c.connSend <= 0 || st.sendWindow <= 0) {
+			c.cond.Wait()
+		}
+		if c.closed || st.isReset() {
+			c.mu.Unlock()
+			if err := st.ctx.Err(); err != nil {
+				return status.FromContextError(err).Err()
+			}
+			return status.Error(codes.Unavailable, "the stream or connection ended")
+		}
+		n := int64(len(b))
+		n = min(n, c.connSend, st.sendWindow, int64(c.peerMaxFrame))
+		c.connSend -= n
+		st.sendWindow -= n
+		c.mu.Unlock()
+		chunk := b[:n]
+		b = b[n:]
+		w := c.write
+		if later && len(b) == 0 {
+			w = c.writeLater
+		}
+		if err := w(func() error { return c.fr.WriteData(st.id, false, chunk) }); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	return nil
+}
+
+func (st *stream) isReset() bool {
+	st.mu.Lock()
+	r := st.reset
+	st.mu.Unlock()
+	return r
+}
+
+// finish sends the handler's status as trailers, unless the stream was
+// reset; and resets the stream if the peer has not ended its side (its
+// remaining messages are not wanted), as grpc-go does.
+func (st *stream) finish(err error) {
+	st.mu.Lock()
+	reset, half := st.reset, st.halfDone
+	st.reset = true // nothing else is written
+	st.mu.Unlock()
+	if reset {
+		return
+	}
+	s := status.Convert(err)
+	_ = st.c.write(func() error {
+		if err := st.c.writeTrailers(st, s); err != nil {
+			return err
+		}
+		if !half {
+			return st.c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		}
+		return nil
+	})
+}
+
+// writeTrailers writes the status (trailers-only if no header was sent).
+// c.wmu is held.
+func (c *conn) writeTrailers(st *stream, s *status.Status) error {
+	var hs []hpack.HeaderField
+	if !st.headerSent {
+		st.headerSent = true
+		hs = st.responseHeaders()
+	}
+	hs = appendStatus(hs, s)
+	hs = appendMetadata(hs, st.trailer)
+	return c.writeHeaderFrame(st.id, true, hs)
+}
+
+// writeStatusOnly answers a stream that is not opened: an HTTP status,
+// and a gRPC one if s is set. c.wmu is held.
+func (c *conn) writeStatusOnly(id uint32, httpStatus int, s *status.Status) error {
+	hs := []hpack.HeaderField{{Name: ":status", Value: fmt.Sprint(httpStatus)}}
+	if s != nil {
+		hs = append(hs, hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+		hs = appendStatus(hs, s)
+	}
+	return c.writeHeaderFrame(id, true, hs)
+}
+
+// writeHeaderFrame encodes hs and writes it as HEADERS and CONTINUATION
+// frames. c.wmu is held.
+func (c *conn) writeHeaderFrame(id uint32, end bool, hs []hpack.HeaderField) error {
+	c.hbuf.Reset()
+	for _, h := range hs {
+		if err := c.henc.WriteField(h); err != nil {
+			return err
+		}
+	}
+	block := c.hbuf.Bytes()
+	c.mu.Lock()
+	frame := int(c.peerMaxFrame)
+	c.mu.Unlock()
+	first := block
+	if len(first) > frame {
+		first = first[:frame]
+	}
+	block = block[len(first):]
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: end, EndHeaders: len(block) == 0}); err != nil {
+		return err
+	}
+	for len(block) > 0 {
+		next := block
+		if len(next) > frame {
+			next = next[:frame]
+		}
+		block = block[len(next):]
+		if err := c.fr.WriteContinuation(id, len(block) == 0, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
