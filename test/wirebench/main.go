@@ -80,10 +80,10 @@ type Report struct {
 	// the null (synchronous) server's.
 	Observer       *Result
 	ObserverRatios []float64
-	// NullTuned is the null server on fusebox's flow-control settings
-	// (processor.TransportOptions), and the Tuned ratios are fusebox's and
-	// the observer's CPU over it, per round: what fusebox's own work
-	// costs, its transport settings aside.
+	// NullTuned is the null server on fusebox's own transport
+	// (processor/grpcwire, nullproc -wire), and the Tuned ratios are
+	// fusebox's and the observer's CPU over it, per round: what fusebox's
+	// own work costs, its transport aside.
 	NullTuned                  *Result
 	TunedRatios, ObserverTuned []float64
 	// NullObserver is the null server playing the observer profile
@@ -135,7 +135,7 @@ func (rep *Report) Print(w io.Writer) {
 			float64(no.CPUPerRequest())/float64(rep.Null.CPUPerRequest()))
 	}
 	if t := rep.NullTuned; t != nil && rep.Observer != nil {
-		fmt.Fprintf(w, "over null-tuned (the null server on fusebox's flow-control settings): observer %.2fx (pooled %.2fx), fusebox %.2fx (pooled %.2fx); null-tuned/null %.2fx (pooled)\n",
+		fmt.Fprintf(w, "over null-wire (the null server on fusebox's own transport): observer %.2fx (pooled %.2fx), fusebox %.2fx (pooled %.2fx); null-wire/null %.2fx (pooled)\n",
 			median(rep.ObserverTuned), float64(rep.Observer.CPUPerRequest())/float64(t.CPUPerRequest()),
 			median(rep.TunedRatios), float64(rep.Fusebox.CPUPerRequest())/float64(t.CPUPerRequest()),
 			float64(t.CPUPerRequest())/float64(rep.Null.CPUPerRequest()))
@@ -168,11 +168,7 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		return nil, err
 	}
 	defer nl.stop()
-	ntArgs := []string{"-fusebox-transport"}
-	if os.Getenv("WIREBENCH_NT") != "" {
-		ntArgs = strings.Fields(os.Getenv("WIREBENCH_NT"))
-	}
-	nt, err := startNull(nullBin, ntArgs...)
+	nt, err := startNull(nullBin, "-wire")
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +183,7 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 		return nil, err
 	}
 	defer no.stop()
-	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}, NullTuned: &Result{Name: "null-tuned"},
+	rep := &Report{Null: &Result{Name: "null"}, Fusebox: &Result{Name: "fusebox"}, Observer: &Result{Name: "observer"}, NullTuned: &Result{Name: "null-wire"},
 		NullObserver: &Result{Name: "null-obs"}}
 	l := newLifecycle()
 	ob.observer, no.observer = true, true

@@ -25,7 +25,7 @@ func TestWirebenchRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []*Result{rep.Null, rep.Fusebox} {
+	for _, r := range []*Result{rep.Null, rep.Fusebox, rep.NullTuned} {
 		if r.Requests != 300 || len(r.Latencies) != 300*53 || r.CPU <= 0 {
 			t.Fatalf("%s: %d requests, %d latencies, cpu %v", r.Name, r.Requests, len(r.Latencies), r.CPU)
 		}
@@ -39,7 +39,7 @@ func TestWirebenchRuns(t *testing.T) {
 	var b bytes.Buffer
 	rep.Print(&b)
 	if !strings.Contains(b.String(), "fusebox/null: cpu") || !strings.Contains(b.String(), "observer/null: cpu") ||
-		!strings.Contains(b.String(), "observer/null-obs") {
+		!strings.Contains(b.String(), "observer/null-obs") || !strings.Contains(b.String(), "over null-wire") {
 		t.Fatalf("report:\n%s", b.String())
 	}
 }

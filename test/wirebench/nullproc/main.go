@@ -1,8 +1,9 @@
 // Command nullproc is the baseline of make bench-wire: an ext_proc server
 // that answers every message with the CONTINUE reply of its kind and does
-// nothing else, on the same gRPC stack as fusebox (with
-// -fusebox-transport, its flow-control settings too; with -observer, the
-// observer profile's replies only).
+// nothing else, on grpc-go's server (with -fusebox-transport, on
+// fusebox's flow-control settings; with -wire, on fusebox's own transport,
+// processor/grpcwire; with -observer, the observer profile's replies
+// only).
 package main
 
 import (
@@ -83,13 +84,19 @@ func (srv server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 func main() {
 	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
 	transport := flag.Bool("fusebox-transport", false, "serve with fusebox's gRPC flow-control settings (processor.TransportOptions)")
-	wire := flag.Bool("wire", false, "serve on fusebox's own gRPC transport (grpcwire) instead of grpc-go's server")
+	wire := flag.Bool("wire", false, "serve on fusebox's own gRPC transport (processor/grpcwire) instead of grpc-go's server")
 	observer := flag.Bool("observer", false, "play the observer profile: no reply to observed messages, the stream ended at the response's last chunk")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGINT")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file until SIGINT")
 	flag.Parse()
 	if *cpuprofile != "" {
-		f, _ := os.Create(*cpuprofile)
-		pprof.StartCPUProfile(f)
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		go func() {
 			ch := make(chan os.Signal, 1)
 			signal.Notify(ch, os.Interrupt)
