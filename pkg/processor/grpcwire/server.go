@@ -6,7 +6,6 @@ import (
 	"math"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -93,42 +92,8 @@ type Server struct {
 	draining bool
 	connWG   sync.WaitGroup
 
-	// Streams run on reused goroutines: a new one starts with a small
-	// stack, and growing it for fusebox's handler was a tenth of the
-	// observer's CPU (pprof under make bench-wire). work hands a stream to
-	// an idle worker; at most maxIdleWorkers wait; quit ends them.
-	work     chan func()
-	idle     atomic.Int32
-	quit     chan struct{}
-	quitOnce sync.Once
-}
-
-const maxIdleWorkers = 256
-
-// goStream runs job on an idle worker, or a new one.
-func (s *Server) goStream(job func()) {
-	select {
-	case s.work <- job:
-	default:
-		go s.worker(job)
-	}
-}
-
-func (s *Server) worker(job func()) {
-	for {
-		job()
-		if s.idle.Add(1) > maxIdleWorkers {
-			s.idle.Add(-1)
-			return
-		}
-		select {
-		case job = <-s.work:
-			s.idle.Add(-1)
-		case <-s.quit:
-			s.idle.Add(-1)
-			return
-		}
-	}
+	// Streams run on reused goroutines (Workers).
+	workers Workers
 }
 
 // NewServer returns a Server with opts (Codec is required).
@@ -137,8 +102,7 @@ func NewServer(opts Options) *Server {
 		panic("grpcwire: Options.Codec is required")
 	}
 	opts.defaults()
-	return &Server{opts: opts, methods: map[string]*method{}, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
-		work: make(chan func()), quit: make(chan struct{})}
+	return &Server{opts: opts, methods: map[string]*method{}, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 }
 
 // RegisterService registers a service and its implementation; it must be
@@ -232,7 +196,7 @@ func (s *Server) Stop() {
 		c.close(errors.New("the server stopped"))
 	}
 	s.connWG.Wait()
-	s.quitOnce.Do(func() { close(s.quit) })
+	s.workers.Stop()
 }
 
 // GracefulStop closes the listeners, tells every connection to open no
@@ -245,5 +209,5 @@ func (s *Server) GracefulStop() {
 		c.drain()
 	}
 	s.connWG.Wait()
-	s.quitOnce.Do(func() { close(s.quit) })
+	s.workers.Stop()
 }

@@ -165,7 +165,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.sendWindow = int64(c.peerWindow)
 	c.streams[id] = st
 	c.mu.Unlock()
-	c.srv.goStream(func() { st.run(m) })
+	c.srv.workers.Go(func() { st.run(m) })
 	return nil
 }
 
