@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +9,9 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
@@ -142,4 +145,34 @@ func TestCodecBoundsAccessLogMessages(t *testing.T) {
 func logEntryMessage() *accesslogv3.StreamAccessLogsMessage {
 	return &accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{
 		LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{logEntry{decision: "d", code: 503}.proto()}}}}
+}
+
+// A Server its streams ran on is collected once nothing uses it: the
+// goroutines the lifetime watch reuses belong to no server. With a pool
+// inside the Server, its idle workers kept it (its store, notes, history)
+// alive after a restart, and the soaks' memory grew per restart.
+func TestAServerIsNotKeptByItsStreamWorkers(t *testing.T) {
+	collected := make(chan struct{})
+	func() {
+		rt, err := routes.Parse(routes.DefaultConfig(), routes.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := NewServer(Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), StreamIdle: time.Minute})
+		runtime.AddCleanup(s, func(struct{}) { close(collected) }, struct{}{})
+		done := make(chan struct{})
+		_ = s.bounded(func(*activity) error { close(done); return nil })
+		<-done
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Server is still alive: something its streams ran on keeps it")
+		}
+	}
 }

@@ -30,9 +30,6 @@ const RoleHeader = "x-fusebox-role"
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	// workers run each bounded stream's handler (bounded).
-	workers grpcwire.Workers
-
 	cfg   *routes.Holder
 	store breaker.Store
 	// meet is where the attempts of one request meet, on any replica
@@ -166,7 +163,7 @@ func (s *Server) bounded(run func(act *activity) error) error {
 	done := make(chan error, 1)
 	// On a reused goroutine: a new one's stack growth was a sixteenth of
 	// the observer's CPU (pprof under make bench-wire).
-	s.workers.Go(func() {
+	grpcwire.Go(func() {
 		// The stream counts against the limit until its goroutine ends.
 		defer s.streams.Add(-1)
 		done <- run(act)

@@ -41,8 +41,15 @@ var servingFrames = []string{
 	"processor.(*Server).readAccessLogs",
 }
 
+// idleWorkerFrame is the first frame of a goroutine that fusebox keeps for
+// reuse (grpcwire.Workers: the transport's and the lifetime watch's), idle
+// in its select: a bounded pool (Workers.MaxIdle each), which keeps the
+// stacks its handlers grew, not a leak. A busy worker has its handler's
+// frames above this one, and counts; so does a leaked handler.
+const idleWorkerFrame = "github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run("
+
 // goroutineCounts returns all goroutines, fusebox's own (the harness's
-// left out) and, of fusebox's, those serving an access log stream, from
+// and idle pooled workers left out) and, of fusebox's, those serving an access log stream, from
 // one dump of every stack.
 func goroutineCounts() (all, fusebox, serving int) {
 	var b bytes.Buffer
@@ -65,6 +72,9 @@ func countGoroutines(dump string) (all, fusebox, serving int) {
 		}
 		all++
 		if has(g, harnessFrames) {
+			continue
+		}
+		if lines := strings.SplitN(strings.TrimSpace(g), "\n", 3); len(lines) > 1 && strings.HasPrefix(lines[1], idleWorkerFrame) {
 			continue
 		}
 		fusebox++

@@ -25,10 +25,20 @@ github.com/fusebox-llm/fusebox/test/e2e/envoysim.(*Proxy).run(0xc0)
 goroutine 13 [select]:
 github.com/fusebox-llm/fusebox/pkg/processor.(*Server).readAccessLogs(0xc0)
 github.com/fusebox-llm/fusebox/pkg/processor.accessLogServer.StreamAccessLogs.func1()
+
+goroutine 14 [select]:
+github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run(0xc0, 0xc1)
+created by github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).Go in goroutine 8
+
+goroutine 15 [chan receive]:
+github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*stream).take(0xc0)
+github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*stream).RecvMsg(0xc0)
+github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run(0xc0, 0xc1)
 `
 	all, fb, serving := countGoroutines(dump)
-	if all != 6 || fb != 3 || serving != 1 {
-		t.Fatalf("all %d, fusebox's %d, serving %d; want 6, 3, 1", all, fb, serving)
+	// The idle worker (14) is not counted; the busy one (15) is.
+	if all != 8 || fb != 4 || serving != 1 {
+		t.Fatalf("all %d, fusebox's %d, serving %d; want 8, 4, 1", all, fb, serving)
 	}
 	if all, fb, _ := goroutineCounts(); all == 0 || fb == 0 || fb > all {
 		t.Fatalf("this process: all %d, fusebox's %d", all, fb)

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+func encodingProto() encoding.CodecV2 { return encoding.GetCodecV2("proto") }
+
 // proc is an ext_proc service whose Process is fn.
 type proc struct {
 	extprocv3.UnimplementedExternalProcessorServer

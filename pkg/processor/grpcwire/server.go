@@ -91,9 +91,6 @@ type Server struct {
 	stopped  bool // Stop or GracefulStop was called
 	draining bool
 	connWG   sync.WaitGroup
-
-	// Streams run on reused goroutines (Workers).
-	workers Workers
 }
 
 // NewServer returns a Server with opts (Codec is required).
@@ -196,7 +193,6 @@ func (s *Server) Stop() {
 		c.close(errors.New("the server stopped"))
 	}
 	s.connWG.Wait()
-	s.workers.Stop()
 }
 
 // GracefulStop closes the listeners, tells every connection to open no
@@ -209,5 +205,4 @@ func (s *Server) GracefulStop() {
 		c.drain()
 	}
 	s.connWG.Wait()
-	s.workers.Stop()
 }

@@ -41,6 +41,7 @@ type stream struct {
 	recvErr  error
 	halfDone bool // the peer ended its side
 	failed   bool // a message could not be read: the rest is dropped
+	moved    int  // bytes deframe moved within pending (a test holds it linear)
 	reset    bool // RST_STREAM sent or received: write nothing more
 	signal   chan struct{}
 
@@ -165,7 +166,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.sendWindow = int64(c.peerWindow)
 	c.streams[id] = st
 	c.mu.Unlock()
-	c.srv.workers.Go(func() { st.run(m) })
+	Go(func() { st.run(m) }) // a reused goroutine (Workers)
 	return nil
 }
 
@@ -290,9 +291,12 @@ func (st *stream) deframe(p []byte) (queued bool) {
 		st.pending = st.pending[:0]
 	case len(st.pending) == 0: // the rest of p: keep a copy
 		st.pending = append(st.pending, src...)
-	default: // the rest of pending: move it to the front
+	case len(src) < len(st.pending): // the rest of pending: move it to the front
 		k := copy(st.pending, src)
 		st.pending = st.pending[:k]
+		st.moved += k
+	default: // nothing was taken: pending stays as it is (a large message
+		// arriving frame by frame must not be copied once per frame)
 	}
 	if cap(st.pending) > 64<<10 && len(st.pending) == 0 {
 		st.pending = nil

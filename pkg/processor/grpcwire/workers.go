@@ -5,6 +5,15 @@ import (
 	"sync/atomic"
 )
 
+// pool is the process's one pool: the transport's streams and the
+// processor's lifetime watch share it. It belongs to no server, so an idle
+// worker keeps nothing alive (a pool inside a server kept that server, and
+// all it holds, after a restart: the soak's memory invariant).
+var pool Workers
+
+// Go runs f on a reused goroutine of the process's pool (Workers).
+func Go(f func()) { pool.Go(f) }
+
 // Workers runs functions on reused goroutines. A new goroutine starts
 // with a small stack, and growing it for fusebox's stream handler was a
 // tenth of the observer's CPU (pprof under make bench-wire); a reused one
@@ -18,6 +27,8 @@ type Workers struct {
 	quit chan struct{}
 	stop sync.Once
 	idle atomic.Int32
+	// started counts the goroutines Go started (tests read it).
+	started atomic.Int32
 }
 
 func (w *Workers) init() {
@@ -33,6 +44,7 @@ func (w *Workers) Go(f func()) {
 	select {
 	case w.work <- f:
 	default:
+		w.started.Add(1)
 		go w.run(f)
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// waitGoroutines waits until runtime.NumGoroutine() is want (5 s).
-func waitGoroutines(t *testing.T, want int) {
+// waitIdle waits until n workers are idle (5 s).
+func waitIdle(t *testing.T, w *Workers, n int32) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() != want {
+	for w.idle.Load() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines, want %d", runtime.NumGoroutine(), want)
+			t.Fatalf("%d idle workers, want %d", w.idle.Load(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -22,13 +22,17 @@ func waitGoroutines(t *testing.T, want int) {
 // A worker is reused once its work is done; at most MaxIdle wait; Stop
 // ends them.
 func TestWorkers(t *testing.T) {
-	base := runtime.NumGoroutine()
 	w := &Workers{MaxIdle: 2}
 	for i := 0; i < 10; i++ { // one after another: one goroutine
 		done := make(chan struct{})
 		w.Go(func() { close(done) })
 		<-done
-		waitGoroutines(t, base+1)
+		waitIdle(t, w, 1)
+	}
+	// 1, unless a job came in the instant between the worker counting
+	// itself idle and waiting; never one per job.
+	if n := w.started.Load(); n > 5 {
+		t.Fatalf("10 jobs in turn started %d goroutines, want 1", n)
 	}
 	var wg sync.WaitGroup
 	release := make(chan struct{})
@@ -36,13 +40,46 @@ func TestWorkers(t *testing.T) {
 		wg.Add(1)
 		w.Go(func() { defer wg.Done(); <-release })
 	}
-	waitGoroutines(t, base+5)
+	// The idle worker takes one of them if it is already waiting (it
+	// counts itself idle just before), so 4 or 5 new ones in all.
+	if n := w.started.Load(); n < 4 || n > 5 {
+		t.Fatalf("5 jobs at once on 1 idle worker: %d goroutines started in all, want 4 or 5", n)
+	}
 	close(release)
 	wg.Wait()
-	waitGoroutines(t, base+2) // the idle bound
+	waitIdle(t, w, 2) // the idle bound
 	w.Stop()
-	waitGoroutines(t, base)
+	waitIdle(t, w, 0)
 	done := make(chan struct{})
 	w.Go(func() { close(done) }) // after Stop: still runs
 	<-done
+}
+
+// An idle worker keeps nothing of its last job alive.
+func TestAnIdleWorkerKeepsNoJob(t *testing.T) {
+	w := &Workers{}
+	defer w.Stop()
+	type big struct{ b [1 << 20]byte }
+	v := &big{}
+	collected := make(chan struct{})
+	runtime.AddCleanup(v, func(struct{}) { close(collected) }, struct{}{})
+	done := make(chan struct{})
+	job := func(p *big) func() { return func() { p.b[0] = 1; close(done) } }(v)
+	v = nil
+	w.Go(job)
+	job = nil
+	<-done
+	waitIdle(t, w, 1)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle worker keeps its last job's closure alive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -76,6 +77,11 @@ func TestJSONLogIsTheShippedFormat(t *testing.T) {
 			t.Fatalf("%v %v", resp, err)
 		}
 		resp.Body.Close()
+	}
+	// The entry is written once the request is done, as Envoy writes it:
+	// the client can have its response first (a loaded machine showed it).
+	for deadline := time.Now().Add(5 * time.Second); len(r.proxy.Log()) < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	var buf bytes.Buffer
 	if err := r.proxy.WriteJSONLog(&buf, nil); err != nil {
