@@ -2,8 +2,8 @@ package grpcwire
 
 import (
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strings"
