@@ -566,6 +566,36 @@ func TestRawHTTP2(t *testing.T) {
 				}
 			}
 		}, nil},
+		{"a peer that answers the keepalive pings is kept", Options{KeepaliveTime: 40 * time.Millisecond, KeepaliveTimeout: 40 * time.Millisecond}, func(t *testing.T, r *raw) {
+			pings := 0
+			until := time.Now().Add(400 * time.Millisecond)
+			_ = r.c.SetReadDeadline(until)
+			for {
+				f, err := r.fr.ReadFrame()
+				if err != nil {
+					if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+						break
+					}
+					t.Fatalf("the connection ended: %v", err)
+				}
+				switch f := f.(type) {
+				case *http2.PingFrame:
+					if !f.IsAck() {
+						pings++
+						_ = r.fr.WritePing(true, f.Data)
+					}
+				case *http2.GoAwayFrame:
+					t.Fatalf("GOAWAY %v", f.ErrCode)
+				}
+			}
+			if pings < 2 {
+				t.Fatalf("%d keepalive pings in 400 ms, want several", pings)
+			}
+			r.headers(1, true, envoyHeaders(processPath)...)
+			if s := r.grpcStatus(1); s != "/0" && s != "200/0" {
+				t.Fatalf("a stream after: %q", s)
+			}
+		}, nil},
 		{"an idle connection is closed with GOAWAY", Options{MaxConnectionIdle: 50 * time.Millisecond}, func(t *testing.T, r *raw) {
 			f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
 			if f.ErrCode != http2.ErrCodeNo {
