@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"fmt"
 	"sync"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
@@ -53,26 +54,50 @@ var responseBodyContinueWire = func() []byte {
 // under a flood).
 const MaxAccessLogMessage = 1 << 20
 
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if _, ok := v.(*accesslogv3.StreamAccessLogsMessage); ok && data.Len() > MaxAccessLogMessage {
-		return status.Errorf(codes.ResourceExhausted, "an access log message of %d bytes, over fusebox's bound of %d", data.Len(), MaxAccessLogMessage)
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return c.UnmarshalBytes(buf.ReadOnlyData(), v)
+}
+
+// UnmarshalBytes is Unmarshal on one buffer, which it does not keep:
+// fusebox's transport (grpcwire) calls it without wrapping each message
+// in a mem.BufferSlice (two allocations per message).
+func (Codec) UnmarshalBytes(data []byte, v any) error {
+	if _, ok := v.(*accesslogv3.StreamAccessLogsMessage); ok && len(data) > MaxAccessLogMessage {
+		return status.Errorf(codes.ResourceExhausted, "an access log message of %d bytes, over fusebox's bound of %d", len(data), MaxAccessLogMessage)
 	}
 	m, ok := v.(*extprocv3.ProcessingRequest)
 	if !ok {
-		return encoding.GetCodecV2("proto").Unmarshal(data, v)
+		pm, ok := v.(proto.Message)
+		if !ok {
+			return encoding.GetCodecV2("proto").Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v)
+		}
+		return proto.Unmarshal(data, pm)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	if decodeBodyMessage(buf.ReadOnlyData(), m) {
+	if decodeBodyMessage(data, m) {
 		return nil
 	}
 	sp := scratch.Get().(*[]byte)
 	defer scratch.Put(sp)
-	b, out := dropBodyMetadataInto(buf.ReadOnlyData(), (*sp)[:0])
+	b, out := dropBodyMetadataInto(data, (*sp)[:0])
 	*sp = out[:0]
 	// proto copies every bytes field it decodes, so the scratch buffer
 	// may be reused once Unmarshal returns.
 	return proto.Unmarshal(b, m)
+}
+
+// AppendMarshal appends v's encoding to dst: Marshal without a
+// mem.BufferSlice (grpcwire writes it after the message's prefix).
+func (Codec) AppendMarshal(dst []byte, v any) ([]byte, error) {
+	if v == any(responseBodyContinue) {
+		return append(dst, responseBodyContinueWire...), nil
+	}
+	pm, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("processor.Codec: %T is not a proto message", v)
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
 }
 
 // scratch holds the buffers filtered messages are written to.

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -102,5 +103,30 @@ func TestCodecChunkReplyEncoding(t *testing.T) {
 	var back extprocv3.ProcessingResponse
 	if string(got.Materialize()) != string(want) || proto.Unmarshal(got.Materialize(), &back) != nil || back.GetResponseBody() == nil {
 		t.Fatalf("encoded %x, want %x", got.Materialize(), want)
+	}
+}
+
+// AppendMarshal writes what Marshal writes, after what dst holds, for the
+// shared chunk reply and any other message; UnmarshalBytes reads what
+// Unmarshal reads.
+func TestCodecBytesPathIsMarshal(t *testing.T) {
+	for _, m := range []proto.Message{responseBodyContinue, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}} {
+		want, err := Codec{}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Codec{}.AppendMarshal([]byte("abcde"), m)
+		if err != nil || string(got[:5]) != "abcde" || !bytes.Equal(got[5:], want.Materialize()) {
+			t.Fatalf("%T: AppendMarshal %q, Marshal %q (%v)", m, got, want.Materialize(), err)
+		}
+	}
+	in := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}}
+	b, _ := proto.Marshal(in)
+	var a, c extprocv3.ProcessingRequest
+	if err := (Codec{}).UnmarshalBytes(b, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &c); err != nil || !proto.Equal(&a, &c) || !proto.Equal(&a, in) {
+		t.Fatalf("UnmarshalBytes %v, Unmarshal %v (%v)", &a, &c, err)
 	}
 }

@@ -23,6 +23,15 @@ import (
 
 func encodingProto() encoding.CodecV2 { return encoding.GetCodecV2("proto") }
 
+// bytesProto is proto's codec with the BytesCodec methods, the path
+// processor.Codec takes.
+type bytesProto struct{ encoding.CodecV2 }
+
+func (bytesProto) UnmarshalBytes(b []byte, v any) error { return proto.Unmarshal(b, v.(proto.Message)) }
+func (bytesProto) AppendMarshal(dst []byte, v any) ([]byte, error) {
+	return proto.MarshalOptions{}.MarshalAppend(dst, v.(proto.Message))
+}
+
 // proc is an ext_proc service whose Process is fn.
 type proc struct {
 	extprocv3.UnimplementedExternalProcessorServer

@@ -68,6 +68,15 @@ func (o *Options) defaults() {
 	}
 }
 
+// BytesCodec is what a Codec may add to be called on plain byte slices
+// (no mem.BufferSlice per message): processor.Codec does.
+type BytesCodec interface {
+	// UnmarshalBytes decodes data into v and keeps no reference to data.
+	UnmarshalBytes(data []byte, v any) error
+	// AppendMarshal appends v's encoding to dst.
+	AppendMarshal(dst []byte, v any) ([]byte, error)
+}
+
 // ErrServerStopped is Serve's error when the server was stopped before it.
 var ErrServerStopped = errors.New("grpcwire: the server was stopped")
 
@@ -82,8 +91,9 @@ type method struct {
 // Server serves registered gRPC services. It implements
 // grpc.ServiceRegistrar, so generated Register functions take it.
 type Server struct {
-	opts    Options
-	methods map[string]*method // by :path, "/pkg.Service/Method"
+	opts       Options
+	bytesCodec BytesCodec         // opts.Codec, if it is one
+	methods    map[string]*method // by :path, "/pkg.Service/Method"
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -99,7 +109,8 @@ func NewServer(opts Options) *Server {
 		panic("grpcwire: Options.Codec is required")
 	}
 	opts.defaults()
-	return &Server{opts: opts, methods: map[string]*method{}, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+	bc, _ := opts.Codec.(BytesCodec)
+	return &Server{opts: opts, bytesCodec: bc, methods: map[string]*method{}, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 }
 
 // RegisterService registers a service and its implementation; it must be

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -28,8 +29,17 @@ var headersReply = &extprocv3.ProcessingResponse{Response: &extprocv3.Processing
 // bidirectional (ext_proc), unary (health Check), server streaming
 // (health Watch), client streaming (the access log service).
 func TestTheFourRPCShapesInteroperate(t *testing.T) {
+	for _, codec := range []struct {
+		name string
+		c    encoding.CodecV2
+	}{{"mem.BufferSlice codec", encodingProto()}, {"BytesCodec", bytesProto{encodingProto()}}} {
+		t.Run(codec.name, func(t *testing.T) { testFourShapes(t, codec.c) })
+	}
+}
+
+func testFourShapes(t *testing.T, codec encoding.CodecV2) {
 	var logs atomic.Int32
-	ts := serve(t, Options{}, echo)
+	ts := serve(t, Options{Codec: codec}, echo)
 	accesslogv3.RegisterAccessLogServiceServer(ts.Server, accessLog{n: &logs})
 	cc := ts.client(t)
 	ctx := ctxT(t)

@@ -52,22 +52,33 @@ type stream struct {
 	wbuf       []byte
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+// Received messages' buffers, pooled by size class (a pool of mixed
+// sizes handed an 8 KiB message a 1 KiB buffer, dropped it, and made a
+// new one).
+var bufClasses = [...]int{1 << 10, 4 << 10, 16 << 10, 64 << 10}
+
+var bufPools [len(bufClasses)]sync.Pool
 
 func getBuf(n int) []byte {
-	bp := bufPool.Get().(*[]byte)
-	if cap(*bp) < n {
-		return make([]byte, n)
+	for i, c := range bufClasses {
+		if n <= c {
+			if bp, ok := bufPools[i].Get().(*[]byte); ok {
+				return (*bp)[:n]
+			}
+			return make([]byte, n, c)
+		}
 	}
-	return (*bp)[:n]
+	return make([]byte, n)
 }
 
 func putBuf(b []byte) {
-	if cap(b) > 64<<10 {
-		return
+	for i, c := range bufClasses {
+		if cap(b) == c {
+			b = b[:0]
+			bufPools[i].Put(&b)
+			return
+		}
 	}
-	b = b[:0]
-	bufPool.Put(&b)
 }
 
 // onHeaders opens a stream, or ends the peer's side of one (trailers).
@@ -425,7 +436,11 @@ func (st *stream) RecvMsg(m any) error {
 	if err != nil {
 		return err
 	}
-	err = st.c.srv.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	if bc := st.c.srv.bytesCodec; bc != nil {
+		err = bc.UnmarshalBytes(b, m)
+	} else {
+		err = st.c.srv.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	}
 	putBuf(b)
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
@@ -434,19 +449,12 @@ func (st *stream) RecvMsg(m any) error {
 }
 
 func (st *stream) SendMsg(m any) error {
-	data, err := st.c.srv.opts.Codec.Marshal(m)
+	b, err := st.marshal(m)
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
 	}
-	n := data.Len()
-	if cap(st.wbuf) < 5+n {
-		st.wbuf = make([]byte, 5+n)
-	}
-	b := st.wbuf[:5+n]
 	b[0] = 0
-	binary.BigEndian.PutUint32(b[1:5], uint32(n))
-	data.CopyTo(b[5:])
-	data.Free()
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
 	if !st.headerSent {
 		if err := st.sendHeader(); err != nil {
 			return err
@@ -460,6 +468,33 @@ func (st *stream) SendMsg(m any) error {
 		st.wbuf = nil
 	}
 	return err
+}
+
+// marshal returns m's encoding after 5 bytes of room for its prefix, in
+// the stream's reused buffer.
+func (st *stream) marshal(m any) ([]byte, error) {
+	if bc := st.c.srv.bytesCodec; bc != nil {
+		if cap(st.wbuf) < 5 {
+			st.wbuf = make([]byte, 5, 512)
+		}
+		b, err := bc.AppendMarshal(st.wbuf[:5], m)
+		if err == nil {
+			st.wbuf = b
+		}
+		return b, err
+	}
+	data, err := st.c.srv.opts.Codec.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	n := data.Len()
+	if cap(st.wbuf) < 5+n {
+		st.wbuf = make([]byte, 5+n)
+	}
+	b := st.wbuf[:5+n]
+	data.CopyTo(b[5:])
+	data.Free()
+	return b, nil
 }
 
 func (st *stream) sendHeader() error {
