@@ -668,3 +668,39 @@ func TestALargeMessageIsNotCopiedPerFrame(t *testing.T) {
 		t.Fatalf("moved %d bytes, want the 4 of the next message's start", st.moved)
 	}
 }
+
+// A handler that returns while another goroutine still sends on its
+// stream (the processor's lifetime watch does this), the send stuck on a
+// window the peer never opens: the stream still ends with the handler's
+// status, and the stuck send gives up.
+func TestAStreamEndsWhileItsSendWaitsForWindow(t *testing.T) {
+	sendErr := make(chan error, 1)
+	ts := serve(t, Options{}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+		started := make(chan struct{})
+		go func() {
+			close(started)
+			big := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{Body: make([]byte, 1<<20)}}}
+			sendErr <- s.Send(big) // past the peer's 64 KiB window
+		}()
+		<-started
+		time.Sleep(50 * time.Millisecond)
+		return status.Error(codes.DeadlineExceeded, "the stream's lifetime")
+	})
+	r := dialRaw(t, ts.addr) // a peer that sends no WINDOW_UPDATE
+	r.headers(1, false, envoyHeaders(processPath)...)
+	r.data(1, false, msg(&extprocv3.ProcessingRequest{}))
+	if s := r.grpcStatus(1); s != "/4" {
+		t.Fatalf("trailers: %q, want grpc-status 4", s)
+	}
+	select {
+	case err := <-sendErr:
+		if err == nil {
+			t.Fatal("the stuck send reported success")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the send waiting for window never gave up")
+	}
+}

@@ -45,7 +45,11 @@ type stream struct {
 	reset    bool // RST_STREAM sent or received: write nothing more
 	signal   chan struct{}
 
-	// Send side, owned by the handler's goroutine.
+	// Send side, guarded by smu: the handler's goroutine sends, and the
+	// transport's finishes the stream, which may be at the same time when
+	// a handler hands its stream to another goroutine and returns (the
+	// processor's lifetime watch does).
+	smu        sync.Mutex
 	headerSent bool
 	header     metadata.MD
 	trailer    metadata.MD
@@ -415,6 +419,12 @@ func (st *stream) abort(cause error, rst bool, code http2.ErrCode) {
 func (st *stream) Context() context.Context { return st.ctx }
 
 func (st *stream) SetHeader(md metadata.MD) error {
+	st.smu.Lock()
+	defer st.smu.Unlock()
+	return st.setHeader(md)
+}
+
+func (st *stream) setHeader(md metadata.MD) error {
 	if st.headerSent {
 		return status.Error(codes.Internal, "grpc: headers already sent")
 	}
@@ -423,13 +433,19 @@ func (st *stream) SetHeader(md metadata.MD) error {
 }
 
 func (st *stream) SendHeader(md metadata.MD) error {
-	if err := st.SetHeader(md); err != nil {
+	st.smu.Lock()
+	defer st.smu.Unlock()
+	if err := st.setHeader(md); err != nil {
 		return err
 	}
 	return st.sendHeader()
 }
 
-func (st *stream) SetTrailer(md metadata.MD) { st.trailer = metadata.Join(st.trailer, md) }
+func (st *stream) SetTrailer(md metadata.MD) {
+	st.smu.Lock()
+	st.trailer = metadata.Join(st.trailer, md)
+	st.smu.Unlock()
+}
 
 func (st *stream) RecvMsg(m any) error {
 	b, err := st.take()
@@ -449,6 +465,8 @@ func (st *stream) RecvMsg(m any) error {
 }
 
 func (st *stream) SendMsg(m any) error {
+	st.smu.Lock()
+	defer st.smu.Unlock()
 	b, err := st.marshal(m)
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
@@ -502,7 +520,12 @@ func (st *stream) sendHeader() error {
 		return status.Error(codes.Internal, "grpc: headers already sent")
 	}
 	st.headerSent = true
-	return st.c.write(func() error { return st.c.writeHeaderFrame(st.id, false, st.responseHeaders()) })
+	return st.c.write(func() error {
+		if st.isReset() { // ended meanwhile: its trailers went out, or a reset
+			return nil
+		}
+		return st.c.writeHeaderFrame(st.id, false, st.responseHeaders())
+	})
 }
 
 func (st *stream) responseHeaders() []hpack.HeaderField {
@@ -538,8 +561,21 @@ func (st *stream) writeData(b []byte, later bool) error {
 		if later && len(b) == 0 {
 			w = c.writeLater
 		}
-		if err := w(func() error { return c.fr.WriteData(st.id, false, chunk) }); err != nil {
+		skipped := false
+		if err := w(func() error {
+			// Checked with the writing side held: a reset (abort, finish)
+			// marks the stream before it writes RST_STREAM, so no DATA
+			// follows one.
+			if st.isReset() {
+				skipped = true
+				return nil
+			}
+			return c.fr.WriteData(st.id, false, chunk)
+		}); err != nil {
 			return status.Error(codes.Unavailable, err.Error())
+		}
+		if skipped {
+			return status.Error(codes.Canceled, "the stream was reset")
 		}
 	}
 	return nil
@@ -560,9 +596,16 @@ func (st *stream) finish(err error) {
 	reset, half := st.reset, st.halfDone
 	st.reset = true // nothing else is written
 	st.mu.Unlock()
+	// A send still waiting for window (on a goroutine the handler left
+	// behind) wakes, sees the stream ended and gives up its smu.
+	st.c.mu.Lock()
+	st.c.cond.Broadcast()
+	st.c.mu.Unlock()
 	if reset {
 		return
 	}
+	st.smu.Lock()
+	defer st.smu.Unlock()
 	s := status.Convert(err)
 	_ = st.c.write(func() error {
 		if err := st.c.writeTrailers(st, s); err != nil {
