@@ -59,7 +59,6 @@ type conn struct {
 	lastID         uint32 // the highest stream id the peer opened
 	maxID          uint32 // streams above it are refused (after GOAWAY)
 	closed         bool
-	closeErr       error
 	connSend       int64  // the peer's connection window for our DATA
 	peerWindow     int32  // the peer's initial stream window
 	peerMaxFrame   uint32 // the peer's SETTINGS_MAX_FRAME_SIZE
@@ -263,7 +262,6 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
-	var werr error
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return errConn{http2.ErrCodeProtocol, err.Error()}
@@ -292,8 +290,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if err != nil {
 		return err
 	}
-	werr = c.write(c.fr.WriteSettingsAck)
-	return werr
+	return c.write(c.fr.WriteSettingsAck)
 }
 
 func (c *conn) onPing(f *http2.PingFrame) error {
@@ -440,10 +437,6 @@ func (c *conn) close(err error) {
 		return
 	}
 	c.closed = true
-	if err == nil {
-		err = io.EOF
-	}
-	c.closeErr = err
 	sts := make([]*stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		sts = append(sts, st)

@@ -95,12 +95,11 @@ type Server struct {
 	bytesCodec BytesCodec         // opts.Codec, if it is one
 	methods    map[string]*method // by :path, "/pkg.Service/Method"
 
-	mu       sync.Mutex
-	lns      map[net.Listener]struct{}
-	conns    map[*conn]struct{}
-	stopped  bool // Stop or GracefulStop was called
-	draining bool
-	connWG   sync.WaitGroup
+	mu      sync.Mutex
+	lns     map[net.Listener]struct{}
+	conns   map[*conn]struct{}
+	stopped bool // Stop or GracefulStop was called
+	connWG  sync.WaitGroup
 }
 
 // NewServer returns a Server with opts (Codec is required).
@@ -209,9 +208,6 @@ func (s *Server) Stop() {
 // GracefulStop closes the listeners, tells every connection to open no
 // new stream (GOAWAY), and waits for the open streams to end.
 func (s *Server) GracefulStop() {
-	s.mu.Lock()
-	s.draining = true
-	s.mu.Unlock()
 	for _, c := range s.stopListening() {
 		c.drain()
 	}

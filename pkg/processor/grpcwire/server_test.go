@@ -576,9 +576,11 @@ func TestRawHTTP2(t *testing.T) {
 				}
 			}
 		}, nil},
-		{"a peer that answers the keepalive pings is kept", Options{KeepaliveTime: 40 * time.Millisecond, KeepaliveTimeout: 40 * time.Millisecond}, func(t *testing.T, r *raw) {
+		// The timeout is long: on busy cores this test's ack may come late,
+		// and a late ack is still an answer.
+		{"a peer that answers the keepalive pings is kept", Options{KeepaliveTime: 40 * time.Millisecond, KeepaliveTimeout: 3 * time.Second}, func(t *testing.T, r *raw) {
 			pings := 0
-			until := time.Now().Add(400 * time.Millisecond)
+			until := time.Now().Add(time.Second)
 			_ = r.c.SetReadDeadline(until)
 			for {
 				f, err := r.fr.ReadFrame()
@@ -599,7 +601,7 @@ func TestRawHTTP2(t *testing.T) {
 				}
 			}
 			if pings < 2 {
-				t.Fatalf("%d keepalive pings in 400 ms, want several", pings)
+				t.Fatalf("%d keepalive pings in 1 s, want several", pings)
 			}
 			r.headers(1, true, envoyHeaders(processPath)...)
 			if s := r.grpcStatus(1); s != "/0" && s != "200/0" {

@@ -115,7 +115,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return c.write(func() error { return c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
 	}
 	if f.Truncated {
-		return c.write(func() error { return c.writeStatusOnly(id, 431, nil) })
+		return c.answer(id, 431, nil)
 	}
 	var path, method, ctype, timeout string
 	var md metadata.MD
@@ -131,9 +131,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			timeout = hf.Value
 		case "grpc-encoding":
 			if hf.Value != "identity" {
-				return c.write(func() error {
-					return c.writeStatusOnly(id, 200, status.New(codes.Unimplemented, "grpc: compression is not supported"))
-				})
+				return c.answer(id, 200, status.New(codes.Unimplemented, "grpc: compression is not supported"))
 			}
 		case "te", "grpc-accept-encoding", "grpc-message-type", "grpc-status", "grpc-message", "grpc-status-details-bin":
 		default:
@@ -145,26 +143,24 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			}
 			v, err := decodeMetadataValue(hf.Name, hf.Value)
 			if err != nil {
-				return c.write(func() error { return c.writeStatusOnly(id, 200, status.New(codes.Internal, err.Error())) })
+				return c.answer(id, 200, status.New(codes.Internal, err.Error()))
 			}
 			md[hf.Name] = append(md[hf.Name], v)
 		}
 	}
 	if method != "POST" || !isGRPCContentType(ctype) {
-		return c.write(func() error { return c.writeStatusOnly(id, 415, nil) })
+		return c.answer(id, 415, nil)
 	}
 	m := c.srv.methods[path]
 	if m == nil {
-		return c.write(func() error {
-			return c.writeStatusOnly(id, 200, status.Newf(codes.Unimplemented, "unknown method %s", path))
-		})
+		return c.answer(id, 200, status.Newf(codes.Unimplemented, "unknown method %s", path))
 	}
 	ctx := c.ctx
 	var cancel context.CancelFunc
 	if timeout != "" {
 		d, err := parseTimeout(timeout)
 		if err != nil {
-			return c.write(func() error { return c.writeStatusOnly(id, 200, status.New(codes.Internal, err.Error())) })
+			return c.answer(id, 200, status.New(codes.Internal, err.Error()))
 		}
 		ctx, cancel = context.WithTimeout(ctx, d)
 	} else {
@@ -629,6 +625,11 @@ func (c *conn) writeTrailers(st *stream, s *status.Status) error {
 	hs = appendStatus(hs, s)
 	hs = appendMetadata(hs, st.trailer)
 	return c.writeHeaderFrame(st.id, true, hs)
+}
+
+// answer writes writeStatusOnly's answer to a stream that is not opened.
+func (c *conn) answer(id uint32, httpStatus int, s *status.Status) error {
+	return c.write(func() error { return c.writeStatusOnly(id, httpStatus, s) })
 }
 
 // writeStatusOnly answers a stream that is not opened: an HTTP status,

@@ -1,7 +1,6 @@
 // Command nullproc is the baseline of make bench-wire: an ext_proc server
 // that answers every message with the CONTINUE reply of its kind and does
-// nothing else, on grpc-go's server (with -fusebox-transport, on
-// fusebox's flow-control settings; with -wire, on fusebox's own transport,
+// nothing else, on grpc-go's server (with -wire, on fusebox's own transport,
 // processor/grpcwire; with -observer, the observer profile's replies
 // only).
 package main
@@ -17,7 +16,6 @@ import (
 	"runtime/pprof"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -83,7 +81,6 @@ func (srv server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 
 func main() {
 	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
-	transport := flag.Bool("fusebox-transport", false, "serve with fusebox's gRPC flow-control settings (processor.TransportOptions)")
 	wire := flag.Bool("wire", false, "serve on fusebox's own gRPC transport (processor/grpcwire) instead of grpc-go's server")
 	observer := flag.Bool("observer", false, "play the observer profile: no reply to observed messages, the stream ended at the response's last chunk")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file until SIGINT")
@@ -112,10 +109,6 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("listening", ln.Addr())
-	var opts []grpc.ServerOption
-	if *transport {
-		opts = processor.TransportOptions()
-	}
 	var gs interface {
 		grpc.ServiceRegistrar
 		Serve(net.Listener) error
@@ -123,7 +116,7 @@ func main() {
 	if *wire {
 		gs = grpcwire.NewServer(grpcwire.Options{Codec: encoding.GetCodecV2("proto")})
 	} else {
-		gs = grpc.NewServer(opts...)
+		gs = grpc.NewServer()
 	}
 	extprocv3.RegisterExternalProcessorServer(gs, server{observer: *observer})
 	if err := gs.Serve(ln); err != nil {
