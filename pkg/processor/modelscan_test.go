@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -164,5 +166,54 @@ func TestPlain8(t *testing.T) {
 				t.Fatalf("lane %d byte %#x: plain8 %v, want %v", lane, c, got, want)
 			}
 		}
+	}
+}
+
+// special8's lowest mark is the first byte that ends or escapes a string,
+// whatever the bytes above it (a borrow marks bytes above a true one): two
+// special bytes in every pair of lanes, and random words.
+func TestSpecial8FirstMark(t *testing.T) {
+	first := func(b [8]byte) int {
+		for i, c := range b {
+			if c == '"' || c == '\\' || c < 0x20 {
+				return i
+			}
+		}
+		return 8
+	}
+	check := func(b [8]byte) {
+		t.Helper()
+		m := special8(binary.LittleEndian.Uint64(b[:]))
+		got := 8
+		if m != 0 {
+			got = bits.TrailingZeros64(m) / 8
+		}
+		if want := first(b); got != want {
+			t.Fatalf("% x: first special byte at %d, special8 says %d", b[:], want, got)
+		}
+	}
+	specials := []byte{0, 0x01, 0x1f, '"', '\\'}
+	others := []byte{'a', 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xa0, 0xff}
+	for lo := 0; lo < 8; lo++ {
+		for hi := lo; hi < 8; hi++ {
+			for _, s := range specials {
+				for _, o := range append(others, specials...) {
+					var b [8]byte
+					for i := range b {
+						b[i] = 0xa1
+					}
+					b[lo], b[hi] = s, o
+					check(b)
+					b[lo], b[hi] = o, s
+					check(b)
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], r.Uint64())
+		check(b)
 	}
 }

@@ -316,8 +316,10 @@ const (
 // chain (SPEC §11); "observe" the observer role in observability mode
 // (observe.go); anything else gets CONTINUE replies and records nothing.
 func (s *Server) role(stream extprocv3.ExternalProcessor_ProcessServer) int {
-	md, _ := metadata.FromIncomingContext(stream.Context())
-	v := md.Get(RoleHeader)
+	// ValueFromIncomingContext copies one key's values, where
+	// FromIncomingContext copied the stream's whole metadata (a map and
+	// every value, per stream).
+	v := metadata.ValueFromIncomingContext(stream.Context(), RoleHeader)
 	switch {
 	case len(v) == 0 || v[0] == "route" || v[0] == "":
 		return roleRoute

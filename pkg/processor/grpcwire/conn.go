@@ -251,9 +251,12 @@ func (c *conn) handle(f http2.Frame) error {
 		err = errConn{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
 	default: // PRIORITY and unknown frames are ignored (RFC 9113 §5.5)
 	}
-	var ce errConn
-	if errors.As(err, &ce) {
-		c.goAway(ce.code, ce.msg)
+	if err != nil {
+		// Only here: ce escapes to errors.As, an allocation a frame.
+		var ce errConn
+		if errors.As(err, &ce) {
+			c.goAway(ce.code, ce.msg)
+		}
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -63,11 +64,16 @@ var bufClasses = [...]int{1 << 10, 4 << 10, 16 << 10, 64 << 10}
 
 var bufPools [len(bufClasses)]sync.Pool
 
+// A pool holds each buffer as the pointer to its first byte: a pointer
+// goes into an interface without an allocation, where a slice (or the
+// address of a local slice header, as before) cost one per put, a
+// million objects in a 10 s observer profile. The class gives the length
+// back.
 func getBuf(n int) []byte {
 	for i, c := range bufClasses {
 		if n <= c {
-			if bp, ok := bufPools[i].Get().(*[]byte); ok {
-				return (*bp)[:n]
+			if p, ok := bufPools[i].Get().(*byte); ok {
+				return unsafe.Slice(p, c)[:n]
 			}
 			return make([]byte, n, c)
 		}
@@ -78,8 +84,7 @@ func getBuf(n int) []byte {
 func putBuf(b []byte) {
 	for i, c := range bufClasses {
 		if cap(b) == c {
-			b = b[:0]
-			bufPools[i].Put(&b)
+			bufPools[i].Put(unsafe.SliceData(b[:c]))
 			return
 		}
 	}
