@@ -32,9 +32,10 @@ func main() {
 	conc := flag.Int("concurrency", 32, "concurrent streams")
 	wait := flag.Bool("wait-chunks", false, "send each response chunk only once the previous one's reply came (default: pipelined, as Envoy sends them)")
 	accessLog := flag.Bool("access-log", true, "keep an access log channel stream connected to fusebox, as the shipped Envoy configs do")
+	env := flag.String("fusebox-env", "", "space-separated NAME=value pairs added to fusebox's environment (GOGC=100: the collector as Go sets it, not fusebox)")
 	profile := flag.String("profile", "", "instead of measuring: drive each fusebox process (sync, observer) for 10 s and write its CPU profile (from the admin's /debug/pprof) into this directory")
 	flag.Parse()
-	waitChunks, withAccessLog = *wait, *accessLog
+	waitChunks, withAccessLog, fuseboxEnv = *wait, *accessLog, strings.Fields(*env)
 	if *profile != "" {
 		if err := Profile(*fusebox, *profile, *conc); err != nil {
 			fmt.Fprintln(os.Stderr, "wirebench:", err)
@@ -58,6 +59,18 @@ type Result struct {
 	Latencies []time.Duration
 	WallClock time.Duration
 	Messages  int
+	// Reads and Writes are the server's read and write system calls
+	// (/proc/<pid>/io syscr, syscw): on loopback a write also pays for
+	// the peer's TCP receive path, so they are a large part of its CPU.
+	Reads, Writes int64
+}
+
+// SyscallsPerRequest is the server's reads and writes per lifecycle.
+func (r *Result) SyscallsPerRequest() (reads, writes float64) {
+	if r.Requests == 0 {
+		return 0, 0
+	}
+	return float64(r.Reads) / float64(r.Requests), float64(r.Writes) / float64(r.Requests)
 }
 
 // CPUPerRequest is the server's CPU per lifecycle.
@@ -113,12 +126,13 @@ func median(rs []float64) float64 {
 
 // Print writes the report.
 func (rep *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "%-10s %9s %14s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99")
+	fmt.Fprintf(w, "%-10s %9s %14s %12s %12s %12s\n", "server", "requests", "cpu/request", "msg p50", "msg p99", "reads/writes")
 	for _, r := range []*Result{rep.Null, rep.NullTuned, rep.Fusebox, rep.Observer, rep.NullObserver} {
 		if r == nil {
 			continue
 		}
-		fmt.Fprintf(w, "%-10s %9d %14v %12v %12v\n", r.Name, r.Requests, r.CPUPerRequest().Round(100*time.Nanosecond), r.Pct(0.5).Round(time.Microsecond), r.Pct(0.99).Round(time.Microsecond))
+		rd, wr := r.SyscallsPerRequest()
+		fmt.Fprintf(w, "%-10s %9d %14v %12v %12v %5.1f/%-5.1f\n", r.Name, r.Requests, r.CPUPerRequest().Round(100*time.Nanosecond), r.Pct(0.5).Round(time.Microsecond), r.Pct(0.99).Round(time.Microsecond), rd, wr)
 	}
 	if o := rep.Observer; o != nil {
 		fmt.Fprintf(w, "observer/null: cpu %.2fx (median of %d paired rounds; all rounds pooled %.2fx); the observer's latencies are its 2 request-path round trips, no response message is waited for\n",
@@ -144,7 +158,10 @@ func (rep *Report) Print(w io.Writer) {
 
 // Run starts both servers and measures them in alternating rounds.
 // The modes of a run (flags).
-var waitChunks, withAccessLog bool
+var (
+	waitChunks, withAccessLog bool
+	fuseboxEnv                []string
+)
 
 func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error) {
 	fb, err := startFusebox(fuseboxBin)
@@ -202,12 +219,16 @@ func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error
 			if err != nil {
 				return nil, err
 			}
+			r0, w0 := procSyscalls(p.s.cmd.Process.Pid)
 			t0 := time.Now()
 			lat, err := p.s.drive(l, requests, conc, p.r)
 			if err != nil {
 				return nil, err
 			}
 			c1, _ := procCPU(p.s.cmd.Process.Pid)
+			r1, w1 := procSyscalls(p.s.cmd.Process.Pid)
+			p.r.Reads += r1 - r0
+			p.r.Writes += w1 - w0
 			p.r.CPU += c1 - c0
 			cpu[j] = c1 - c0
 			p.r.WallClock += time.Since(t0)
@@ -267,6 +288,7 @@ func startFusebox(bin string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, append(args, "-grpc-addr", grpcAddr, "-admin-addr", adminAddr, "-log-level", "warn")...)
+	cmd.Env = append(os.Environ(), fuseboxEnv...)
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -332,6 +354,29 @@ func procCPU(pid int) (time.Duration, error) {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// procSyscalls is a process's read and write system calls so far
+// (/proc/<pid>/io; 0 where it cannot be read).
+func procSyscalls(pid int) (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // drive runs n lifecycles over conc concurrent streams and returns every

@@ -314,7 +314,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		in.Health.Set("store", admin.Component{Ready: true, Detail: rt.Store.Backend})
 	}
 	log.Info("fusebox serving", "grpc", in.GRPCAddr(), "admin", in.AdminAddr(), "config", nameOr(f.Config),
-		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString())
+		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString(), "collector", collectorSettings())
 	return in, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"go.yaml.in/yaml/v3"
@@ -17,6 +18,9 @@ import (
 // Main runs extproc with args (without the program name) until ctx ends,
 // then drains and returns nil. Subcommands: help.go's Subcommands.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// The command's collector (gc.go), replay's too; in-process tests
+	// keep their own.
+	gc := TuneGC(os.Getenv, nil)
 	if len(args) > 0 {
 		switch args[0] {
 		case "validate":
@@ -34,6 +38,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			_, _ = parseFlags([]string{"-h"}, stdout)
 			return nil
 		}
+	}
+	if gc.LimitErr != nil {
+		fmt.Fprintln(stderr, "extproc: the container's memory limit could not be read; no GOMEMLIMIT:", gc.LimitErr)
 	}
 	inst, err := Start(ctx, args, stderr)
 	if err != nil {
