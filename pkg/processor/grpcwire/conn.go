@@ -114,7 +114,7 @@ func (c *conn) handshake() error {
 		c.nc = tc
 		c.bw.Reset(tc)
 	}
-	br := bufio.NewReaderSize(c.nc, 32<<10)
+	br := bufio.NewReaderSize(flushingReader{c}, 32<<10)
 	pre := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(br, pre); err != nil {
 		return fmt.Errorf("reading the client preface: %w", err)
@@ -145,10 +145,14 @@ func (c *conn) handshake() error {
 // queued behind it skip the flush: the last one out flushes for all.
 func (c *conn) write(f func() error) error { return c.writeFlush(f, true) }
 
-// writeLater runs f like write but leaves the bytes buffered: the writer
-// has more to write soon (a stream whose next message is already queued
-// replies to it next). They go out at the next flush, when that stream
-// waits for a message (stream.take), or after flushDelay at the latest.
+// writeLater runs f like write but leaves the bytes buffered, for the
+// next flush to take with whatever else is written meanwhile: a reply
+// goes out when its stream waits for a message (stream.take, after the
+// goroutines already runnable had their turn to add theirs), a stream's
+// trailers when the reader next goes to the socket, and either after
+// flushDelay at the latest. Across the streams of one connection that is
+// one write per batch, where a flush per reply was a system call each
+// (make bench-wire: 4.2 -> 1.3 writes per observer lifecycle).
 func (c *conn) writeLater(f func() error) error {
 	err := c.writeFlush(f, false)
 	if err == nil && c.timerArmed.CompareAndSwap(false, true) {
@@ -186,6 +190,17 @@ func (c *conn) flushDirty() {
 	if c.dirty.Load() {
 		_ = c.write(func() error { return nil })
 	}
+}
+
+// flushingReader is the connection's read side: before the reader goes
+// to the socket for more frames, what writeLater left buffered goes out,
+// so a deferred write waits for at most one buffer of frames to be read,
+// and shares its system call with every write made while they were.
+type flushingReader struct{ c *conn }
+
+func (r flushingReader) Read(p []byte) (int, error) {
+	r.c.flushDirty()
+	return r.c.nc.Read(p)
 }
 
 // readLoop reads frames until the connection fails or ends.
@@ -451,10 +466,26 @@ func (c *conn) close(err error) {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.stop()
+	c.flushBeforeClose()
 	_ = c.nc.Close()
 	for _, st := range sts {
 		st.abort(status.Error(codes.Unavailable, "the connection closed"), false, 0)
 	}
+}
+
+// flushBeforeClose sends what writeLater left buffered (the last stream's
+// trailers, when a drained connection ends with its last stream), unless a
+// writer holds the writing side: one that is blocked must not hold the
+// close, and one that is not flushes its own bytes. A peer that stopped
+// reading gets a second.
+func (c *conn) flushBeforeClose() {
+	if !c.dirty.Load() || !c.wmu.TryLock() {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.bw.Flush()
+	c.dirty.Store(false)
+	c.wmu.Unlock()
 }
 
 // streamEnded removes a stream; the connection ends with its last one

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -379,8 +380,13 @@ func (st *stream) take() ([]byte, error) {
 			return nil, err
 		}
 		st.mu.Unlock()
-		// Replies left buffered go out before this handler waits.
-		st.c.flushDirty()
+		// Replies left buffered go out before this handler waits; first,
+		// the goroutines already runnable (other streams' handlers, the
+		// reader) have their turn, and what they write shares the flush.
+		if st.c.dirty.Load() {
+			runtime.Gosched()
+			st.c.flushDirty()
+		}
 		select {
 		case <-st.signal:
 		case <-st.ctx.Done():
@@ -475,14 +481,14 @@ func (st *stream) SendMsg(m any) error {
 	b[0] = 0
 	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
 	if !st.headerSent {
-		if err := st.sendHeader(); err != nil {
+		// Buffered, not flushed: the message follows at once, and the two
+		// go out in one write (a flush each was a system call more per
+		// stream).
+		if err := st.writeHeader(false); err != nil {
 			return err
 		}
 	}
-	st.mu.Lock()
-	later := st.head < len(st.msgs)
-	st.mu.Unlock()
-	err = st.writeData(b, later)
+	err = st.writeData(b)
 	if cap(st.wbuf) > 64<<10 {
 		st.wbuf = nil
 	}
@@ -516,17 +522,21 @@ func (st *stream) marshal(m any) ([]byte, error) {
 	return b, nil
 }
 
-func (st *stream) sendHeader() error {
+func (st *stream) sendHeader() error { return st.writeHeader(true) }
+
+// writeHeader writes the response headers, flushed or left for the next
+// flush. st.smu is held.
+func (st *stream) writeHeader(flush bool) error {
 	if st.headerSent {
 		return status.Error(codes.Internal, "grpc: headers already sent")
 	}
 	st.headerSent = true
-	return st.c.write(func() error {
+	return st.c.writeFlush(func() error {
 		if st.isReset() { // ended meanwhile: its trailers went out, or a reset
 			return nil
 		}
 		return st.c.writeHeaderFrame(st.id, false, st.responseHeaders())
-	})
+	}, flush)
 }
 
 func (st *stream) responseHeaders() []hpack.HeaderField {
@@ -535,9 +545,9 @@ func (st *stream) responseHeaders() []hpack.HeaderField {
 	return appendMetadata(hs, st.header)
 }
 
-// writeData writes b in DATA frames as the peer's windows allow; later
-// leaves them buffered (conn.writeLater).
-func (st *stream) writeData(b []byte, later bool) error {
+// writeData writes b in DATA frames as the peer's windows allow; the last
+// is left buffered (conn.writeLater).
+func (st *stream) writeData(b []byte) error {
 	c := st.c
 	for len(b) > 0 {
 		c.mu.Lock()
@@ -559,7 +569,7 @@ func (st *stream) writeData(b []byte, later bool) error {
 		chunk := b[:n]
 		b = b[n:]
 		w := c.write
-		if later && len(b) == 0 {
+		if len(b) == 0 {
 			w = c.writeLater
 		}
 		skipped := false
@@ -608,7 +618,10 @@ func (st *stream) finish(err error) {
 	st.smu.Lock()
 	defer st.smu.Unlock()
 	s := status.Convert(err)
-	_ = st.c.write(func() error {
+	// Left for the next flush (conn.writeLater): nothing waits for a
+	// stream's end as it waits for a reply, and the trailers share a write
+	// with whatever goes out next (a system call each before).
+	_ = st.c.writeLater(func() error {
 		if err := st.c.writeTrailers(st, s); err != nil {
 			return err
 		}

@@ -1,0 +1,94 @@
+package grpcwire
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc/encoding"
+)
+
+// countingListener hands out connections that count their writes: each
+// is a system call, and on loopback the sender also pays for the peer's
+// TCP receive path, so the transport's cost follows their number.
+type countingListener struct {
+	net.Listener
+	last atomic.Pointer[countingConn]
+}
+
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	cc := &countingConn{Conn: c}
+	l.last.Store(cc)
+	return cc, nil
+}
+
+// serveCounting is serve on a listener whose connections count writes.
+func serveCounting(t *testing.T, fn func(extprocv3.ExternalProcessor_ProcessServer) error) (*countingListener, string) {
+	t.Helper()
+	s := NewServer(Options{Codec: encoding.GetCodecV2("proto")})
+	extprocv3.RegisterExternalProcessorServer(s, proc{fn: fn})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &countingListener{Listener: ln}
+	go func() { _ = s.Serve(cl) }()
+	t.Cleanup(s.Stop)
+	return cl, ln.Addr().String()
+}
+
+// The writes a stream's answer takes: its response headers and first
+// message go out in one (a flush each before), and so do a last message
+// and the trailers that follow it (deferred: nothing waits for a stream's
+// end as for a reply). Each case fails with a flush per frame.
+func TestAnAnswerIsOneWrite(t *testing.T) {
+	body := msg(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}})
+	for _, tc := range []struct {
+		name string
+		end  bool // the client ends its side with the message
+		want func(t *testing.T, r *raw)
+	}{
+		{"the headers and the first reply", false, func(t *testing.T, r *raw) {
+			r.next(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok })
+		}},
+		{"the headers, the reply and the trailers", true, func(t *testing.T, r *raw) {
+			if s := r.grpcStatus(1); s != "/0" {
+				t.Fatalf("status %q", s)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, addr := serveCounting(t, echo)
+			r := dialRaw(t, addr)
+			// The server's last handshake write is the ack of our
+			// SETTINGS: once it is read, the server writes nothing until
+			// the stream.
+			r.next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() })
+			_ = r.fr.WriteSettingsAck()
+			c := cl.last.Load()
+			before := c.writes.Load()
+			r.headers(1, false, envoyHeaders(processPath)...)
+			r.data(1, tc.end, body)
+			tc.want(t, r)
+			if n := c.writes.Load() - before; n != 1 {
+				t.Fatalf("%d writes, want 1", n)
+			}
+		})
+	}
+}
