@@ -67,7 +67,7 @@ type accessLogServer struct {
 // never on this receive loop (R-DL8: settling may take a store round trip).
 func (a accessLogServer) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
 	s := a.s
-	return s.bounded(func(act *activity) error {
+	return s.bounded(stream.Context(), func(act *activity) error {
 		s.accessLogStreams(1)
 		defer s.accessLogStreams(-1)
 		return s.readAccessLogs(stream, act)

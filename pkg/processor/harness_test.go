@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"io"
 	"log/slog"
 	"net"
@@ -133,6 +134,13 @@ func newFailoverEnv(t *testing.T, opts ...func(*Options)) *env {
 
 func newEnvConfig(t *testing.T, config string, opts ...func(*Options)) *env {
 	t.Helper()
+	return newEnvOn(t, config, false, opts...)
+}
+
+// newEnvOn is newEnvConfig on grpc-go's server, or with wire on fusebox's
+// own transport (grpcwire, the default of mainlib).
+func newEnvOn(t *testing.T, config string, wire bool, opts ...func(*Options)) *env {
+	t.Helper()
 	rt, err := routes.Parse([]byte(config), routes.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +158,14 @@ func newEnvConfig(t *testing.T, config string, opts ...func(*Options)) *env {
 		f(&o)
 	}
 	e.srv = NewServer(o)
-	gs := grpc.NewServer()
+	var gs interface {
+		grpc.ServiceRegistrar
+		Serve(net.Listener) error
+		Stop()
+	} = grpc.NewServer()
+	if wire {
+		gs = grpcwire.NewServer(grpcwire.Options{Codec: Codec{}})
+	}
 	extprocv3.RegisterExternalProcessorServer(gs, e.srv)
 	accesslogv3.RegisterAccessLogServiceServer(gs, e.srv.AccessLogService())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"runtime"
 	"strings"
 	"testing"
@@ -25,73 +26,80 @@ import (
 // counted, and nothing of it stays (the stream count is back to zero).
 // Before, a stream Envoy never finished was held for ever.
 func TestStreamLifetimeBounds(t *testing.T) {
-	cases := []struct {
-		name       string
-		idle, max  time.Duration
-		keepTalk   bool // a message every 40 ms: never idle
-		wantReason string
-	}{
+	cases := []lifetimeCase{
 		{"idle", 200 * time.Millisecond, 0, false, metrics.RefusedStreamIdle},
 		{"duration", 10 * time.Second, 400 * time.Millisecond, true, metrics.RefusedStreamDuration},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(o *Options) { o.StreamIdle, o.StreamDuration = tc.idle, tc.max })
-			start := time.Now()
-			c := e.open("")
-			defer c.cancel()
-			c.chat("gpt")
-			errc := make(chan error, 1)
-			go func() {
-				for {
-					if _, err := c.stream.Recv(); err != nil {
-						errc <- err
-						return
-					}
-				}
-			}()
-			var err error
-			tick := time.NewTicker(40 * time.Millisecond)
-			defer tick.Stop()
-		wait:
-			for {
-				select {
-				case err = <-errc:
-					break wait
-				case <-tick.C:
-					if tc.keepTalk {
-						// Request trailers: a message the route role answers.
-						_ = c.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}})
-					}
-				case <-time.After(5 * time.Second):
-					t.Fatal("the stream was not ended within 5 s")
-				}
+		// On grpc-go's server a second goroutine watches the stream; on
+		// fusebox's own transport a timer ends it (grpcwire.EndFunc).
+		t.Run(tc.name+"/grpc-go", func(t *testing.T) { testStreamLifetime(t, tc, false) })
+		t.Run(tc.name+"/grpcwire", func(t *testing.T) { testStreamLifetime(t, tc, true) })
+	}
+}
+
+type lifetimeCase struct {
+	name       string
+	idle, max  time.Duration
+	keepTalk   bool // a message every 40 ms: never idle
+	wantReason string
+}
+
+func testStreamLifetime(t *testing.T, tc lifetimeCase, wire bool) {
+	e := newEnvOn(t, testConfig, wire, func(o *Options) { o.StreamIdle, o.StreamDuration = tc.idle, tc.max })
+	start := time.Now()
+	c := e.open("")
+	defer c.cancel()
+	c.chat("gpt")
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := c.stream.Recv(); err != nil {
+				errc <- err
+				return
 			}
-			if status.Code(err) != codes.DeadlineExceeded {
-				t.Fatalf("stream ended with %v, want DeadlineExceeded", err)
+		}
+	}()
+	var err error
+	tick := time.NewTicker(40 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case err = <-errc:
+			break wait
+		case <-tick.C:
+			if tc.keepTalk {
+				// Request trailers: a message the route role answers.
+				_ = c.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}})
 			}
-			bound := tc.max
-			if bound == 0 {
-				bound = tc.idle
-			}
-			// The idle bound counts from the last message (after the chat).
-			if el := time.Since(start); el < bound-50*time.Millisecond {
-				t.Fatalf("ended after %s: before its bound", el)
-			}
-			if v := testutil.ToFloat64(e.metrics.Refused.WithLabelValues(tc.wantReason)); v != 1 {
-				t.Fatalf("%s counted %v", tc.wantReason, v)
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			// The decision's wait for an entry runs on the injected clock.
-			for e.srv.streams.Load() != 0 || testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")) != 1 {
-				if time.Now().After(deadline) {
-					t.Fatalf("after the end: %d streams held, neither recorded %v", e.srv.streams.Load(),
-						testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")))
-				}
-				time.Sleep(5 * time.Millisecond)
-				e.clk.Advance(time.Second)
-			}
-		})
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream was not ended within 5 s")
+		}
+	}
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stream ended with %v, want DeadlineExceeded", err)
+	}
+	bound := tc.max
+	if bound == 0 {
+		bound = tc.idle
+	}
+	// The idle bound counts from the last message (after the chat).
+	if el := time.Since(start); el < bound-50*time.Millisecond {
+		t.Fatalf("ended after %s: before its bound", el)
+	}
+	if v := testutil.ToFloat64(e.metrics.Refused.WithLabelValues(tc.wantReason)); v != 1 {
+		t.Fatalf("%s counted %v", tc.wantReason, v)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	// The decision's wait for an entry runs on the injected clock.
+	for e.srv.streams.Load() != 0 || testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the end: %d streams held, neither recorded %v", e.srv.streams.Load(),
+				testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")))
+		}
+		time.Sleep(5 * time.Millisecond)
+		e.clk.Advance(time.Second)
 	}
 }
 
@@ -161,7 +169,7 @@ func TestAServerIsNotKeptByItsStreamWorkers(t *testing.T) {
 		s := NewServer(Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), StreamIdle: time.Minute})
 		runtime.AddCleanup(s, func(struct{}) { close(collected) }, struct{}{})
 		done := make(chan struct{})
-		_ = s.bounded(func(*activity) error { close(done); return nil })
+		_ = s.bounded(context.Background(), func(*activity) error { close(done); return nil })
 		<-done
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {

@@ -143,13 +143,13 @@ func NewServer(o Options) *Server {
 // Process serves one ext_proc stream (one HTTP request), within the stream
 // lifetime bounds (lifetime.go).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	return s.bounded(func(act *activity) error { return s.serve(stream, act) })
+	return s.bounded(stream.Context(), func(act *activity) error { return s.serve(stream, act) })
 }
 
 // bounded runs one stream of either service (ext_proc, access log): it
 // counts against limits.max_concurrent_streams and is ended at the stream
 // lifetime bounds (R-L13); act, when set, hears of each message.
-func (s *Server) bounded(run func(act *activity) error) error {
+func (s *Server) bounded(ctx context.Context, run func(act *activity) error) error {
 	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
 		s.streams.Add(-1)
 		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
@@ -160,6 +160,10 @@ func (s *Server) bounded(run func(act *activity) error) error {
 		return run(nil)
 	}
 	act := &activity{}
+	if end := boundedHere(ctx); end != nil {
+		defer s.streams.Add(-1)
+		return s.timedLifetime(end, run, act)
+	}
 	done := make(chan error, 1)
 	// On a reused goroutine: a new one's stack growth was a sixteenth of
 	// the observer's CPU (pprof under make bench-wire).

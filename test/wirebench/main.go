@@ -34,10 +34,18 @@ func main() {
 	accessLog := flag.Bool("access-log", true, "keep an access log channel stream connected to fusebox, as the shipped Envoy configs do")
 	env := flag.String("fusebox-env", "", "space-separated NAME=value pairs added to fusebox's environment (GOGC=100: the collector as Go sets it, not fusebox)")
 	profile := flag.String("profile", "", "instead of measuring: drive each fusebox process (sync, observer) for 10 s and write its CPU profile (from the admin's /debug/pprof) into this directory")
+	compare := flag.String("compare", "", "instead of the null servers: measure this second fusebox binary against -fusebox in the same rounds, both profiles, and print its CPU ratio to it")
 	flag.Parse()
 	waitChunks, withAccessLog, fuseboxEnv = *wait, *accessLog, strings.Fields(*env)
 	if *profile != "" {
 		if err := Profile(*fusebox, *profile, *conc); err != nil {
+			fmt.Fprintln(os.Stderr, "wirebench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *compare != "" {
+		if _, _, err := Compare(*fusebox, *compare, *requests, *rounds, *conc, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "wirebench:", err)
 			os.Exit(1)
 		}

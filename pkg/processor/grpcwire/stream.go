@@ -175,7 +175,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if md != nil {
 		ctx = metadata.NewIncomingContext(ctx, md)
 	}
-	st := &stream{c: c, id: id, ctx: ctx, cancel: cancel, method: path, signal: make(chan struct{}, 1)}
+	st := &stream{c: c, id: id, cancel: cancel, method: path, signal: make(chan struct{}, 1)}
+	st.ctx = context.WithValue(ctx, endKey{}, st) // EndFunc
 	if f.StreamEnded() {
 		st.halfDone, st.recvErr = true, io.EOF
 	}
