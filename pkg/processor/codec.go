@@ -75,7 +75,7 @@ func (Codec) UnmarshalBytes(data []byte, v any) error {
 		}
 		return proto.Unmarshal(data, pm)
 	}
-	if decodeBodyMessage(data, m) {
+	if decodeBodyMessage(data, m) || decodeHeadersMessage(data, m) {
 		return nil
 	}
 	sp := scratch.Get().(*[]byte)
