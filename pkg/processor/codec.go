@@ -75,7 +75,7 @@ func (Codec) UnmarshalBytes(data []byte, v any) error {
 		}
 		return proto.Unmarshal(data, pm)
 	}
-	if decodeBodyMessage(data, m) || decodeHeadersMessage(data, m) {
+	if decodeBodyMessage(data, m, false) || decodeHeadersMessage(data, m) {
 		return nil
 	}
 	sp := scratch.Get().(*[]byte)
@@ -85,6 +85,18 @@ func (Codec) UnmarshalBytes(data []byte, v any) error {
 	// proto copies every bytes field it decodes, so the scratch buffer
 	// may be reused once Unmarshal returns.
 	return proto.Unmarshal(b, m)
+}
+
+// UnmarshalBytesAliased is UnmarshalBytes, except that a body message's
+// bytes point into data (grpcwire.AliasingCodec: fusebox's transport keeps
+// data until the stream's next receive). No handler keeps a body past its
+// message: the classifier, the sniff and the model scan copy what they
+// keep, and a reply is encoded before the next receive.
+func (c Codec) UnmarshalBytesAliased(data []byte, v any) error {
+	if m, ok := v.(*extprocv3.ProcessingRequest); ok && decodeBodyMessage(data, m, true) {
+		return nil
+	}
+	return c.UnmarshalBytes(data, v)
 }
 
 // AppendMarshal appends v's encoding to dst: Marshal without a

@@ -23,7 +23,10 @@ var (
 // proto's table-driven decoder was a fifth of the observer's CPU (pprof,
 // BenchmarkObserverProfile): this one reads them without reflection. A
 // differential fuzz target holds it to proto's result (FuzzDecodeBody).
-func decodeBodyMessage(b []byte, m *extprocv3.ProcessingRequest) bool {
+//
+// With alias the body points into b (Codec.UnmarshalBytesAliased), else
+// it is a copy.
+func decodeBodyMessage(b []byte, m *extprocv3.ProcessingRequest, alias bool) bool {
 	var (
 		which      protowire.Number
 		inner      []byte
@@ -99,9 +102,15 @@ func decodeBodyMessage(b []byte, m *extprocv3.ProcessingRequest) bool {
 	if rb, ok := m.Request.(*extprocv3.ProcessingRequest_ResponseBody); ok && which == fieldResponseBody && rb.ResponseBody != nil {
 		hb := rb.ResponseBody
 		buf := hb.Body[:0]
+		if alias {
+			buf = nil // b's, not this message's: not to be written
+		}
 		m.Reset()
 		hb.Reset()
-		if hasBody {
+		switch {
+		case hasBody && alias:
+			hb.Body = body[:len(body):len(body)]
+		case hasBody:
 			hb.Body = append(buf, body...)
 		}
 		hb.EndOfStream = end
@@ -110,7 +119,10 @@ func decodeBodyMessage(b []byte, m *extprocv3.ProcessingRequest) bool {
 		return true
 	}
 	hb := &extprocv3.HttpBody{EndOfStream: end}
-	if hasBody {
+	switch {
+	case hasBody && alias:
+		hb.Body = body[:len(body):len(body)]
+	case hasBody:
 		// A copy: gRPC reuses the buffer b lives in.
 		hb.Body = append(make([]byte, 0, len(body)), body...)
 	}

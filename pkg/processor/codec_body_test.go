@@ -45,7 +45,7 @@ func TestDecodeBodyMessageShapes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got extprocv3.ProcessingRequest
-			if fast := decodeBodyMessage(c.b, &got); fast != c.fast {
+			if fast := decodeBodyMessage(c.b, &got, false); fast != c.fast {
 				t.Fatalf("fast path %v, want %v", fast, c.fast)
 			}
 			var viaCodec, want extprocv3.ProcessingRequest
@@ -71,7 +71,7 @@ func TestDecodeBodyMessageResets(t *testing.T) {
 	m := bodyWithMetadata()
 	m.Attributes = map[string]*structpb.Struct{"x": {}}
 	b, _ := proto.Marshal(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("y")}}})
-	if !decodeBodyMessage(b, m) {
+	if !decodeBodyMessage(b, m, false) {
 		t.Fatal("not decoded")
 	}
 	if m.Attributes != nil || m.MetadataContext != nil || m.ObservabilityMode || string(m.GetResponseBody().GetBody()) != "y" {
@@ -88,7 +88,7 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add([]byte{0x22, 0x00, 0x2a, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var got, want extprocv3.ProcessingRequest
-		if !decodeBodyMessage(b, &got) {
+		if !decodeBodyMessage(b, &got, false) {
 			return
 		}
 		if err := proto.Unmarshal(dropBodyMetadata(b), &want); err != nil {
@@ -96,6 +96,15 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		if !proto.Equal(&got, &want) {
 			t.Fatalf("decoded %v, want %v", &got, &want)
+		}
+		// Aliased (fusebox's transport): the same message, its body in b,
+		// and into a reused message too.
+		var aliased extprocv3.ProcessingRequest
+		if !decodeBodyMessage(b, &aliased, true) || !decodeBodyMessage(b, &aliased, true) || !proto.Equal(&aliased, &want) {
+			t.Fatalf("aliased: decoded %v, want %v", &aliased, &want)
+		}
+		if body := aliased.GetResponseBody().GetBody(); len(body) > 0 && cap(body) != len(body) {
+			t.Fatalf("an aliased body's capacity runs past it into the message: %d > %d", cap(body), len(body))
 		}
 	})
 }
@@ -131,11 +140,11 @@ func TestDecodeBodyMessageReuses(t *testing.T) {
 		b, _ := proto.Marshal(&extprocv3.ProcessingRequest{ObservabilityMode: true,
 			Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(s), EndOfStream: s == ""}}})
 		chunks = append(chunks, b)
-		if !decodeBodyMessage(b, &m) || string(m.GetResponseBody().GetBody()) != s || m.GetResponseBody().GetEndOfStream() != (s == "") || !m.ObservabilityMode {
+		if !decodeBodyMessage(b, &m, false) || string(m.GetResponseBody().GetBody()) != s || m.GetResponseBody().GetEndOfStream() != (s == "") || !m.ObservabilityMode {
 			t.Fatalf("chunk %q decoded as %v", s, &m)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { decodeBodyMessage(chunks[0], &m) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { decodeBodyMessage(chunks[0], &m, false) }); n != 0 {
 		t.Fatalf("%v allocations per chunk into a reused message", n)
 	}
 }

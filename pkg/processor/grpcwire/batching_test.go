@@ -1,9 +1,14 @@
 package grpcwire
 
 import (
+	"bytes"
+	"fmt"
+	"google.golang.org/grpc"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"golang.org/x/net/http2"
@@ -90,5 +95,78 @@ func TestAnAnswerIsOneWrite(t *testing.T) {
 				t.Fatalf("%d writes, want 1", n)
 			}
 		})
+	}
+}
+
+// aliasProto is proto's codec as an AliasingCodec: the bytes of the last
+// message it decoded are kept, to be checked while the handler holds it.
+type aliasProto struct {
+	bytesProto
+	last *[]byte
+}
+
+func (a aliasProto) UnmarshalBytesAliased(b []byte, v any) error {
+	*a.last = b
+	return a.UnmarshalBytes(b, v)
+}
+
+// A message decoded by an AliasingCodec may point into its buffer until
+// the handler's next receive: the messages queued meanwhile, the same size
+// as it, get other buffers.
+func TestAnAliasedMessageKeepsItsBuffer(t *testing.T) {
+	// One P: a buffer put back is the next one the reader gets (the
+	// pool's private slot), so one put back too soon is overwritten.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var last []byte
+	const more = 20
+	result := make(chan error, 1)
+	gotFirst := make(chan struct{}, 1)
+	ts := serve(t, Options{Codec: aliasProto{bytesProto{encodingProto()}, &last}}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+		first, want := last, string(last)
+		gotFirst <- struct{}{}
+		st := s.(*grpc.GenericServerStream[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]).ServerStream.(*stream)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			st.mu.Lock()
+			queued := len(st.msgs) - st.head
+			st.mu.Unlock()
+			if queued == more {
+				break
+			}
+			if time.Now().After(deadline) {
+				result <- fmt.Errorf("%d of %d messages queued", queued, more)
+				return nil
+			}
+		}
+		if string(first) != want {
+			result <- fmt.Errorf("the held message's bytes changed while it was held")
+			return nil
+		}
+		for range more {
+			if _, err := s.Recv(); err != nil {
+				result <- err
+				return nil
+			}
+		}
+		result <- nil
+		return nil
+	})
+	c, err := extprocv3.NewExternalProcessorClient(ts.client(t)).Process(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range more + 1 {
+		if i == 1 {
+			<-gotFirst // the rest arrive once the first is held
+		}
+		body := bytes.Repeat([]byte{byte('a' + i)}, 600)
+		if err := c.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-result; err != nil {
+		t.Fatal(err)
 	}
 }

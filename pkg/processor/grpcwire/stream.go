@@ -51,6 +51,10 @@ type stream struct {
 	// transport's finishes the stream, which may be at the same time when
 	// a handler hands its stream to another goroutine and returns (the
 	// processor's lifetime watch does).
+	// held is the buffer of the last message received, which it may
+	// point into (AliasingCodec): the handler's goroutine's alone.
+	held []byte
+
 	smu        sync.Mutex
 	headerSent bool
 	header     metadata.MD
@@ -218,8 +222,13 @@ func (st *stream) run(m *method) {
 	st.c.streamEnded(st)
 }
 
-// release returns the queued buffers.
+// release returns the queued buffers, and the last received message's
+// (the handler has returned).
 func (st *stream) release() {
+	if st.held != nil {
+		putBuf(st.held)
+		st.held = nil
+	}
 	st.mu.Lock()
 	for i := st.head; i < len(st.msgs); i++ {
 		putBuf(st.msgs[i])
@@ -456,16 +465,28 @@ func (st *stream) SetTrailer(md metadata.MD) {
 }
 
 func (st *stream) RecvMsg(m any) error {
+	// The message before this one may have pointed into its buffer
+	// (AliasingCodec) until now.
+	if st.held != nil {
+		putBuf(st.held)
+		st.held = nil
+	}
 	b, err := st.take()
 	if err != nil {
 		return err
 	}
-	if bc := st.c.srv.bytesCodec; bc != nil {
-		err = bc.UnmarshalBytes(b, m)
-	} else {
-		err = st.c.srv.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	switch srv := st.c.srv; {
+	case srv.aliasCodec != nil:
+		err = srv.aliasCodec.UnmarshalBytesAliased(b, m)
+		st.held, b = b, nil
+	case srv.bytesCodec != nil:
+		err = srv.bytesCodec.UnmarshalBytes(b, m)
+	default:
+		err = srv.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
 	}
-	putBuf(b)
+	if b != nil {
+		putBuf(b)
+	}
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 	}
