@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,16 @@ func TestBodyOutcomes(t *testing.T) {
 	}
 	// Both profiles (#28): the route role judging the response, and the
 	// observer judging it in observability mode, give the same outcome.
-	for _, profile := range []string{"synchronous", "observer"} {
+	// On fusebox's own transport, with the chunks paced as an upstream
+	// streams them, the observer judges them inline on the connection's
+	// reader (grpcwire.SetInline): the same outcomes.
+	var inlined, inlineRuns atomic.Int64
+	defer func() {
+		if inlineRuns.Load() > 0 && inlined.Load() == 0 && !t.Failed() {
+			t.Error("no chunk was judged inline")
+		}
+	}()
+	for _, profile := range []string{"synchronous", "observer", "observer-inline"} {
 		for _, tc := range cases {
 			t.Run(profile+"/"+tc.fixture+"/"+tc.model, func(t *testing.T) {
 				body, err := os.ReadFile(filepath.Join("classify", "testdata", tc.fixture))
@@ -58,8 +68,14 @@ func TestBodyOutcomes(t *testing.T) {
 					body = body[n:]
 				}
 				var e *env
-				if profile == "observer" {
+				if strings.HasPrefix(profile, "observer") {
 					e = newObserverEnv(t)
+					if profile == "observer-inline" {
+						e = newEnvOn(t, "envoy: {observer: true}\n"+testConfig, true)
+						e.pace = time.Millisecond
+						e.srv.inlineHook = func() { inlined.Add(1) }
+						inlineRuns.Add(1)
+					}
 					c := e.open("")
 					md := fuseboxMetadata(t, c.chat(tc.model))
 					c.end()

@@ -118,6 +118,9 @@ type env struct {
 	client  extprocv3.ExternalProcessorClient
 	al      accesslogv3.AccessLogServiceClient
 	events  chan breaker.Event
+	// pace spaces the observer's chunks (observeWith), as an upstream
+	// streams them; 0: back to back.
+	pace time.Duration
 }
 
 func newEnv(t *testing.T, opts ...func(*Options)) *env {

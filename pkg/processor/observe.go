@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"math"
 	"strconv"
 	"strings"
@@ -271,4 +272,45 @@ func (s *Server) observedHere(id string) {
 	if waiting && p.end() {
 		s.decisions.forget(id, p.st.rt.AccessLogWait, true, true)
 	}
+}
+
+// observeInline has fusebox's transport hand the observer's chunks to it
+// on the connection's reader (grpcwire.SetInline) while its stream waits:
+// the chunks are one-way, judging one is short and never records, and
+// handed to the stream's goroutine each batch was a wake-up, a copy out of
+// the frame and a cold cache (make bench-wire -compare). A message it does
+// not take (the response's last one, one that may record, anything but a
+// chunk) goes to the stream's goroutine, in order, as before. On grpc-go's
+// server nothing changes.
+func (s *Server) observeInline(stream extprocv3.ExternalProcessor_ProcessServer, o *observerStream, act *activity) {
+	// Its own message: the stream's goroutine keeps decoding into its own
+	// reused one, and the two never run at once.
+	req := new(extprocv3.ProcessingRequest)
+	grpcwire.SetInline(stream.Context(), func(b []byte) bool {
+		// The body points into the frame (valid during this call), as it
+		// points into the transport's buffer on the stream's goroutine.
+		if !decodeBodyMessage(b, req, true) {
+			return false
+		}
+		rb, ok := req.Request.(*extprocv3.ProcessingRequest_ResponseBody)
+		if !ok || rb.ResponseBody.GetEndOfStream() || !o.inlineable() {
+			return false
+		}
+		if act != nil {
+			act.touch()
+		}
+		if s.inlineHook != nil {
+			s.inlineHook()
+		}
+		s.handle(o, req)
+		return true
+	})
+}
+
+// inlineable: a chunk (not the last) changes nothing but the classifier
+// and the stall watch, records nothing, and may be judged on the reader.
+// A sniffed body records once its sniff is full.
+func (o *observerStream) inlineable() bool {
+	j := o.j
+	return j == nil || o.done || !j.tracked || j.recorded || !j.respStarted || j.wait != needSniff
 }

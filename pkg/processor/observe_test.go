@@ -66,6 +66,9 @@ func (e *env) observeWith(md *corev3.Metadata, headers []string, chunks ...strin
 		Headers: hdrs(headers...), EndOfStream: len(chunks) == 0}},
 		Attributes: attrs(0, "via_upstream")})
 	for i, ch := range chunks {
+		if e.pace > 0 {
+			time.Sleep(e.pace) // as an upstream streams them (not a wait for a state)
+		}
 		send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
 			Body: []byte(ch), EndOfStream: i == len(chunks)-1}}})
 	}

@@ -57,6 +57,8 @@ type Server struct {
 	testHook func(*extprocv3.ProcessingRequest)
 	// finishHook runs before a stream's end is recorded (tests).
 	finishHook func()
+	// inlineHook runs as the observer judges a chunk inline (tests).
+	inlineHook func()
 
 	maxStreams int64
 	streams    atomic.Int64
@@ -209,6 +211,7 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 	var reuse *extprocv3.ProcessingRequest
 	if role == roleObserve {
 		reuse = new(extprocv3.ProcessingRequest)
+		s.observeInline(stream, st.(*observerStream), act)
 	}
 	for {
 		req, err := recvInto(stream, reuse)

@@ -34,9 +34,10 @@ func main() {
 	accessLog := flag.Bool("access-log", true, "keep an access log channel stream connected to fusebox, as the shipped Envoy configs do")
 	env := flag.String("fusebox-env", "", "space-separated NAME=value pairs added to fusebox's environment (GOGC=100: the collector as Go sets it, not fusebox)")
 	profile := flag.String("profile", "", "instead of measuring: drive each fusebox process (sync, observer) for 10 s and write its CPU profile (from the admin's /debug/pprof) into this directory")
+	gap := flag.Duration("chunk-gap", 0, "the observer profile's chunks are sent this far apart, as an upstream streams tokens (default: back to back)")
 	compare := flag.String("compare", "", "instead of the null servers: measure this second fusebox binary against -fusebox in the same rounds, both profiles, and print its CPU ratio to it")
 	flag.Parse()
-	waitChunks, withAccessLog, fuseboxEnv = *wait, *accessLog, strings.Fields(*env)
+	waitChunks, withAccessLog, fuseboxEnv, chunkGap = *wait, *accessLog, strings.Fields(*env), *gap
 	if *profile != "" {
 		if err := Profile(*fusebox, *profile, *conc); err != nil {
 			fmt.Fprintln(os.Stderr, "wirebench:", err)
@@ -169,6 +170,8 @@ func (rep *Report) Print(w io.Writer) {
 var (
 	waitChunks, withAccessLog bool
 	fuseboxEnv                []string
+	// chunkGap paces the observer profile's chunks (-chunk-gap).
+	chunkGap time.Duration
 )
 
 func Run(fuseboxBin, nullBin string, requests, rounds, conc int) (*Report, error) {

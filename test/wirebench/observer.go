@@ -80,6 +80,9 @@ func (l *lifecycle) runObserver(client extprocv3.ExternalProcessorClient, lat []
 		return lat, err
 	}
 	for _, c := range l.chunks {
+		if chunkGap > 0 {
+			time.Sleep(chunkGap) // tokens as an upstream streams them
+		}
 		if err := send(c); err != nil {
 			return lat, err
 		}

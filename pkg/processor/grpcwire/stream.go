@@ -46,6 +46,12 @@ type stream struct {
 	moved    int  // bytes deframe moved within pending (a test holds it linear)
 	reset    bool // RST_STREAM sent or received: write nothing more
 	signal   chan struct{}
+	// inline is the handler's inline function (SetInline), and waiting
+	// says the handler waits in take with nothing queued: only then may
+	// the reader call it, st.mu held, so that the messages are handled
+	// in order and never while the handler runs.
+	inline  func([]byte) bool
+	waiting bool
 
 	// Send side, guarded by smu: the handler's goroutine sends, and the
 	// transport's finishes the stream, which may be at the same time when
@@ -180,7 +186,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		ctx = metadata.NewIncomingContext(ctx, md)
 	}
 	st := &stream{c: c, id: id, cancel: cancel, method: path, signal: make(chan struct{}, 1)}
-	st.ctx = context.WithValue(ctx, endKey{}, st) // EndFunc
+	st.ctx = context.WithValue(ctx, streamKey{}, st) // EndFunc
 	if f.StreamEnded() {
 		st.halfDone, st.recvErr = true, io.EOF
 	}
@@ -234,6 +240,7 @@ func (st *stream) release() {
 		putBuf(st.msgs[i])
 	}
 	st.msgs, st.head, st.pending = nil, 0, nil
+	st.inline = nil
 	st.mu.Unlock()
 }
 
@@ -306,6 +313,10 @@ func (st *stream) deframe(p []byte) (queued bool) {
 		if len(src) < 5+size {
 			break
 		}
+		if st.inline != nil && st.waiting && st.head == len(st.msgs) && st.callInline(src[5:5+size]) {
+			src = src[5+size:] // handled: nothing queued, nothing to wake
+			continue
+		}
 		b := getBuf(size)
 		copy(b, src[5:5+size])
 		st.msgs = append(st.msgs, b)
@@ -372,6 +383,7 @@ func (st *stream) returnWindow(inc int32) error {
 func (st *stream) take() ([]byte, error) {
 	for {
 		st.mu.Lock()
+		st.waiting = false
 		if st.head < len(st.msgs) {
 			b := st.msgs[st.head]
 			st.msgs[st.head] = nil
@@ -389,6 +401,10 @@ func (st *stream) take() ([]byte, error) {
 			st.mu.Unlock()
 			return nil, err
 		}
+		// From here until it takes st.mu again, the handler does nothing
+		// with its stream: the reader may hand messages to its inline
+		// function (SetInline).
+		st.waiting = true
 		st.mu.Unlock()
 		// Replies left buffered go out before this handler waits; first,
 		// the goroutines already runnable (other streams' handlers, the
@@ -401,6 +417,7 @@ func (st *stream) take() ([]byte, error) {
 		case <-st.signal:
 		case <-st.ctx.Done():
 			st.mu.Lock()
+			st.waiting = false
 			err := st.recvErr
 			st.mu.Unlock()
 			if err != nil && err != io.EOF {

@@ -1,0 +1,109 @@
+package grpcwire
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// An inline function gets the messages that arrive while its handler
+// waits, on the reader, in order with those the handler receives, and
+// never while the handler runs; a message it declines reaches Recv and
+// the inlining goes on; a panic ends the inlining, not the stream.
+func TestSetInline(t *testing.T) {
+	if SetInline(context.Background(), func([]byte) bool { return true }) {
+		t.Fatal("SetInline took a context that is no stream's")
+	}
+	var (
+		mu      sync.Mutex
+		order   []string // who handled each message: i (inline) or r (Recv), and its body
+		running bool     // the handler is between two Recvs
+	)
+	body := func(b []byte) string {
+		var m extprocv3.ProcessingRequest
+		if err := proto.Unmarshal(b, &m); err != nil {
+			t.Error(err)
+		}
+		return string(m.GetResponseBody().GetBody())
+	}
+	streams := make(chan *stream, 1)
+	ts := serve(t, Options{}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		SetInline(s.Context(), func(b []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if running {
+				t.Error("the inline function ran while the handler did")
+			}
+			switch v := body(b); v {
+			case "3": // declined
+				return false
+			case "7":
+				panic("an inline function's panic")
+			default:
+				order = append(order, "i"+v)
+				return true
+			}
+		})
+		streams <- s.(*grpc.GenericServerStream[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]).ServerStream.(*stream)
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			mu.Lock()
+			running = true
+			order = append(order, "r"+string(m.GetResponseBody().GetBody()))
+			running = false
+			mu.Unlock()
+		}
+	})
+	c, err := extprocv3.NewExternalProcessorClient(ts.client(t)).Process(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(&extprocv3.ProcessingRequest{}); err != nil { // opens the stream
+		t.Fatal(err)
+	}
+	st := <-streams
+	const n = 10
+	for i := range n {
+		// Each message once the one before is handled and the handler
+		// waits again.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+			mu.Lock()
+			handled := len(order)
+			mu.Unlock()
+			st.mu.Lock()
+			waiting := st.waiting
+			st.mu.Unlock()
+			if handled == i+1 && waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("message %d: %d handled, the handler waiting %v", i, handled, waiting)
+			}
+		}
+		if err := c.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: fmt.Appendf(nil, "%d", i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.CloseSend()
+	if _, err := c.Recv(); err == nil {
+		t.Fatal("a reply where none was sent")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The first (empty) message went either way: it may arrive before the
+	// handler first waits.
+	want := "i0 i1 i2 r3 i4 i5 i6 r7 r8 r9"
+	if got := strings.Join(order[1:], " "); len(order) != n+1 || order[0][1:] != "" || got != want {
+		t.Fatalf("handled %q, want %q", got, want)
+	}
+}
