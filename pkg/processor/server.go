@@ -52,7 +52,7 @@ type Server struct {
 	timed bool
 	// phaseObs caches the duration histogram's children: no label lookup
 	// per message.
-	phaseObs map[string]prometheus.Observer
+	phaseObs [len(phases)]prometheus.Observer // by phaseIndex
 	// testHook runs before each message is handled (tests inject panics).
 	testHook func(*extprocv3.ProcessingRequest)
 	// finishHook runs before a stream's end is recorded (tests).
@@ -123,7 +123,7 @@ func NewServer(o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = metrics.New()
 	}
-	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true, phaseObs: map[string]prometheus.Observer{},
+	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true,
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch}
@@ -135,8 +135,8 @@ func NewServer(o Options) *Server {
 	// Registered once per registry: a second Server on the same metrics
 	// (tests) shares the first's gauge.
 	_ = o.Metrics.Registry.Register(rampCollector{s})
-	for _, ph := range []string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"} {
-		s.phaseObs[ph] = o.Metrics.MessageDuration.WithLabelValues(ph)
+	for i, ph := range phases {
+		s.phaseObs[i] = o.Metrics.MessageDuration.WithLabelValues(ph)
 	}
 	o.Config.OnSwap(s.install)
 	return s
@@ -186,8 +186,10 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 	}
 	s.metrics.StreamsActive.Inc()
 	defer s.metrics.StreamsActive.Dec()
-	var st roleStream = newStream(s)
+	var st roleStream
 	switch env := s.cfg.Load().Envoy; role {
+	case roleRoute:
+		st = newStream(s)
 	case roleAttempt:
 		if !env.Failover {
 			s.mismatch(MismatchAttempt)
@@ -243,9 +245,9 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 // recovered, counted, and answered with the first candidate when one is
 // known, otherwise with a pass-through reply of the right kind.
 func (s *Server) handle(st roleStream, req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse) {
-	var t0 time.Time
+	var t0 time.Duration
 	if s.timed {
-		t0 = time.Now()
+		t0 = time.Since(monoStart)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -254,7 +256,7 @@ func (s *Server) handle(st roleStream, req *extprocv3.ProcessingRequest) (resp *
 			resp = st.fallback(req)
 		}
 		if s.timed {
-			s.phaseObs[phaseOf(req)].Observe(time.Since(t0).Seconds())
+			s.phaseObs[phaseIndex(req)].Observe((time.Since(monoStart) - t0).Seconds())
 		}
 	}()
 	if s.testHook != nil {
@@ -292,23 +294,33 @@ func (s *Server) finish(st roleStream) {
 	st.finish()
 }
 
-func phaseOf(req *extprocv3.ProcessingRequest) string {
+// phases are the message phases, the duration histogram's labels, in
+// phaseIndex's order.
+var phases = [...]string{"request_headers", "request_body", "request_trailers", "response_headers", "response_body", "response_trailers", "other"}
+
+func phaseOf(req *extprocv3.ProcessingRequest) string { return phases[phaseIndex(req)] }
+
+func phaseIndex(req *extprocv3.ProcessingRequest) int {
 	switch req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return "request_headers"
+		return 0
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return "request_body"
+		return 1
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return "request_trailers"
+		return 2
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return "response_headers"
+		return 3
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return "response_body"
+		return 4
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return "response_trailers"
+		return 5
 	}
-	return "other"
+	return 6
 }
+
+// monoStart anchors handle's clock: time.Since reads the monotonic clock
+// alone, where time.Now reads the wall clock too, twice per message.
+var monoStart = time.Now()
 
 // The roles a stream plays, from x-fusebox-role in its gRPC metadata.
 const (
