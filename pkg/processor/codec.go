@@ -36,6 +36,13 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 		// A SliceBuffer's Free is a no-op: gRPC may share and free it.
 		return mem.BufferSlice{mem.SliceBuffer(responseBodyContinueWire)}, nil
 	}
+	if r, ok := v.(*extprocv3.ProcessingResponse); ok {
+		b, err := appendResponse(nil, r)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
 	return encoding.GetCodecV2("proto").Marshal(v)
 }
 
@@ -104,6 +111,9 @@ func (c Codec) UnmarshalBytesAliased(data []byte, v any) error {
 func (Codec) AppendMarshal(dst []byte, v any) ([]byte, error) {
 	if v == any(responseBodyContinue) {
 		return append(dst, responseBodyContinueWire...), nil
+	}
+	if r, ok := v.(*extprocv3.ProcessingResponse); ok {
+		return appendResponse(dst, r) // its dynamic metadata by hand (codec_struct.go)
 	}
 	pm, ok := v.(proto.Message)
 	if !ok {
