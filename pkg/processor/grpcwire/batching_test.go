@@ -170,3 +170,43 @@ func TestAnAliasedMessageKeepsItsBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The flush timer is a backstop: replies flushed as their handler waits
+// stop it, so in a conversation it never fires. Before, armed by every
+// deferred write and never stopped, it fired after most replies: a
+// goroutine and a write each (2.7% of the observer's CPU).
+func TestTheFlushTimerIsABackstop(t *testing.T) {
+	s := NewServer(Options{Codec: encodingProto()})
+	extprocv3.RegisterExternalProcessorServer(s, proc{fn: echo})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	cc := (&testServer{addr: ln.Addr().String()}).client(t)
+	c, err := extprocv3.NewExternalProcessorClient(cc).Process(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		if err := c.Send(&extprocv3.ProcessingRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Microsecond) // past flushDelay: a timer still armed fires
+	}
+	var fired int64
+	s.mu.Lock()
+	for cn := range s.conns {
+		fired += cn.timerFlushes.Load()
+	}
+	s.mu.Unlock()
+	// A reply can race its handler's wait (the reader waits on the socket
+	// while the handler has not yet come back to Recv): a few firings.
+	if fired > 20 {
+		t.Fatalf("the flush timer fired %d times in 200 exchanges", fired)
+	}
+}

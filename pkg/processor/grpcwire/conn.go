@@ -47,6 +47,11 @@ type conn struct {
 	dirty      atomic.Bool
 	timerArmed atomic.Bool
 	flushTimer *time.Timer
+	// timerFlushes counts the timer's firings (tests: it is a backstop).
+	timerFlushes atomic.Int64
+	// reading: the reader is in, or about to be in, a read of the socket
+	// (flushingReader), and flushes nothing until it has read.
+	reading atomic.Bool
 	bw         *bufio.Writer
 	henc       *hpack.Encoder
 	hbuf       bytes.Buffer
@@ -83,6 +88,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.bw = bufio.NewWriterSize(nc, 32<<10)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.flushTimer = time.AfterFunc(time.Hour, func() {
+		c.timerFlushes.Add(1)
 		c.timerArmed.Store(false)
 		c.flushDirty()
 	})
@@ -145,17 +151,25 @@ func (c *conn) handshake() error {
 // queued behind it skip the flush: the last one out flushes for all.
 func (c *conn) write(f func() error) error { return c.writeFlush(f, true) }
 
-// writeLater runs f like write but leaves the bytes buffered, for the
-// next flush to take with whatever else is written meanwhile: a reply
-// goes out when its stream waits for a message (stream.take, after the
-// goroutines already runnable had their turn to add theirs), a stream's
-// trailers when the reader next goes to the socket, and either after
-// flushDelay at the latest. Across the streams of one connection that is
-// one write per batch, where a flush per reply was a system call each
-// (make bench-wire: 4.2 -> 1.3 writes per observer lifecycle).
-func (c *conn) writeLater(f func() error) error {
+// writeLater and writeReply run f like write but leave the bytes
+// buffered, for the next flush to take with whatever else is written
+// meanwhile. Across the streams of one connection that is one write per
+// batch, where a flush per reply was a system call each (make bench-wire:
+// 4.2 -> 1.3 writes per observer lifecycle). The reader flushes before it
+// goes to the socket (flushingReader), so a deferred write waits for one
+// buffer of frames at most, unless the reader already waits on the
+// socket: then nothing else would flush soon.
+//
+// A reply is flushed when its stream's handler waits for its next message
+// (stream.take, after the goroutines already runnable had their turn to
+// add theirs). While the reader waits on the socket, a deferred write goes
+// out after flushDelay at the latest (a stream's trailers, a reply whose
+// handler blocks elsewhere); any flush stops that timer.
+func (c *conn) writeLater(f func() error) error { return c.writeReply(f) }
+
+func (c *conn) writeReply(f func() error) error {
 	err := c.writeFlush(f, false)
-	if err == nil && c.timerArmed.CompareAndSwap(false, true) {
+	if err == nil && c.reading.Load() && c.timerArmed.CompareAndSwap(false, true) {
 		c.flushTimer.Reset(flushDelay)
 	}
 	return err
@@ -174,6 +188,9 @@ func (c *conn) writeFlush(f func() error, flush bool) error {
 		case flush && n == 0:
 			err = c.bw.Flush()
 			c.dirty.Store(false)
+			if c.timerArmed.Load() && c.timerArmed.CompareAndSwap(true, false) {
+				c.flushTimer.Stop()
+			}
 		case c.bw.Buffered() > 0:
 			c.dirty.Store(true)
 		}
@@ -199,8 +216,13 @@ func (c *conn) flushDirty() {
 type flushingReader struct{ c *conn }
 
 func (r flushingReader) Read(p []byte) (int, error) {
+	// reading is set before the flush: a writer that leaves bytes
+	// buffered after the flush looked sees it, and flushes itself.
+	r.c.reading.Store(true)
 	r.c.flushDirty()
-	return r.c.nc.Read(p)
+	n, err := r.c.nc.Read(p)
+	r.c.reading.Store(false)
+	return n, err
 }
 
 // readLoop reads frames until the connection fails or ends.

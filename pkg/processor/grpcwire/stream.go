@@ -585,7 +585,7 @@ func (st *stream) responseHeaders() []hpack.HeaderField {
 }
 
 // writeData writes b in DATA frames as the peer's windows allow; the last
-// is left buffered (conn.writeLater).
+// is left buffered (conn.writeReply).
 func (st *stream) writeData(b []byte) error {
 	c := st.c
 	for len(b) > 0 {
@@ -609,7 +609,7 @@ func (st *stream) writeData(b []byte) error {
 		b = b[n:]
 		w := c.write
 		if len(b) == 0 {
-			w = c.writeLater
+			w = c.writeReply
 		}
 		skipped := false
 		if err := w(func() error {
