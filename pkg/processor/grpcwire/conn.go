@@ -52,9 +52,9 @@ type conn struct {
 	// reading: the reader is in, or about to be in, a read of the socket
 	// (flushingReader), and flushes nothing until it has read.
 	reading atomic.Bool
-	bw         *bufio.Writer
-	henc       *hpack.Encoder
-	hbuf       bytes.Buffer
+	bw      *bufio.Writer
+	henc    *hpack.Encoder
+	hbuf    bytes.Buffer
 
 	// mu guards the rest; cond waits for send window (broadcast when a
 	// window grows, a stream ends or the connection closes).
