@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,8 @@ type conn struct {
 	// Read side, owned by serve: the connection window's unacknowledged
 	// bytes.
 	connUnacked int32
+	// woke: the reader handed a stream work since its last read.
+	woke bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -216,6 +219,13 @@ func (c *conn) flushDirty() {
 type flushingReader struct{ c *conn }
 
 func (r flushingReader) Read(p []byte) (int, error) {
+	if r.c.woke {
+		// The handlers this buffer's frames woke run first: their
+		// replies join this flush, and their peer's next frames this
+		// read.
+		r.c.woke = false
+		runtime.Gosched()
+	}
 	// reading is set before the flush: a writer that leaves bytes
 	// buffered after the flush looked sees it, and flushes itself.
 	r.c.reading.Store(true)

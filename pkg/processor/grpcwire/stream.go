@@ -195,6 +195,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.streams[id] = st
 	c.mu.Unlock()
 	Go(func() { st.run(m) }) // a reused goroutine (Workers)
+	c.woke = true
 	return nil
 }
 
@@ -284,6 +285,7 @@ func (st *stream) onData(p []byte, n int32, end bool) error {
 	st.mu.Unlock()
 	if queued || end {
 		st.wake()
+		c.woke = true
 	}
 	return st.returnWindow(inc)
 }
