@@ -210,3 +210,38 @@ func TestTheFlushTimerIsABackstop(t *testing.T) {
 		t.Fatalf("the flush timer fired %d times in 200 exchanges", fired)
 	}
 }
+
+// A DATA frame read in place (conn.readData) whose payload arrives after
+// its header, in a later read that moves the buffered bytes: its flags
+// are the frame's, not what the move left where its header was. With the
+// header read after the move, the END_STREAM below was lost and the
+// stream never ended.
+func TestADataFrameSplitAcrossReads(t *testing.T) {
+	ts := serve(t, Options{}, echo)
+	r := dialRaw(t, ts.addr)
+	r.next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() })
+	_ = r.fr.WriteSettingsAck()
+	r.headers(1, false, envoyHeaders(processPath)...)
+	// A short first frame, then a long one: after the move, where the
+	// second one's header was there is its payload ('x': no END_STREAM).
+	small := msg(&extprocv3.ProcessingRequest{})
+	m := msg(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: bytes.Repeat([]byte("x"), 3000)}}})
+	var frames bytes.Buffer
+	fw := http2.NewFramer(&frames, nil)
+	_ = fw.WriteData(1, false, small)
+	_ = fw.WriteData(1, true, m)
+	b := frames.Bytes()
+	cut := len(b) - len(m)/2 // inside the second frame's payload
+	if _, err := r.c.Write(b[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	// Time for the server to read the first part and wait for the rest:
+	// its next read then moves the second frame's header.
+	time.Sleep(50 * time.Millisecond)
+	if _, err := r.c.Write(b[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.grpcStatus(1); s != "200/0" && s != "/0" {
+		t.Fatalf("status %q", s)
+	}
+}
