@@ -13,8 +13,16 @@
 // hands each one across three goroutines (frame reader, stream, loopy
 // writer) with a buffer allocated per frame; that was most of a null
 // server's CPU (pprof under make bench-wire). Here the connection's reader
-// queues a message and wakes the stream's goroutine, which writes its
-// reply itself; concurrent writers share one flush. What it does not do,
+// reads a DATA frame in place in its buffer, queues its messages and wakes
+// the stream's goroutine, which writes its reply itself. Writes are
+// batched across streams: a reply goes out as its handler waits again,
+// after the goroutines already runnable added theirs, a stream's trailers
+// as the reader next goes to the socket, and the reader yields before that
+// read when it woke a handler (conn.go, writeLater). A stream's handler may
+// also end its stream from elsewhere (EndFunc: a lifetime bound on a
+// timer), leave its messages' bytes in the transport's buffer until its
+// next receive (AliasingCodec), and have one-way messages handled on the
+// reader while it waits (SetInline). What it does not do,
 // because fusebox's listener needs none of it: compression (a compressed
 // message is refused, Unimplemented), server push, interceptors, stats
 // handlers, grpc.SetHeader on a context.
