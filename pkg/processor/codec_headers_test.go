@@ -77,6 +77,7 @@ func FuzzDecodeHeaders(f *testing.F) {
 	for _, m := range []*extprocv3.ProcessingRequest{
 		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}},
 		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "k", Value: "v"}, {Key: "", RawValue: []byte{0xff}}}}}}},
+		//lint:ignore SA1019 the deprecated field is one the decoder must decline
 		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Attributes: map[string]*structpb.Struct{"a": {}}}}},
 		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}},
 			MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"ns": {Fields: map[string]*structpb.Value{

@@ -60,24 +60,24 @@ func (s *Server) newLifetime(act *activity, idle, maxAge time.Duration) *lifetim
 
 // due checks the bounds now: the status that ends the stream (counted),
 // or nil and the wait before the next check.
-func (l *lifetime) due() (error, time.Duration) {
+func (l *lifetime) due() (time.Duration, error) {
 	if l.maxAge > 0 && time.Since(l.start) >= l.maxAge {
 		l.s.metrics.Refused.WithLabelValues(metrics.RefusedStreamDuration).Inc()
-		return status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream older than %s (limits.max_stream_duration_sec)", l.maxAge), 0
+		return 0, status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream older than %s (limits.max_stream_duration_sec)", l.maxAge)
 	}
 	if l.idle > 0 {
 		if n := l.act.n.Load(); n != l.last {
 			l.last, l.quiet = n, 0
 		} else if l.quiet++; l.quiet >= 4 {
 			l.s.metrics.Refused.WithLabelValues(metrics.RefusedStreamIdle).Inc()
-			return status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream with no message for %s (limits.max_stream_idle_sec)", l.idle), 0
+			return 0, status.Errorf(codes.DeadlineExceeded, "fusebox ended a stream with no message for %s (limits.max_stream_idle_sec)", l.idle)
 		}
 	}
 	next := l.check
 	if l.maxAge > 0 {
 		next = min(next, l.maxAge-time.Since(l.start))
 	}
-	return nil, max(next, time.Millisecond)
+	return max(next, time.Millisecond), nil
 }
 
 // watchLifetime waits for done and returns its result, or ends the stream
@@ -94,7 +94,7 @@ func (s *Server) watchLifetime(done <-chan error, act *activity, idle, maxAge ti
 			return err
 		case <-t.C:
 		}
-		err, next := l.due()
+		next, err := l.due()
 		if err != nil {
 			return err
 		}
@@ -118,7 +118,7 @@ func (s *Server) timedLifetime(end func(error), run func(act *activity) error, a
 		if ended {
 			return
 		}
-		err, next := l.due()
+		next, err := l.due()
 		if err != nil {
 			ended = true
 			end(err)
