@@ -99,11 +99,11 @@ func (Codec) UnmarshalBytes(data []byte, v any) error {
 // data until the stream's next receive). No handler keeps a body past its
 // message: the classifier, the sniff and the model scan copy what they
 // keep, and a reply is encoded before the next receive.
-func (c Codec) UnmarshalBytesAliased(data []byte, v any) error {
+func (c Codec) UnmarshalBytesAliased(data []byte, v any) (aliased bool, err error) {
 	if m, ok := v.(*extprocv3.ProcessingRequest); ok && decodeBodyMessage(data, m, true) {
-		return nil
+		return true, nil
 	}
-	return c.UnmarshalBytes(data, v)
+	return false, c.UnmarshalBytes(data, v)
 }
 
 // AppendMarshal appends v's encoding to dst: Marshal without a

@@ -78,14 +78,17 @@ type BytesCodec interface {
 }
 
 // AliasingCodec is what a BytesCodec may add to decode without copying:
-// the message it decodes may point into data until the stream's next
-// receive (or its end), and the transport hands data's buffer to no one
-// before then. processor.Codec does, for a body message's bytes: the
-// route role's 8 KiB request body was a quarter of the bytes the observer
-// profile allocated, copied out of a buffer the transport then reused.
-// Its handlers keep nothing of a message past the next receive.
+// when it reports aliased, the message it decoded may point into data
+// until the stream's next receive (or its end), and the transport hands
+// data's buffer to no one before then; otherwise the buffer goes back at
+// once (a long-lived stream, such as an access log stream, must not hold
+// its last message's buffer between messages). processor.Codec aliases a
+// body message's bytes: the route role's 8 KiB request body was a quarter
+// of the bytes the observer profile allocated, copied out of a buffer the
+// transport then reused. Its handlers keep nothing of a message past the
+// next receive.
 type AliasingCodec interface {
-	UnmarshalBytesAliased(data []byte, v any) error
+	UnmarshalBytesAliased(data []byte, v any) (aliased bool, err error)
 }
 
 // ErrServerStopped is Serve's error when the server was stopped before it.

@@ -496,8 +496,10 @@ func (st *stream) RecvMsg(m any) error {
 	}
 	switch srv := st.c.srv; {
 	case srv.aliasCodec != nil:
-		err = srv.aliasCodec.UnmarshalBytesAliased(b, m)
-		st.held, b = b, nil
+		var aliased bool
+		if aliased, err = srv.aliasCodec.UnmarshalBytesAliased(b, m); aliased {
+			st.held, b = b, nil
+		}
 	case srv.bytesCodec != nil:
 		err = srv.bytesCodec.UnmarshalBytes(b, m)
 	default:
