@@ -22,9 +22,10 @@ import (
 // decoder then reads or refuses. Proto's reflective decoder on the two
 // headers messages of a lifecycle was a twentieth of the observer's CPU
 // and two thirds of its allocations (pprof under make bench-wire): this one
-// copies the message once, takes every string and byte field from that
-// copy, and the header values from one slice. A differential fuzz target
-// holds it to proto's result (FuzzDecodeHeaders).
+// copies the message once, takes the names (header keys, map keys) and the
+// raw header values from that copy, and the header values from one slice;
+// a string value, which may be kept, is a copy of its own. A differential
+// fuzz target holds it to proto's result (FuzzDecodeHeaders).
 func decodeHeadersMessage(b []byte, m *extprocv3.ProcessingRequest) bool {
 	d := headersDecoder{own: append(make([]byte, 0, len(b)), b...)}
 	var (
@@ -171,11 +172,22 @@ func (d *headersDecoder) field(rest []byte) (protowire.Number, protowire.Type, [
 
 // str is b as a string without a copy: b is in d.own. proto3 strings are
 // UTF-8; proto refuses one that is not, so this decoder leaves it to it.
+// Only for names (a header's, a map's keys), which nothing keeps past the
+// message: a kept string would keep the whole copy alive.
 func str(b []byte) (string, bool) {
 	if !utf8.Valid(b) {
 		return "", false
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b)), true
+}
+
+// strCopy is str for a value, which may be kept (a response's code
+// details go into its outcome): its own copy.
+func strCopy(b []byte) (string, bool) {
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	return string(b), true
 }
 
 func (d *headersDecoder) httpHeaders(b []byte) (*extprocv3.HttpHeaders, bool) {
@@ -247,7 +259,7 @@ func (d *headersDecoder) headerValue(b []byte, hv *corev3.HeaderValue) bool {
 		case fieldHeaderKey:
 			hv.Key, ok = str(v)
 		case fieldHeaderValue:
-			hv.Value, ok = str(v)
+			hv.Value, ok = strCopy(v)
 		case fieldHeaderRaw:
 			hv.RawValue, ok = v, true // capped at its length: an append copies
 		}
@@ -361,7 +373,7 @@ func (d *headersDecoder) value(b []byte) (*structpb.Value, bool) {
 		case typ == protowire.Fixed64Type && num == fieldValueNumber:
 			pv.Kind = &structpb.Value_NumberValue{NumberValue: math.Float64frombits(d.fixed)}
 		case typ == protowire.BytesType && num == fieldValueString:
-			s, ok := str(v)
+			s, ok := strCopy(v)
 			if !ok {
 				return nil, false
 			}
