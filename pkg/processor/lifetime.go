@@ -1,13 +1,11 @@
 package processor
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -134,7 +132,3 @@ func (s *Server) timedLifetime(end func(error), run func(act *activity) error, a
 	}()
 	return run(act)
 }
-
-// boundedHere reports whether ctx's stream can be ended by a timer
-// (grpcwire.EndFunc), and how.
-func boundedHere(ctx context.Context) func(error) { return grpcwire.EndFunc(ctx) }

@@ -162,7 +162,7 @@ func (s *Server) bounded(ctx context.Context, run func(act *activity) error) err
 		return run(nil)
 	}
 	act := &activity{}
-	if end := boundedHere(ctx); end != nil {
+	if end := grpcwire.EndFunc(ctx); end != nil { // fusebox's own transport
 		defer s.streams.Add(-1)
 		return s.timedLifetime(end, run, act)
 	}

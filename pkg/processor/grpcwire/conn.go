@@ -156,7 +156,7 @@ func (c *conn) handshake() error {
 // queued behind it skip the flush: the last one out flushes for all.
 func (c *conn) write(f func() error) error { return c.writeFlush(f, true) }
 
-// writeLater and writeReply run f like write but leave the bytes
+// writeLater runs f like write but leaves the bytes
 // buffered, for the next flush to take with whatever else is written
 // meanwhile. Across the streams of one connection that is one write per
 // batch, where a flush per reply was a system call each (make bench-wire:
@@ -170,9 +170,7 @@ func (c *conn) write(f func() error) error { return c.writeFlush(f, true) }
 // add theirs). While the reader waits on the socket, a deferred write goes
 // out after flushDelay at the latest (a stream's trailers, a reply whose
 // handler blocks elsewhere); any flush stops that timer.
-func (c *conn) writeLater(f func() error) error { return c.writeReply(f) }
-
-func (c *conn) writeReply(f func() error) error {
+func (c *conn) writeLater(f func() error) error {
 	err := c.writeFlush(f, false)
 	if err == nil && c.reading.Load() && c.timerArmed.CompareAndSwap(false, true) {
 		c.flushTimer.Reset(flushDelay)

@@ -589,7 +589,7 @@ func (st *stream) responseHeaders() []hpack.HeaderField {
 }
 
 // writeData writes b in DATA frames as the peer's windows allow; the last
-// is left buffered (conn.writeReply).
+// is left buffered (conn.writeLater).
 func (st *stream) writeData(b []byte) error {
 	c := st.c
 	for len(b) > 0 {
@@ -613,7 +613,7 @@ func (st *stream) writeData(b []byte) error {
 		b = b[n:]
 		w := c.write
 		if len(b) == 0 {
-			w = c.writeReply
+			w = c.writeLater
 		}
 		skipped := false
 		if err := w(func() error {
