@@ -15,7 +15,9 @@ import (
 func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
-	const gib = 1 << 30
+	// A limit far above what any test process holds: the test changes
+	// the process's own settings while other tests run in it.
+	const gib = 1 << 40
 	ratio := MemoryLimitRatio
 	want80 := int64(float64(gib) * ratio)
 	cases := []struct {
@@ -27,11 +29,11 @@ func TestTuneGC(t *testing.T) {
 		wantErr     bool
 		log         string
 	}{
-		{"a container with 1 GiB", nil, memlimit.Limit(gib), DefaultGCPercent, want80, false, "GOGC=400, GOMEMLIMIT=819MiB"},
+		{"a container with 1 TiB", nil, memlimit.Limit(gib), DefaultGCPercent, want80, false, "GOGC=400, GOMEMLIMIT=838860"},
 		{"no container limit", nil, func() (uint64, error) { return 0, memlimit.ErrNoLimit }, DefaultGCPercent, math.MaxInt64, false, "GOGC=400, no memory limit"},
 		{"not in a cgroup", nil, func() (uint64, error) { return 0, memlimit.ErrNoCgroup }, DefaultGCPercent, math.MaxInt64, false, "GOGC=400, no memory limit"},
 		{"an unreadable limit", nil, func() (uint64, error) { return 0, errors.New("permission denied") }, DefaultGCPercent, math.MaxInt64, true, "GOGC=400, no memory limit"},
-		{"GOGC from the environment", map[string]string{"GOGC": "150"}, memlimit.Limit(gib), 150, want80, false, "GOMEMLIMIT=819MiB"},
+		{"GOGC from the environment", map[string]string{"GOGC": "150"}, memlimit.Limit(gib), 150, want80, false, "GOMEMLIMIT=838860"},
 		{"GOMEMLIMIT from the environment", map[string]string{"GOMEMLIMIT": "300MiB"}, memlimit.Limit(gib), DefaultGCPercent, math.MaxInt64, false, "GOGC=400, no memory limit"},
 		{"AUTOMEMLIMIT=off", map[string]string{"AUTOMEMLIMIT": "off"}, memlimit.Limit(gib), DefaultGCPercent, math.MaxInt64, false, "GOGC=400, no memory limit"},
 	}
