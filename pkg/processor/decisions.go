@@ -126,6 +126,12 @@ func (t *decisionTable) get(id string) *pending {
 // forget drops id; remember keeps it as done for an entry that may still
 // come (the stream recorded one of Envoy's own endings, which Envoy also
 // logs), so that the entry counts as a duplicate, not as unknown.
+// keep is access_log.wait_ms, the time an entry takes to come after its
+// request ended, however long the decision waited before it settled: one
+// table-wide generation length, so a decision that waited
+// decision_wait_sec (300 s) once stretched every id's memory to 10
+// minutes. A parked decision needs no longer: an entry the table no
+// longer knows goes to the decision's note (Server.entry).
 func (t *decisionTable) forget(id string, keep time.Duration, remember, parked bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -183,3 +189,19 @@ func (t *decisionTable) len() int {
 	defer t.mu.Unlock()
 	return len(t.live)
 }
+
+// kept is how many decisions the table still holds: live, and done but
+// remembered for a late entry.
+func (t *decisionTable) kept() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live) + len(t.done[0]) + len(t.done[1])
+}
+
+// DecisionsKept is how many decisions the server still holds in memory:
+// those awaiting an outcome and those settled within the last two
+// access_log.wait_ms generations (remembered so that a late entry counts
+// as a duplicate). A quiet server lets all of them go within twice
+// wait_ms; the soak waits for that before it measures what a load left
+// behind, and fails if it does not happen.
+func (s *Server) DecisionsKept() int { return s.decisions.kept() }

@@ -503,6 +503,13 @@ func (r *rig) check(rep *Report) {
 		base/(1<<20), after/(1<<20), float64(rep.MarkBytes)/(1<<20), float64(rep.Before.pool)/(1<<20), float64(rep.After.pool)/(1<<20),
 		rep.PeakGoroutines, rep.WarmupPeakGoroutines, rep.GoroutineMark,
 		float64(rep.Before.rss)/(1<<20), float64(rep.After.rss)/(1<<20))
+	// What the 10 % compares must be what the load left behind, and the
+	// decisions a replica remembers for a late access log entry go two
+	// access_log.wait_ms generations after the last one settled: settle
+	// waits for that. One still kept then is a decision the table never
+	// lets go.
+	add("every replica lets go of its decisions after the load", rep.Before.decisions == 0 && rep.After.decisions == 0,
+		"%d and %d decisions kept at the two measures", rep.Before.decisions, rep.After.decisions)
 	if rep.After.poolConns != nil {
 		most := slices.Max(rep.After.poolConns)
 		add("each replica's Redis pool keeps at most IdleConns connections after the load", most <= redisstore.IdleConns,

@@ -52,6 +52,17 @@ type Instance struct {
 	cancelBg        context.CancelFunc
 	bg              sync.WaitGroup
 	serveErr        chan error
+	proc            *processor.Server
+}
+
+// DecisionsKept is how many decisions the processor still holds in memory
+// (processor.Server.DecisionsKept): the soak waits for it to reach 0
+// before it measures what a load left behind.
+func (in *Instance) DecisionsKept() int {
+	if in.proc == nil {
+		return 0
+	}
+	return in.proc.DecisionsKept()
 }
 
 // GRPCAddr is the ext_proc listener's address.
@@ -235,6 +246,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 			in.Health.Set("deployment", admin.Component{Ready: true, Degraded: true, Detail: what + ": " + help})
 		},
 	})
+	in.proc = procSrv
 	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, procSrv)
 	// The access log channel (SPEC §4a) on the same listener, TLS and limits.
 	accesslogv3.RegisterAccessLogServiceServer(in.grpcSrv, procSrv.AccessLogService())
