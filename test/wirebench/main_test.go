@@ -2,10 +2,17 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // A short run of the whole measurement: both servers start, every
@@ -41,5 +48,81 @@ func TestWirebenchRuns(t *testing.T) {
 	if !strings.Contains(b.String(), "fusebox/null: cpu") || !strings.Contains(b.String(), "observer/null: cpu") ||
 		!strings.Contains(b.String(), "observer/null-obs") || !strings.Contains(b.String(), "over null-wire") {
 		t.Fatalf("report:\n%s", b.String())
+	}
+}
+
+// The driver opens its streams as Envoy opens an ext_proc stream: with no
+// grpc-timeout (docs/envoy.md, "Every side stream is an HTTP/2 request
+// built by Common::prepareHeaders"). Before, it sent one on every stream,
+// and every server under test set a deadline timer for it.
+func TestTheDriverSendsNoTimeout(t *testing.T) {
+	var deadlines, streams atomic.Int64
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, deadlineSpy{deadlines: &deadlines, streams: &streams})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := extprocv3.NewExternalProcessorClient(conn)
+	l := newLifecycle()
+	if _, err := l.run(client, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.runObserver(client, nil); err != nil {
+		t.Fatal(err)
+	}
+	if streams.Load() != 3 || deadlines.Load() != 0 {
+		t.Fatalf("%d of %d streams came with a deadline (grpc-timeout)", deadlines.Load(), streams.Load())
+	}
+}
+
+// deadlineSpy answers every message with an empty reply of its kind and
+// counts the streams that came with a deadline.
+type deadlineSpy struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	deadlines, streams *atomic.Int64
+}
+
+func (d deadlineSpy) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
+	d.streams.Add(1)
+	if _, ok := s.Context().Deadline(); ok {
+		d.deadlines.Add(1)
+	}
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		var resp *extprocv3.ProcessingResponse
+		switch req.Request.(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			// The observe note the driver forwards to its observer stream.
+			note, _ := structpb.NewStruct(map[string]any{"fusebox.observe": map[string]any{"note": "n"}})
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}, DynamicMetadata: note}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		default:
+			continue
+		}
+		if req.GetObservabilityMode() {
+			if req.GetResponseBody().GetEndOfStream() {
+				return nil // fusebox ends an observer stream once it recorded
+			}
+			continue
+		}
+		if err := s.Send(resp); err != nil {
+			return err
+		}
 	}
 }

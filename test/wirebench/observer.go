@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -39,7 +38,7 @@ func startFuseboxObserver(bin string) (*proc, error) {
 // runObserver drives one lifecycle in the observer profile; lat gets the
 // request path's two round trips (the only messages anything waits for).
 func (l *lifecycle) runObserver(client extprocv3.ExternalProcessorClient, lat []time.Duration) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := envoyStreamContext()
 	defer cancel()
 	route, err := client.Process(metadata.AppendToOutgoingContext(ctx, "x-fusebox-role", "route"))
 	if err != nil {
