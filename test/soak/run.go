@@ -497,10 +497,25 @@ func (r *rig) check(rep *Report) {
 	// warm-up, nothing else.
 	base := float64(rep.Before.heap - rep.MarkBytes - rep.Before.pool)
 	after := float64(rep.After.heap - rep.MarkBytes - rep.After.pool)
+	// "Returns" is a promise about what the load leaves for good: state
+	// that drains on its own a little later than the measuring point's
+	// waits allow for (on a loaded CI machine the fleet soak once measured
+	// 13.02 -> 14.48 MiB and never did on an idle one, with the decision
+	// tables empty) is not a leak, and a leak is still there ten seconds
+	// on. So a first measure above the bound is taken again then, and
+	// both are reported.
+	again := ""
+	if after > 1.1*base {
+		first := after
+		time.Sleep(10 * time.Second)
+		p := r.settle()
+		after = float64(p.heap - rep.MarkBytes - p.pool)
+		again = fmt.Sprintf(" (at the first measure %.2f MiB; this one 10 s later)", first/(1<<20))
+	}
 	add("memory (the live Go heap after a collection) returns within 10 % after the load",
 		after <= 1.1*base,
-		"%.2f MiB before, %.2f MiB after, each besides %.2f MiB of goroutine descriptors and %.2f / %.2f MiB of Redis connection buffers; goroutines peaked at %d in the load, %d in the warm-up, mark %d (RSS %.1f / %.1f MiB)",
-		base/(1<<20), after/(1<<20), float64(rep.MarkBytes)/(1<<20), float64(rep.Before.pool)/(1<<20), float64(rep.After.pool)/(1<<20),
+		"%.2f MiB before, %.2f MiB after%s, each besides %.2f MiB of goroutine descriptors and %.2f / %.2f MiB of Redis connection buffers; goroutines peaked at %d in the load, %d in the warm-up, mark %d (RSS %.1f / %.1f MiB)",
+		base/(1<<20), after/(1<<20), again, float64(rep.MarkBytes)/(1<<20), float64(rep.Before.pool)/(1<<20), float64(rep.After.pool)/(1<<20),
 		rep.PeakGoroutines, rep.WarmupPeakGoroutines, rep.GoroutineMark,
 		float64(rep.Before.rss)/(1<<20), float64(rep.After.rss)/(1<<20))
 	// What the 10 % compares must be what the load left behind, and the
