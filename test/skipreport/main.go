@@ -54,6 +54,14 @@ func run(in io.Reader, out io.Writer) int {
 			delete(buf, k)
 		case "fail":
 			failed = true
+			if e.Test == "" {
+				// A test binary that died (a panic on another goroutine,
+				// a signal, an exit) ends its package with no end for
+				// the test that was running: that test's output, the
+				// crash's included, is all there is to say why. Before,
+				// it was dropped, and CI said only "FAIL <package>".
+				printUnended(out, buf, e.Package)
+			}
 			for _, l := range buf[k] {
 				if e.Test == "" && (strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- PASS") || strings.HasPrefix(l, "--- SKIP")) {
 					continue
@@ -85,6 +93,26 @@ func run(in io.Reader, out io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// printUnended writes the output of pkg's tests that started and never
+// ended, and forgets it.
+func printUnended(out io.Writer, buf map[key][]string, pkg string) {
+	var tests []string
+	for k := range buf {
+		if k.pkg == pkg && k.test != "" {
+			tests = append(tests, k.test)
+		}
+	}
+	sort.Strings(tests)
+	for _, t := range tests {
+		k := key{pkg, t}
+		fmt.Fprintf(out, "--- %s did not end: the test binary died while it ran\n", t)
+		for _, l := range buf[k] {
+			fmt.Fprint(out, l)
+		}
+		delete(buf, k)
+	}
 }
 
 // reason is the skip message a test printed (t.Skip's argument).

@@ -25,3 +25,28 @@ func TestReport(t *testing.T) {
 		t.Fatalf("exit %d, report:\n%s", code, s)
 	}
 }
+
+// A test binary that dies while a test runs (a panic on another
+// goroutine, a signal) ends its package with a fail and no end for that
+// test: the report prints what the test wrote, the crash included. Before,
+// it printed only the package's FAIL line (CI's mainlib failure said
+// nothing else).
+func TestReportADeadBinary(t *testing.T) {
+	in := strings.Join([]string{
+		`{"Action":"run","Package":"p","Test":"TestA"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"--- PASS: TestA (0.00s)\n"}`,
+		`{"Action":"pass","Package":"p","Test":"TestA"}`,
+		`{"Action":"run","Package":"p","Test":"TestB"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"=== RUN   TestB\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"panic: on another goroutine\n"}`,
+		`{"Action":"output","Package":"p","Output":"FAIL\tp\t0.1s\n"}`,
+		`{"Action":"fail","Package":"p"}`,
+	}, "\n")
+	var out strings.Builder
+	code := run(strings.NewReader(in), &out)
+	s := out.String()
+	if code != 1 || !strings.Contains(s, "TestB did not end") || !strings.Contains(s, "panic: on another goroutine") || !strings.Contains(s, "FAIL\tp") {
+		t.Fatalf("exit %d, report:\n%s", code, s)
+	}
+}
