@@ -310,17 +310,31 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 			in.Metrics.StoreErrors.WithLabelValues("sweep").Inc()
 		})
 	}()
+	guardSIGHUP()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	if f.Config != "" {
 		reloader.Prime()
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		in.bg.Add(1)
-		go func() {
-			defer in.bg.Done()
-			defer signal.Stop(hup)
-			reloader.Run(bgCtx, f.ReloadInterval, hup)
-		}()
 	}
+	in.bg.Add(1)
+	go func() {
+		defer in.bg.Done()
+		defer signal.Stop(hup)
+		if f.Config != "" {
+			reloader.Run(bgCtx, f.ReloadInterval, hup)
+			return
+		}
+		// Nothing to reload: a SIGHUP (a config-reload sidecar, a
+		// terminal that closed) is said and otherwise ignored.
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-hup:
+				log.Info("[config] SIGHUP: there is no config file to reload (the embedded default config is in force)")
+			}
+		}
+	}()
 	in.Health.Set("listeners", admin.Component{Ready: true, Detail: "grpc " + in.GRPCAddr() + ", admin " + in.AdminAddr()})
 	if sw.start == nil {
 		in.Health.Set("store", admin.Component{Ready: true, Detail: rt.Store.Backend})
@@ -329,6 +343,20 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString(), "collector", collectorSettings())
 	return in, nil
 }
+
+// guardSIGHUP keeps a SIGHUP from ever ending the process once fusebox has
+// started: Go's default for it is to exit, and it is back in force
+// whenever no channel is registered for it, as between one instance's stop
+// and the next one's start (a test process, an in-process restart).
+// Before, fusebox on its embedded default config registered none, and a
+// SIGHUP (a config-reload sidecar, a closed terminal) killed it. This one
+// registration is never stopped and never read: a signal it gets is
+// dropped, and the instances' own channels get theirs as before.
+func guardSIGHUP() {
+	hupGuard.Do(func() { signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) })
+}
+
+var hupGuard sync.Once
 
 // adminHTTPServer bounds what one admin client can hold (R-L6): idle
 // keep-alive connections close after a minute, slow requests and slow

@@ -309,9 +309,20 @@ func TestBinarySIGTERMExitsZero(t *testing.T) {
 	if used := threadsCPU(t, cmd.Process.Pid) - c0; used > 10*time.Millisecond {
 		t.Errorf("idle for 2 s, fusebox used %v of CPU (over 0.5%% of a core)", used)
 	}
+	// A SIGHUP on the embedded default config is said and ignored. Before,
+	// nothing was registered for it without -config, and it killed the
+	// process (Go's default).
+	cmd.Process.Signal(syscall.SIGHUP)
+	for !strings.Contains(logs.String(), "no config file to reload") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("SIGHUP not acknowledged: %s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		t.Fatalf("exit after SIGHUP, then SIGTERM: %v\n%s", err, logs.String())
 	}
 }
 
