@@ -200,7 +200,7 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 		return EntryDuplicate
 	}
 	st.recordEntry(out)
-	s.decisions.forget(id, st.rt.AccessLogWait, true, parked != nil)
+	s.forgetDecision(id, true, parked != nil)
 	return EntryRecorded
 }
 
@@ -240,7 +240,7 @@ func (st *stream) finishDecision(noResponse bool) {
 		}
 		// Envoy logs an entry only for its own endings (the shipped
 		// filter): remember the decision only when the response showed one.
-		s.decisions.forget(st.decisionID, st.rt.AccessLogWait, st.envoyEnded || noResponse, false)
+		s.forgetDecision(st.decisionID, st.envoyEnded || noResponse, false)
 		return
 	}
 	p.state = pendingParking
@@ -276,7 +276,7 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 		if p.end() && record != nil {
 			record()
 		}
-		s.decisions.forget(id, st.rt.AccessLogWait, true, parked)
+		s.forgetDecision(id, true, parked)
 	}
 	switch act.how {
 	case meetByObserver, meetDuplicate:
@@ -342,7 +342,7 @@ func (st *stream) expireDecision(p *pending, note parkedNote, wait time.Duration
 	if p.end() && how == meetNeither {
 		st.recordNeitherExpired()
 	}
-	st.s.decisions.forget(st.decisionID, st.rt.AccessLogWait, true, parked)
+	st.s.forgetDecision(st.decisionID, true, parked)
 }
 
 // entryResult judges an entry as the route role judges response headers

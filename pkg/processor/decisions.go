@@ -126,12 +126,8 @@ func (t *decisionTable) get(id string) *pending {
 // forget drops id; remember keeps it as done for an entry that may still
 // come (the stream recorded one of Envoy's own endings, which Envoy also
 // logs), so that the entry counts as a duplicate, not as unknown.
-// keep is access_log.wait_ms, the time an entry takes to come after its
-// request ended, however long the decision waited before it settled: one
-// table-wide generation length, so a decision that waited
-// decision_wait_sec (300 s) once stretched every id's memory to 10
-// minutes. A parked decision needs no longer: an entry the table no
-// longer knows goes to the decision's note (Server.entry).
+// keep is the generation length, one for the whole table
+// (Server.forgetDecision gives it).
 func (t *decisionTable) forget(id string, keep time.Duration, remember, parked bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -188,6 +184,18 @@ func (t *decisionTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.live)
+}
+
+// forgetDecision settles id in the decision table (decisionTable.forget)
+// for access_log.wait_ms generations: the time an entry takes to come
+// after its request ended, however long the decision waited before it
+// settled. Each caller gave its own length before, and the table took the
+// last one for every id: a decision that waited decision_wait_sec (300 s)
+// once stretched every id's memory to 10 minutes. A parked decision needs
+// no longer: an entry the table no longer knows goes to the decision's
+// note (Server.entry).
+func (s *Server) forgetDecision(id string, remember, parked bool) {
+	s.decisions.forget(id, s.cfg.Load().AccessLogWait, remember, parked)
 }
 
 // kept is how many decisions the table still holds: live, and done but

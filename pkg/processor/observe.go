@@ -270,7 +270,7 @@ func (s *Server) observedHere(id string) {
 	waiting := p.state == pendingWaiting
 	p.mu.Unlock()
 	if waiting && p.end() {
-		s.decisions.forget(id, p.st.rt.AccessLogWait, true, true)
+		s.forgetDecision(id, true, true)
 	}
 }
 
