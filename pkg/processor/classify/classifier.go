@@ -65,8 +65,11 @@ func NewForRoute(api, ct string, selfHosted bool) *Classifier {
 func (c *Classifier) Streaming() bool { return c.format == formatSSE }
 
 func (c *Classifier) onEvent(event, data []byte) {
-	c.t.noteUsage(data)
-	if (c.t.visible || c.t.toolCall) && c.skippable(event, data) {
+	hasError, hasUsage := scanKeys(data)
+	if hasUsage {
+		c.t.noteUsage(data)
+	}
+	if (c.t.visible || c.t.toolCall) && !hasError && c.skippable(event, data) {
 		c.t.events++
 		if c.TrackGaps && c.tokenDelta(event, data) {
 			c.t.progress(c.now)
@@ -82,11 +85,10 @@ func (c *Classifier) onEvent(event, data []byte) {
 
 // skippable reports whether an event can change nothing once an answer was
 // seen: then only the end marker and errors matter, so the common delta
-// events are not decoded at all (the hot path of a long stream).
+// events are not decoded at all (the hot path of a long stream). An event
+// with the key "error" is never skippable; the caller has looked for it
+// (scanKeys).
 func (c *Classifier) skippable(event, data []byte) bool {
-	if bytes.Contains(data, []byte(`"error"`)) {
-		return false
-	}
 	if c.anthropic {
 		switch string(event) {
 		case "content_block_delta", "content_block_start", "content_block_stop", "ping":
@@ -164,7 +166,9 @@ func (c *Classifier) Finish(now int64) Body {
 		} else {
 			c.t.openaiJSON(c.buf, now)
 		}
-		c.t.noteUsage(c.buf)
+		if bytes.Contains(c.buf, usageKey) {
+			c.t.noteUsage(c.buf)
+		}
 		c.buf = nil
 		return c.t.body(false)
 	}

@@ -1,7 +1,6 @@
 package classify
 
 import (
-	"bytes"
 	"encoding/json"
 )
 
@@ -27,10 +26,9 @@ type Usage struct {
 	InputTokens, OutputTokens int64
 }
 
+// noteUsage decodes an event's usage counts; the caller has seen the key
+// (scanKeys, or bytes.Contains with usageKey).
 func (t *tally) noteUsage(data []byte) {
-	if !bytes.Contains(data, usageKey) {
-		return
-	}
 	var v struct {
 		Usage    *usageCounts `json:"usage"`
 		Response *struct {
