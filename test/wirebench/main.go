@@ -343,7 +343,7 @@ func connect(cmd *exec.Cmd, addr string) (*proc, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, envoyDialOptions()...)
 	if err != nil {
 		p.stop()
 		return nil, err
@@ -561,4 +561,22 @@ func (l *lifecycle) run(client extprocv3.ExternalProcessorClient, lat []time.Dur
 		return lat, fmt.Errorf("want EOF at the end of the stream, got %v", err)
 	}
 	return lat, nil
+}
+
+// envoyWindow is the HTTP/2 window the driver advertises, for each stream
+// and for the connection: Envoy's default for a cluster (16 MiB from 1.36,
+// docs/envoy.md, "the observer's side-stream buffer"). Any window above a
+// lifecycle's replies is the same to the servers under test.
+const envoyWindow = 16 << 20
+
+// envoyDialOptions are the driver's connection options: h2c, with the
+// static windows of Envoy's HTTP/2 codec. Envoy sends a PING on a cluster's
+// connection only for http2_protocol_options.connection_keepalive, which
+// the shipped configs do not set; a grpc-go client by default pings once
+// per round trip while data flows, to size its window (BDP estimation),
+// and every server under test paid a ping's read and its ack's write for
+// it. A window set here turns that estimation off.
+func envoyDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow)}
 }

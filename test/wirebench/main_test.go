@@ -11,7 +11,6 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -57,15 +56,8 @@ func TestWirebenchRuns(t *testing.T) {
 // and every server under test set a deadline timer for it.
 func TestTheDriverSendsNoTimeout(t *testing.T) {
 	var deadlines, streams atomic.Int64
-	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, deadlineSpy{deadlines: &deadlines, streams: &streams})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(ln)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := serveSpy(t, deadlineSpy{deadlines: &deadlines, streams: &streams})
+	conn, err := grpc.NewClient(addr, envoyDialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,4 +117,17 @@ func (d deadlineSpy) Process(s extprocv3.ExternalProcessor_ProcessServer) error 
 			return err
 		}
 	}
+}
+
+// serveSpy serves spy on a loopback port until the test ends.
+func serveSpy(t *testing.T, spy deadlineSpy) string {
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, spy)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // BenchmarkObserverProfile runs both profiles' lifecycles in process (the
@@ -34,7 +33,7 @@ func BenchmarkObserverProfile(b *testing.B) {
 		extprocv3.RegisterExternalProcessorServer(gs, srv)
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go gs.Serve(ln)
-		conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, _ := grpc.NewClient(ln.Addr().String(), envoyDialOptions()...)
 		client := extprocv3.NewExternalProcessorClient(conn)
 		l := newLifecycle()
 		name := "sync"

@@ -32,11 +32,15 @@ import (
 // ext_proc cluster's http2_protocol_options.initial_stream_window_size
 // (codec_impl.cc: per_stream_buffer_limit_), so the file decides it; unset,
 // it is the release's default (version.go, StreamWindowDefault).
-func (o *obsStream) highWatermark() int {
-	if w := o.p.cfg.Observer.StreamWindow; w > 0 {
-		return w
+func (o *obsStream) highWatermark() int { return o.p.cfg.streamWindow(o.p.cfg.Observer) }
+
+// streamWindow is filter f's cluster's initial_stream_window_size: the
+// file's, or the release's default.
+func (c *Config) streamWindow(f *ExtProcConfig) int {
+	if f.StreamWindow > 0 {
+		return f.StreamWindow
 	}
-	return o.p.cfg.Envoy.StreamWindowDefault()
+	return c.Envoy.StreamWindowDefault()
 }
 
 // obsStream is the observer filter's stream for one request.
