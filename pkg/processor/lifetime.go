@@ -43,6 +43,17 @@ type lifetime struct {
 	check        time.Duration // the period of the checks
 	last         uint64        // the message count at the last check
 	quiet        int           // checks in a row that saw no message
+
+	// On fusebox's own transport (timedLifetime, sweep.go): end ends the
+	// stream; mu guards ended, set once the stream ended either way (and
+	// the checks' fields above). next is when the sweep checks it next
+	// (the sweep's alone once added). prev and nextL link it into the
+	// sweep's set, under that set's lock.
+	end         func(error)
+	mu          sync.Mutex
+	ended       bool
+	next        time.Time
+	prev, nextL *lifetime
 }
 
 // newLifetime starts a stream's bounds: checked four times per idle
@@ -100,35 +111,14 @@ func (s *Server) watchLifetime(done <-chan error, act *activity, idle, maxAge ti
 	}
 }
 
-// timedLifetime runs the stream on this goroutine while a timer checks
-// its bounds, and ends it through end once one is passed (fusebox's own
-// transport). A check that comes as the stream ends counts nothing.
+// timedLifetime runs the stream on this goroutine while the server's
+// sweep checks its bounds (sweep.go), and ends it through end once one is
+// passed (fusebox's own transport). A check that comes as the stream ends
+// counts nothing.
 func (s *Server) timedLifetime(end func(error), run func(act *activity) error, act *activity) error {
 	l := s.newLifetime(act, s.streamIdle, s.streamMax)
-	var (
-		mu    sync.Mutex
-		ended bool
-		t     *time.Timer
-	)
-	t = time.AfterFunc(l.check, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if ended {
-			return
-		}
-		next, err := l.due()
-		if err != nil {
-			ended = true
-			end(err)
-			return
-		}
-		t.Reset(next)
-	})
-	defer func() {
-		mu.Lock()
-		ended = true
-		t.Stop()
-		mu.Unlock()
-	}()
+	l.end = end
+	s.lives.add(l)
+	defer s.lives.remove(l)
 	return run(act)
 }

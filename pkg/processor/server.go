@@ -64,6 +64,8 @@ type Server struct {
 	streams    atomic.Int64
 	// streamIdle and streamMax bound a stream's life (R-L13); 0 = none.
 	streamIdle, streamMax time.Duration
+	// lives is the streams whose bounds the sweep checks (sweep.go).
+	lives lifetimes
 	// The access log channel (accesslog.go): the decisions it can still
 	// speak for, the Envoy streams connected, and who hears of them.
 	decisions          *decisionTable

@@ -1,0 +1,115 @@
+package processor
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The sweep that checks the stream bounds on fusebox's own transport
+// (sweep.go): it ends the streams past a bound, each once and counted
+// once; a stream that ends first is never ended by it; it stops when no
+// stream is left, and starts again with the next one.
+func TestTheSweepEndsOnlyStreamsPastTheirBound(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.StreamIdle = 200 * time.Millisecond })
+	s := e.srv
+	var ended atomic.Int64
+	var wg sync.WaitGroup
+	// 50 streams that end at once, 20 that idle until the sweep ends
+	// them, and 20 that keep talking until they end by themselves.
+	for i := range 90 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stop := make(chan error, 1)
+			end := func(err error) { ended.Add(1); stop <- err }
+			_ = s.timedLifetime(end, func(act *activity) error {
+				switch {
+				case i < 50:
+					return nil
+				case i < 70:
+					return <-stop
+				default:
+					for range 10 {
+						act.touch()
+						time.Sleep(15 * time.Millisecond)
+					}
+					return nil
+				}
+			}, &activity{})
+		}()
+	}
+	wg.Wait()
+	if n := ended.Load(); n != 20 {
+		t.Fatalf("the sweep ended %d streams, want the 20 idle ones", n)
+	}
+	if v := testutil.ToFloat64(e.metrics.Refused.WithLabelValues(metrics.RefusedStreamIdle)); v != 20 {
+		t.Fatalf("%s counted %v, want 20", metrics.RefusedStreamIdle, v)
+	}
+	eventually(t, "the sweep stops with no stream left", func() bool {
+		s.lives.mu.Lock()
+		defer s.lives.mu.Unlock()
+		return !s.lives.running && s.lives.n == 0 && s.lives.head == nil
+	})
+	// The next stream starts it again.
+	stop := make(chan error, 1)
+	err := s.timedLifetime(func(err error) { stop <- err }, func(*activity) error { return <-stop }, &activity{})
+	if err == nil {
+		t.Fatalf("an idle stream after the sweep stopped ended with %v", err)
+	}
+}
+
+func TestSweepPeriod(t *testing.T) {
+	for _, tc := range []struct{ check, want time.Duration }{
+		{90 * time.Second, time.Second}, {50 * time.Millisecond, 6250 * time.Microsecond}, {time.Millisecond, time.Millisecond},
+	} {
+		if got := sweepPeriod(tc.check); got != tc.want {
+			t.Errorf("sweepPeriod(%s) = %s, want %s", tc.check, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkStreamBounds is one stream's bounds on fusebox's own transport:
+// the sweep's set (timedLifetime) against the timer per stream it replaced
+// (the baseline, as it was written), in the same run.
+func BenchmarkStreamBounds(b *testing.B) {
+	s := fuseboxBenchServer(b, func(o *Options) { o.StreamIdle, o.StreamDuration = 360*time.Second, time.Hour })
+	run := func(*activity) error { return nil }
+	b.Run("sweep", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_ = s.timedLifetime(func(error) {}, run, &activity{})
+			}
+		})
+	})
+	b.Run("timer-per-stream", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				l := s.newLifetime(&activity{}, s.streamIdle, s.streamMax)
+				var (
+					mu    sync.Mutex
+					ended bool
+					t     *time.Timer
+				)
+				t = time.AfterFunc(l.check, func() {
+					mu.Lock()
+					defer mu.Unlock()
+					if !ended {
+						_, _ = l.due()
+					}
+				})
+				_ = run(l.act)
+				mu.Lock()
+				ended = true
+				t.Stop()
+				mu.Unlock()
+			}
+		})
+	})
+}
