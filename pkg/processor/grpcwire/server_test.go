@@ -708,3 +708,24 @@ func TestAStreamEndsWhileItsSendWaitsForWindow(t *testing.T) {
 		t.Fatal("the send waiting for window never gave up")
 	}
 }
+
+// A grpc-timeout passes while the handler waits in Recv, and the peer
+// does nothing (no reset): the receive fails with DeadlineExceeded and
+// the stream ends with it. A receive waits on its stream's signal alone,
+// so the deadline must wake it (context.AfterFunc in onHeaders); without
+// that the handler waited for ever.
+func TestADeadlineWakesAWaitingReceive(t *testing.T) {
+	ts := serve(t, Options{}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		for {
+			if _, err := s.Recv(); err != nil {
+				return err
+			}
+		}
+	})
+	r := dialRaw(t, ts.addr)
+	r.headers(1, false, envoyHeaders(processPath, "grpc-timeout", "100m")...)
+	r.data(1, false, msg(&extprocv3.ProcessingRequest{}))
+	if s := r.grpcStatus(1); s != "200/4" { // trailers only: no reply was sent
+		t.Fatalf("trailers: %q, want grpc-status 4 (DeadlineExceeded)", s)
+	}
+}

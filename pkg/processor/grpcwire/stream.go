@@ -187,6 +187,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	st := &stream{c: c, id: id, cancel: cancel, method: path, signal: make(chan struct{}, 1)}
 	st.ctx = context.WithValue(ctx, streamKey{}, st) // EndFunc
+	if timeout != "" {
+		// The deadline wakes a receive that waits (take waits on the
+		// stream's signal alone).
+		context.AfterFunc(ctx, st.wake)
+	}
 	if f.StreamEnded() {
 		st.halfDone, st.recvErr = true, io.EOF
 	}
@@ -415,9 +420,13 @@ func (st *stream) take() ([]byte, error) {
 			runtime.Gosched()
 			st.c.flushDirty()
 		}
-		select {
-		case <-st.signal:
-		case <-st.ctx.Done():
+		// One channel, not a select with the context's Done: whatever
+		// cancels the stream's context also wakes it (abort, end, the
+		// connection's close through abort, a grpc-timeout through
+		// context.AfterFunc), and Done would make a channel per stream
+		// (selectgo and that channel were 2% of the observer's CPU).
+		<-st.signal
+		if ctxErr := st.ctx.Err(); ctxErr != nil {
 			st.mu.Lock()
 			st.waiting = false
 			err := st.recvErr
@@ -425,7 +434,7 @@ func (st *stream) take() ([]byte, error) {
 			if err != nil && err != io.EOF {
 				return nil, err
 			}
-			return nil, status.FromContextError(st.ctx.Err()).Err()
+			return nil, status.FromContextError(ctxErr).Err()
 		}
 	}
 }
