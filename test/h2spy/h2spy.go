@@ -15,6 +15,7 @@ type Spy struct {
 	to      string
 	pings   atomic.Int64
 	window  atomic.Int64
+	connWin atomic.Int64
 	conns   atomic.Int64
 	readers sync.WaitGroup
 }
@@ -38,6 +39,10 @@ func (s *Spy) Pings() int64 { return s.pings.Load() }
 
 // Window is the last SETTINGS_INITIAL_WINDOW_SIZE a client sent (0: none).
 func (s *Spy) Window() int64 { return s.window.Load() }
+
+// ConnWindow is the connection window the last client opened: 65,535
+// plus its first WINDOW_UPDATE on stream 0 (0: none came).
+func (s *Spy) ConnWindow() int64 { return s.connWin.Load() }
 
 // Conns is the number of connections forwarded.
 func (s *Spy) Conns() int64 { return s.conns.Load() }
@@ -82,6 +87,7 @@ func (s *Spy) read(r *io.PipeReader) {
 		return
 	}
 	fr := http2.NewFramer(nil, r)
+	firstUpdate := true
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
@@ -91,6 +97,11 @@ func (s *Spy) read(r *io.PipeReader) {
 		case *http2.PingFrame:
 			if !f.IsAck() {
 				s.pings.Add(1)
+			}
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 && firstUpdate {
+				firstUpdate = false
+				s.connWin.Store(65535 + int64(f.Increment))
 			}
 		case *http2.SettingsFrame:
 			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {

@@ -563,11 +563,15 @@ func (l *lifecycle) run(client extprocv3.ExternalProcessorClient, lat []time.Dur
 	return lat, nil
 }
 
-// envoyWindow is the HTTP/2 window the driver advertises, for each stream
-// and for the connection: Envoy's default for a cluster (16 MiB from 1.36,
-// docs/envoy.md, "the observer's side-stream buffer"). Any window above a
-// lifecycle's replies is the same to the servers under test.
-const envoyWindow = 16 << 20
+// envoyWindow and envoyConnWindow are the HTTP/2 windows the driver
+// advertises, for each stream and for the connection: Envoy's defaults for
+// a cluster from 1.36 (16 MiB and 24 MiB, the 1.36.0 release notes;
+// docs/envoy.md). Any window above a lifecycle's replies is the same to
+// the servers under test.
+const (
+	envoyWindow     = 16 << 20
+	envoyConnWindow = 24 << 20
+)
 
 // envoyDialOptions are the driver's connection options: h2c, with the
 // static windows of Envoy's HTTP/2 codec. Envoy sends a PING on a cluster's
@@ -578,5 +582,5 @@ const envoyWindow = 16 << 20
 // it. A window set here turns that estimation off.
 func envoyDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow)}
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyConnWindow)}
 }

@@ -43,4 +43,7 @@ func TestTheDriverSendsNoPings(t *testing.T) {
 	if w := spy.Window(); w != envoyWindow {
 		t.Errorf("the driver's SETTINGS_INITIAL_WINDOW_SIZE is %d, want %d", w, envoyWindow)
 	}
+	if w := spy.ConnWindow(); w != envoyConnWindow {
+		t.Errorf("the driver's connection window is %d, want %d", w, envoyConnWindow)
+	}
 }

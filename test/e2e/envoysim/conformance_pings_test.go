@@ -43,6 +43,9 @@ func TestSideStreamConnectionsSendNoPings(t *testing.T) {
 			if w := spy.Window(); w != tc.want {
 				t.Errorf("SETTINGS_INITIAL_WINDOW_SIZE %d, want %d", w, tc.want)
 			}
+			if w := spy.ConnWindow(); w != 24<<20 {
+				t.Errorf("connection window %d, want the release's default, 24 MiB", w)
+			}
 		})
 	}
 }

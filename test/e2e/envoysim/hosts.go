@@ -42,16 +42,16 @@ type grpcClusters struct {
 	byHosts map[string]*grpcCluster
 }
 
-// cluster returns the cluster of addrs. Its connections advertise window
-// for each stream and for the connection, as Envoy's HTTP/2 codec does
-// (http2_protocol_options.initial_stream_window_size and
-// initial_connection_window_size; both default to the release's stream
-// default): static windows, so grpc-go's BDP estimation, which pings
-// once per round trip while data flows, is off. Envoy pings a cluster's
-// connection only for connection_keepalive (docs/envoy.md, "No PING
-// without connection_keepalive"), and the shipped configs set none. The
-// first filter that names an address sets its connection's window.
-func (g *grpcClusters) cluster(addrs []string, window int) (*grpcCluster, error) {
+// cluster returns the cluster of addrs. Its connections advertise the
+// windows Envoy's HTTP/2 codec does: window for each stream (the
+// cluster's initial_stream_window_size) and connWindow for the connection
+// (initial_connection_window_size; the shipped files set none, so the
+// release's default): static windows, so grpc-go's BDP estimation, which
+// pings once per round trip while data flows, is off. Envoy pings a
+// cluster's connection only for connection_keepalive (docs/envoy.md, "No
+// PING without connection_keepalive"), and the shipped configs set none.
+// The first filter that names an address sets its connection's windows.
+func (g *grpcClusters) cluster(addrs []string, window, connWindow int) (*grpcCluster, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conns == nil {
@@ -69,7 +69,7 @@ func (g *grpcClusters) cluster(addrs []string, window int) (*grpcCluster, error)
 			var err error
 			conn, err = grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()),
 				grpc.WithConnectParams(envoyReconnect),
-				grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window)))
+				grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(connWindow)))
 			if err != nil {
 				return nil, err
 			}

@@ -69,7 +69,7 @@ func New(cfg Config) (*Proxy, error) {
 		if f.Addr == "" {
 			continue // no such filter
 		}
-		c, err := p.grpc.cluster(hosts(f.Addr, f.Addrs), p.cfg.streamWindow(f))
+		c, err := p.grpc.cluster(hosts(f.Addr, f.Addrs), p.cfg.streamWindow(f), p.cfg.Envoy.ConnWindowDefault())
 		if err != nil {
 			p.grpc.close()
 			return nil, err
@@ -81,7 +81,7 @@ func New(cfg Config) (*Proxy, error) {
 			p.grpc.close()
 			return nil, errors.New("envoysim: the access log names no host (set AccessLog.Addr)")
 		}
-		c, err := p.grpc.cluster(hosts(cfg.AccessLog.Addr, cfg.AccessLog.Addrs), cfg.Envoy.StreamWindowDefault())
+		c, err := p.grpc.cluster(hosts(cfg.AccessLog.Addr, cfg.AccessLog.Addrs), cfg.Envoy.StreamWindowDefault(), cfg.Envoy.ConnWindowDefault())
 		if err != nil {
 			p.grpc.close()
 			return nil, err

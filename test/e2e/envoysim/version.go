@@ -45,6 +45,16 @@ func (v Version) SkipsLocalReplies(runtime map[string]string) bool {
 	return false
 }
 
+// ConnWindowDefault is the HTTP/2 initial_connection_window_size a
+// cluster gets when its file sets none: 24 MiB from 1.36.0, 256 MiB before
+// (the same release notes: "connection window from 256MiB to 24MiB").
+func (v Version) ConnWindowDefault() int {
+	if v != (Version{}) && (v.Major < 1 || v.Major == 1 && v.Minor < 36) {
+		return 256 << 20
+	}
+	return 24 << 20
+}
+
 // StreamWindowDefault is the HTTP/2 initial_stream_window_size a cluster
 // gets when its file sets none: 16 MiB from 1.36.0, 256 MiB before (the
 // 1.36.0 release notes, "The default value for the initial stream window
