@@ -124,7 +124,7 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			}
 		}
 	}
-	obsCluster := ""
+	obsCluster, epCluster := "", ""
 	suppressEnvoyHeaders := false
 	for _, f := range hcm.GetHttpFilters() {
 		var rf routerv3.Router
@@ -147,6 +147,7 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 				continue
 			}
 			cfg.ExtProc = extProcConfig(&ep)
+			epCluster = ep.GetGrpcService().GetEnvoyGrpc().GetClusterName()
 		}
 	}
 	vhs := hcm.GetRouteConfig().GetVirtualHosts()
@@ -220,6 +221,16 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 	}
 	if cfg.Failover != nil {
 		cfg.Failover.SuppressEnvoyHeaders = suppressEnvoyHeaders
+	}
+	// Each filter's cluster's window: envoysim opens its connections to
+	// fusebox with it, as Envoy's codec does (docs/envoy.md, "No PING
+	// without connection_keepalive"), and the observer's is its buffer.
+	if epCluster != "" {
+		w, err := streamWindow(b, epCluster)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.ExtProc.StreamWindow = w
 	}
 	if cfg.Observer != nil {
 		w, err := streamWindow(b, obsCluster)
