@@ -61,6 +61,8 @@ type machine struct {
 	// (R-D8), unix ns; 0 = not ramping. On a shared store it is the close
 	// the store holds, so every replica ramps from the same time.
 	closedAt int64
+	// keys are the record keys applied lately (R-DL11).
+	keys recordKeys
 
 	// emitMu orders transition events: it is taken before mu is released
 	// by whoever made a transition, so listeners see a breaker's events in
@@ -339,6 +341,13 @@ func (m *machine) record(now int64, adm Admission, r *Result, rec *Recorded) {
 	p.judge(r, o)
 	if adm.Lease != 0 {
 		m.releaseLocked(adm.Lease)
+	}
+	if r.Key != "" && m.keys.seen(r.Key, r.KeyLifeMs, now) {
+		// A repeat (R-DL11): the slot it held is free (above, an
+		// idempotent release), and nothing else changes.
+		m.mu.Unlock()
+		*rec = Recorded{Outcome: *o, AlreadyApplied: true}
+		return
 	}
 	m.advance(now, &evs)
 	if m.id.Scope == ScopeGateway {

@@ -85,7 +85,13 @@ type Result struct {
 	// Reason names a KindNeither; every other kind's reason follows from
 	// the kind and the judging policy.
 	Reason string
-	Status int
+	// Key names the record (R-DL11): the decision id and the attempt
+	// number. A store applies a key once while it may still arrive
+	// (KeyLifeMs, DefaultRecordKeyLife when 0), and answers a repeat with
+	// AlreadyApplied. "" (a neither, a test): applied every time.
+	Key       string `json:",omitempty"`
+	KeyLifeMs int64  `json:",omitempty"`
+	Status    int
 	// ElapsedMs is the time to the first visible token for a stream, the
 	// total time otherwise; -1 when unknown (slow-call trigger, R-O13).
 	ElapsedMs int64

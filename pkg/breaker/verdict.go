@@ -54,4 +54,7 @@ type Recorded struct {
 	// Applied: the breaker judged the attempt. False when its policy is
 	// off: nothing is recorded or counted (R-M1).
 	Applied bool
+	// AlreadyApplied: the record's key was applied before (R-DL11): this
+	// call changed nothing, and Applied is false.
+	AlreadyApplied bool
 }

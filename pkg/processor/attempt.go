@@ -184,7 +184,7 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		}
 		return attemptPassthrough()
 	}
-	st.decisionID = t.Decision
+	st.decisionID, st.attempt = t.Decision, n
 	gw, ok := st.rt.Gateway(t.Gateway)
 	if !ok {
 		return attemptPassthrough()

@@ -533,7 +533,7 @@ func (s *Server) streamFromNote(decision string, p *parkedNote) *stream {
 	st.gw, st.chosen, st.target = gw, route, st.comp.targets[route]
 	st.adm = breaker.TargetAdmission{Route: breaker.Admission{Gen: p.RouteGen, Lease: p.RouteLease},
 		Fleet: breaker.Admission{Gen: p.FleetGen, Lease: p.FleetLease}}
-	st.startNs, st.decisionID = p.Start, decision
+	st.startNs, st.decisionID, st.attempt = p.Start, decision, p.N
 	st.tracked = !st.target.Peek(context.Background(), s.store, st.now()).Off
 	return st
 }
@@ -548,7 +548,7 @@ func (s *Server) recordChained(decision string, out entryOutcome) {
 		return
 	}
 	key := out.chain[min(int(out.attempt), len(out.chain))-1]
-	st := s.streamFromNote(decision, &parkedNote{Gateway: out.gateway, Route: key})
+	st := s.streamFromNote(decision, &parkedNote{N: int(out.attempt), Gateway: out.gateway, Route: key})
 	if st == nil {
 		return // a gateway or route gone since (a reload)
 	}

@@ -257,6 +257,22 @@ func (st *stream) record(res breaker.Result, now int64) {
 	st.apply(res, now, true)
 }
 
+// keyRecord keys a real outcome by its decision and attempt (R-DL11), so
+// that whichever channel, replica or resend delivers it, a store applies it
+// once. The key lives twice the longest an outcome may still arrive
+// (decision_wait_sec + access_log.wait_ms). A neither goes unkeyed: it
+// counts nothing, and an expiry's neither must not make the real outcome
+// that follows it a repeat (R-DL2).
+func (st *stream) keyRecord(res *breaker.Result) {
+	if st.decisionID == "" || res.Kind == breaker.KindNeither {
+		return
+	}
+	res.Key = st.decisionID + ":" + strconv.Itoa(max(st.attempt, 1))
+	if st.rt != nil {
+		res.KeyLifeMs = max(2*(st.rt.DecisionWait+st.rt.AccessLogWait).Milliseconds(), breaker.DefaultRecordKeyLife)
+	}
+}
+
 // apply records res on the attempt's breakers and counts it; withMeta: the
 // reply that follows carries the outcome to the access log.
 func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
@@ -264,7 +280,13 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 	if base != nil {
 		res.BaselineMs = base.p50(now)
 	}
+	st.keyRecord(&res)
 	route, fleet, err := st.target.Record(context.Background(), st.s.store, now, st.adm, res)
+	if route.AlreadyApplied || fleet.AlreadyApplied {
+		// Another channel or replica recorded this attempt first (R-DL11):
+		// counted as a duplicate, recorded nowhere.
+		st.s.metrics.DecisionEvents.WithLabelValues("record", "already_applied").Inc()
+	}
 	if base != nil && route.Applied && route.Outcome.Class == breaker.Success {
 		base.add(res.ElapsedMs, now)
 		if res.BaselineMs > 0 {

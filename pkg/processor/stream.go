@@ -53,7 +53,11 @@ type stream struct {
 	// for the access log channel; kept: it is in the server's decision
 	// table until the stream's end settles its outcome (decisions.go).
 	decisionID string
-	kept       bool
+	// attempt is the attempt's number in its decision (1 unless an
+	// attempt role or a note says otherwise): with decisionID it keys the
+	// attempt's record (R-DL11).
+	attempt int
+	kept    bool
 	// envoyEnded: the response carried Envoy's response flags (one of its
 	// own endings), which its access log also reports.
 	envoyEnded bool

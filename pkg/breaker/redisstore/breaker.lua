@@ -291,7 +291,7 @@ local function recovery_at()
   return rec
 end
 
-local res = {ok = 1, lease = 0, stale = 0}
+local res = {ok = 1, lease = 0, stale = 0, already = 0}
 
 -- Outcomes Redis applied lately, by the caller's id: a record whose
 -- answer was lost (the caller timed out after Redis ran it) is sent again
@@ -327,6 +327,24 @@ if op == "rec" and A.id and string.find(s.recent_ids, ";" .. A.id .. "@", 1, tru
   -- A repeat: applied already.
   events = s.recent_events[A.id] or {}
   op = "repeat"
+end
+-- A keyed record (R-DL11): KEYS[2] names the record's key (the decision
+-- id and attempt number, under the breaker's hash tag). It holds the end
+-- of the key's life (A.key_life ms after a record of it was applied):
+-- until then whoever sends it again, on any replica and by any channel, is
+-- answered already_applied and changes nothing. The slot the repeat held is freed
+-- all the same (a release is idempotent).
+local keyed = op == "rec" and KEYS[2] ~= nil
+local freed = false
+local applied_until = keyed and tonumber(redis.call("GET", KEYS[2]) or "0") or 0
+if keyed and applied_until > now then
+  local l = tostring(A.lease or 0)
+  if l ~= "0" and s.leases[l] then s.leases[l] = nil; freed = true end
+  events = s.recent_events[A.id] or {}
+  op = "repeat"
+  res.already = 1
+elseif op == "repeat" and KEYS[2] ~= nil then
+  res.already = 1
 end
 if op == "lost" then
   -- A: call. Another call (acq, adv, snap, stl, merge) timed out on the
@@ -486,6 +504,11 @@ elseif op == "fc" or op == "rst" then
 end
 
 if op == "rec" and A.id then recent_add(A.id, events) end
+-- The key holds the end of its life on the script's clock (Redis's TIME);
+-- Redis drops it then too.
+if keyed and op == "rec" then
+  redis.call("SET", KEYS[2], string.format("%d", now + A.key_life), "PX", A.key_life)
+end
 -- A call other than a record names itself (A.call) so that, its answer
 -- lost, the caller can ask for its transitions (op lost); kept only when
 -- it made one.
@@ -500,7 +523,7 @@ elseif op == "repeat" and #events > 0 then
   -- caller announces it now.
   changed = 1
 end
-if (op ~= "snap" and op ~= "repeat") or changed == 1 or created then
+if (op ~= "snap" and op ~= "repeat") or changed == 1 or created or freed then
   redis.call("SET", key, cmsgpack.pack(s), "PX", P.ttl_ms)
 end
 
@@ -514,14 +537,14 @@ for _, exp in pairs(s.leases) do if earliest == 0 or exp < earliest then earlies
 local REPLY = {"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
   "open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
   "window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
-  "closed_at", "saturated_until"}
+  "closed_at", "saturated_until", "already"}
 local EVENT = {"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
   "window_calls", "window_failures", "gen", "sat", "sat_until"}
 local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.state, gen = s.generation, reason = s.reason,
   opened_at = s.opened_at, reopened_at = s.reopened_at, reopens = s.reopens, open_until = s.open_until, forced = s.forced, forced_until = s.forced_until,
   blocked_until = s.blocked_until, consecutive = s.consecutive, failures = failures(), window_calls = c, window_failures = f,
   window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.seq, changed = changed,
-  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0, saturated_until = s.saturated_until}
+  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0, saturated_until = s.saturated_until, already = res.already}
 local out = {}
 for _, k in ipairs(REPLY) do table.insert(out, reply[k]) end
 for _, e in ipairs(events) do

@@ -71,13 +71,17 @@ const (
 // recordOwn puts an outcome on the local view and among the breaker's
 // pending ones, in one step with the view's restores. It returns the
 // outcome's token.
-func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.Admission, r breaker.Result, failure bool) uint64 {
+func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.Admission, r breaker.Result, failure bool) (uint64, breaker.Recorded) {
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
+	rec, _ := s.local.Record(ctx, e.lk, now, adm, r)
+	if rec.AlreadyApplied {
+		// A key this replica recorded before (R-DL11): no new evidence.
+		return 0, rec
+	}
 	e.fl.next++
 	e.fl.pending = append(e.fl.pending, ownOutcome{tok: e.fl.next, now: now, adm: adm, res: r, failure: failure})
-	_, _ = s.local.Record(ctx, e.lk, now, adm, r)
-	return e.fl.next
+	return e.fl.next, rec
 }
 
 // wouldReadmit reports whether snap is healthier than the local view

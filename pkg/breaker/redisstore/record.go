@@ -36,7 +36,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	}
 	if !s.remote(e) {
 		rec, err := s.local.Record(ctx, e.lk, now, ladm, r)
-		if p.Active() {
+		if p.Active() && !rec.AlreadyApplied {
 			// Redis does not take it now: it is written before the resync
 			// reads the breaker back (R-ST14).
 			s.notTaken(e, s.recordJob(e, now, adm, r, true))
@@ -63,7 +63,17 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		// route. A probe the local view admitted while Redis was away and
 		// that ends after the resync is counted in Redis too (before, on
 		// the local view only).
-		job.tok = s.recordOwn(ctx, e, now, ladm, r, o.Class == breaker.Failure)
+		var own breaker.Recorded
+		job.tok, own = s.recordOwn(ctx, e, now, ladm, r, o.Class == breaker.Failure)
+		if own.AlreadyApplied {
+			// This replica sent the key already (R-DL11): Redis has it, or
+			// will from that first call or its resend. Only a slot this
+			// call holds in Redis is given back.
+			if adm.Lease != 0 {
+				s.enqueue(ctx, e, recJob{op: "rel", now: now, args: args{{"lease", adm.Lease}}})
+			}
+			return breaker.Recorded{Outcome: o, AlreadyApplied: true}, nil
+		}
 		job.local = true
 		s.enqueue(ctx, e, job)
 		return breaker.Recorded{Outcome: o, Applied: true}, nil
@@ -75,6 +85,9 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	res, err := s.runJob(ctx, e, job)
 	if err != nil || res == nil {
 		return breaker.Recorded{Outcome: o, Applied: true}, err
+	}
+	if res.Already {
+		return breaker.Recorded{Outcome: o, AlreadyApplied: true}, nil
 	}
 	return breaker.Recorded{Outcome: o, Stale: res.Stale == 1, Applied: true}, nil
 }
@@ -102,6 +115,15 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 		{"route_scope", e.id.Scope == breaker.ScopeGateway}, {"status", r.Status},
 		{"block_retry_after", p.RetryAfter == breaker.RetryAfterBlock}, {"max_retry_after_sec", p.MaxRetryAfterSec},
 	}}
+	if r.Key != "" {
+		// Keyed (R-DL11): Redis applies the key once while it lives, from
+		// whichever replica and channel it comes.
+		life := r.KeyLifeMs
+		if life <= 0 {
+			life = breaker.DefaultRecordKeyLife
+		}
+		j.args = append(j.args, arg{"rkey", r.Key}, arg{"key_life", life})
+	}
 	if r.SaturateUntil != 0 || r.Unsaturate {
 		// The quota's headroom (R-H2): only a response that announced it.
 		j.args = append(j.args, arg{"saturate_until", r.SaturateUntil / ms}, arg{"unsaturate", r.Unsaturate})

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // run calls the script for e, puts the result into the local view and
@@ -80,11 +81,21 @@ func (s *Store) settle(e *entry, op string, now int64, r *result, err error, a a
 func (s *Store) call(ctx context.Context, e *entry, op string, now int64, a args) (*result, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	vals, err := script.Run(ctx, s.rdb, []string{e.key}, s.scriptArgs(e, op, now, a)...).Slice()
+	vals, err := script.Run(ctx, s.rdb, scriptKeys(e, a), s.scriptArgs(e, op, now, a)...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore %s %s: %w", op, e.id.Route, err)
 	}
 	return parseReply(vals)
+}
+
+// scriptKeys are the keys a call on e touches: the breaker's state and,
+// for a keyed record (R-DL11), the record's key under the same hash tag
+// (one Cluster slot), which the script checks and sets itself.
+func scriptKeys(e *entry, a args) []string {
+	if k, ok := a.get("rkey").(string); ok && k != "" {
+		return []string{e.key, strings.TrimSuffix(e.key, "state") + "rec:" + k}
+	}
+	return []string{e.key}
 }
 
 // scriptArgs are the script's two arguments for op on e (breaker.lua):

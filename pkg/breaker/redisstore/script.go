@@ -151,6 +151,9 @@ type result struct {
 	// SaturatedUntil: the route's quota headroom is below its floors
 	// until then (ms; 0 none; R-H2).
 	SaturatedUntil int64
+	// Already: a keyed record whose key was applied before (R-DL11); it
+	// changed nothing.
+	Already bool
 	// Seq is the view sequence: it grows with every change of the decision
 	// state; Changed says this call changed it.
 	Seq     uint64
@@ -182,7 +185,7 @@ var (
 	replyNames = []string{"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
 		"open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
 		"window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
-		"closed_at", "saturated_until"}
+		"closed_at", "saturated_until", "already"}
 	eventNames = []string{"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
 		"window_calls", "window_failures", "gen", "sat", "sat_until"}
 )
@@ -215,6 +218,7 @@ const (
 	rIncarnation
 	rClosedAt
 	rSaturatedUntil
+	rAlready
 	replyFields
 )
 
@@ -272,7 +276,7 @@ func parseReply(vals []any) (*result, error) {
 		Failures: int(i(rFailures)), Calls: i(rWindowCalls), Fails: i(rWindowFailures), Slow: i(rWindowSlow),
 		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), Seq: uint64(i(rSeq)), Changed: i(rChanged) == 1,
 		Rewritten: i(rRewritten) == 1, Incarnation: asString(vals[rIncarnation]), ClosedAt: i(rClosedAt),
-		SaturatedUntil: i(rSaturatedUntil),
+		SaturatedUntil: i(rSaturatedUntil), Already: i(rAlready) == 1,
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }

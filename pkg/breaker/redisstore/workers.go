@@ -141,7 +141,7 @@ func (s *Store) runBatch(batch []recJob) {
 		if !s.remote(j.e) {
 			continue
 		}
-		cmds[i] = script.EvalSha(ctx, pipe, []string{j.e.key}, s.scriptArgs(j.e, j.op, j.now, j.args)...)
+		cmds[i] = script.EvalSha(ctx, pipe, scriptKeys(j.e, j.args), s.scriptArgs(j.e, j.op, j.now, j.args)...)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, j := range batch {

@@ -46,6 +46,7 @@ func Run(t *testing.T, f Factory) {
 		{"RecoveryRamp", testRecoveryRamp},
 		{"Vectors", testVectors},
 		{"Journal", testJournal},
+		{"KeyedRecordsApplyOnce", testKeyedRecordsApplyOnce},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })

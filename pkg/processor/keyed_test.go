@@ -1,0 +1,63 @@
+package processor
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+)
+
+// blipNotes is a store whose meeting place stops answering while down is
+// set: a Redis paused by a fork or a failover, as every replica sees it.
+type blipNotes struct {
+	breaker.Store
+	down *atomic.Bool
+}
+
+func (s blipNotes) SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {
+	if s.down.Load() {
+		return nil, false, context.DeadlineExceeded
+	}
+	return s.Store.SwapNote(ctx, name, prev, next, ttl)
+}
+
+// TestOneTimedOutRequestCountsOnceAcrossABlip (#49, R-DL11): observer
+// profile. The route role decides and its stream ends early (1.37+); the
+// decision parks in its note. The provider times out and Envoy answers 504,
+// which the observer sees while the meeting place does not answer: its claim
+// fails, so it records on its replica, and the note still says parked.
+// Envoy's access log entry for the same request (504, UT) arrives after the
+// blip, claims the parked decision and records it again. With threshold 2
+// one request must not open the route. Before keyed records it did.
+func TestOneTimedOutRequestCountsOnceAcrossABlip(t *testing.T) {
+	down := new(atomic.Bool)
+	e := newObserverEnv(t, func(o *Options) { o.Store = blipNotes{Store: o.Store, down: down} })
+	al := e.accessLog()
+	c := e.open("")
+	d := c.chat("gpt")
+	id := decisionOf(t, d)
+	md := fuseboxMetadata(t, d)
+	c.end() // the early close: the decision parks in its note
+	eventually(t, "the decision parked", func() bool {
+		p := e.srv.decisions.get(id)
+		if p == nil {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state == pendingWaiting && p.parked != nil
+	})
+	down.Store(true)
+	e.observeWith(md, []string{":status", "504", "content-type", "application/json"}, `{"error":{"message":"upstream request timeout"}}`)
+	e.waitOutcomes("openai:us:gpt", "failure", "provider_5xx", 1)
+	down.Store(false)
+	al.send(logEntry{decision: id, cluster: "c_openai_us", code: 504, details: "upstream_response_timeout", flags: ut})
+	eventually(t, "the entry taken", func() bool {
+		return e.entries(EntryRecorded)+e.entries(EntryDuplicate) >= 1
+	})
+	if s := e.status("default", "openai:us:gpt"); s.State != "closed" || s.Failures != 1 {
+		t.Fatalf("one request, observed and logged across a blip: %s with %d failures", s.State, s.Failures)
+	}
+}
