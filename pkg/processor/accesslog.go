@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
@@ -38,10 +37,15 @@ type entryOutcome struct {
 	cluster string // upstream_cluster: "" when no host was picked (NC, UH)
 	attempt uint32 // upstream_request_attempt_count, 0 unknown
 	// gateway and chain: a failover decision's gateway and chain (route
-	// keys) from the fusebox namespace, for an NC/UH entry no attempt
-	// stream will record (R-AL5).
+	// keys), for an NC/UH entry no attempt stream will record (R-AL5).
+	// They come only from the decision's own sealed token (sealedChain),
+	// never from fields a sender chose; groups are its admissions.
 	gateway string
 	chain   []string
+	groups  []attemptGroup
+	// token is the sealed attempt token the entry carried (fusebox.token),
+	// opened by sealedChain.
+	token string
 }
 
 // chained: the entry is an NC/UH of a failover decision (no host picked,
@@ -143,6 +147,7 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 		return EntryNoDecision
 	}
 	out := entryResult(e)
+	s.sealedChain(id, &out)
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
 	}
@@ -383,11 +388,39 @@ func entryResult(e *accesslogdatav3.HTTPAccessLogEntry) entryOutcome {
 	}
 	out := entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount()}
 	if out.cluster == "" && (flags&(flagNC|flagUH) != 0) {
-		ns := cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()
-		if c := ns["chain"].GetStringValue(); c != "" && len(c) <= 4096 {
-			out.chain = strings.Split(c, ",")
-			out.gateway = ns["gateway"].GetStringValue()
-		}
+		out.token = cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()[tokenKey].GetStringValue()
 	}
 	return out
+}
+
+// tokenKey names, in the fusebox namespace, a failover decision's sealed
+// attempt token: the access log entry of a no-host reply carries it back,
+// and it alone says which routes the entry may charge (R-AL5).
+const tokenKey = "token"
+
+// sealedChain gives a no-host entry (NC, UH: no upstream_cluster) the
+// chain it may charge: the one sealed in its decision's token, when the
+// token opens with the fleet key and names decision id. The plain chain
+// and gateway fields are the access log line's, for people and replay: an
+// entry that forged them, or named a made-up id, charges nothing and goes
+// through the budget for unknown decisions (R-DL5). A first attempt's
+// no-host reply carries no attempt count (router.cc decodeHeaders answers
+// before it sets one): it is attempt 1.
+func (s *Server) sealedChain(id string, out *entryOutcome) {
+	if out.token == "" {
+		return
+	}
+	t, err := s.parseAttemptToken(out.token)
+	out.token = ""
+	if err != nil || t.Decision != id {
+		return
+	}
+	out.gateway, out.groups = t.Gateway, t.Chain
+	out.chain = make([]string, len(t.Chain))
+	for i, g := range t.Chain {
+		out.chain[i] = g.Route
+	}
+	if out.attempt == 0 {
+		out.attempt = 1
+	}
 }

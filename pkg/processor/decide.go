@@ -261,6 +261,9 @@ func (st *stream) withChainOf(d *decision, action string, cands []*routes.Route,
 	}
 	d.stage = withChain(d.stage, action, cands, kept)
 	d.attempt = st.chainToken(groups)
+	// The entry of a no-host reply names its routes only through this
+	// sealed copy (R-AL5): no attempt stream exists to record it.
+	d.stage.Fields["fusebox"].GetStructValue().Fields[tokenKey] = structpb.NewStringValue(d.attempt)
 	d.retries = len(groups) - 1
 	st.handedOver = true
 }

@@ -201,12 +201,17 @@ func TestLateObserverAfterTheWaitRecordsOnce(t *testing.T) {
 }
 
 // chainEntry is an NC or UH entry of a failover decision: no host was
-// picked, so no upstream_cluster; the fusebox namespace carries the chain.
-func chainEntry(decision, chain string, attempt uint32, flags *accesslogdatav3.ResponseFlags) *accesslogdatav3.HTTPAccessLogEntry {
+// picked, so no upstream_cluster; the fusebox namespace carries the
+// decision's metadata as the route role wrote it: the chain and gateway in
+// plain words, and the sealed token (tok; "" for none).
+func chainEntry(decision, chain, tok string, attempt uint32, flags *accesslogdatav3.ResponseFlags) *accesslogdatav3.HTTPAccessLogEntry {
 	p := logEntry{decision: decision, code: 503, flags: flags, attempt: attempt}.proto()
 	ns := p.CommonProperties.Metadata.FilterMetadata["fusebox"].Fields
 	ns["chain"] = structpb.NewStringValue(chain)
 	ns["gateway"] = structpb.NewStringValue("default")
+	if tok != "" {
+		ns[tokenKey] = structpb.NewStringValue(tok)
+	}
 	return p
 }
 
@@ -225,7 +230,7 @@ func TestNoHostEntriesSettleByAttempt(t *testing.T) {
 	c.end()
 	eventually(t, "attempt 1 parked", func() bool { return e.srv.meet.len() == 1 })
 	uh := &accesslogdatav3.ResponseFlags{NoHealthyUpstream: true}
-	e.srv.onAccessLogEntry(chainEntry(pt.Decision, chain, 2, uh))
+	e.srv.onAccessLogEntry(chainEntry(pt.Decision, chain, tok, 2, uh))
 	e.waitOutcomes(pt.Chain[0].Route, "failure", "connection_error", 1)
 	e.waitOutcomes(pt.Chain[1].Route, "failure", "connection_error", 1)
 	e.clk.Advance(parkFor)
@@ -235,7 +240,7 @@ func TestNoHostEntriesSettleByAttempt(t *testing.T) {
 
 	tok = e.routeRole()
 	pt, _ = e.srv.parseAttemptToken(tok)
-	e.srv.onAccessLogEntry(chainEntry(pt.Decision, chain, 1, nc))
+	e.srv.onAccessLogEntry(chainEntry(pt.Decision, chain, tok, 1, nc))
 	if v := testutil.ToFloat64(e.metrics.ClusterNotFound.WithLabelValues("default", "c_openai_us")); v != 1 {
 		t.Fatalf("NC counted %v", v)
 	}

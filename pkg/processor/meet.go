@@ -547,8 +547,14 @@ func (s *Server) recordChained(decision string, out entryOutcome) {
 	if len(out.chain) == 0 || out.attempt == 0 {
 		return
 	}
-	key := out.chain[min(int(out.attempt), len(out.chain))-1]
-	st := s.streamFromNote(decision, &parkedNote{N: int(out.attempt), Gateway: out.gateway, Route: key})
+	g := min(int(out.attempt), len(out.chain)) - 1
+	note := parkedNote{N: int(out.attempt), Gateway: out.gateway, Route: out.chain[g]}
+	if g < len(out.groups) {
+		// The admission the route role sealed for that group.
+		a := out.groups[g]
+		note.RouteGen, note.RouteLease, note.FleetGen, note.FleetLease = a.RouteGen, a.RouteLease, a.FleetGen, a.FleetLease
+	}
+	st := s.streamFromNote(decision, &note)
 	if st == nil {
 		return // a gateway or route gone since (a reload)
 	}
@@ -556,9 +562,12 @@ func (s *Server) recordChained(decision string, out entryOutcome) {
 		st.reportClusterNotFound(out.res)
 		return
 	}
-	// The route's present generation (no admission travelled with it).
 	st.startNs = st.now()
-	st.adm, _ = st.target.Acquire(context.Background(), s.store, st.startNs, true)
+	if g >= len(out.groups) {
+		// No sealed admission (a test's entry): the route's present
+		// generation.
+		st.adm, _ = st.target.Acquire(context.Background(), s.store, st.startNs, true)
+	}
 	st.recordEntry(out)
 }
 

@@ -31,7 +31,7 @@ type foRig struct {
 // 200 with a body); the route role chains groups; the attempt role runs
 // attempt(req) (nil = plain).
 func newFailoverRig(t *testing.T, status map[string]int, groups []string, numRetries int,
-	attempt func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse) *foRig {
+	attempt func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse, mods ...func(*Config)) *foRig {
 	t.Helper()
 	fr := &foRig{ups: map[string]*upstream{}}
 	if attempt == nil {
@@ -82,6 +82,9 @@ func newFailoverRig(t *testing.T, status map[string]int, groups []string, numRet
 				RequestBodyMode: c.ExtProc.RequestBodyMode, ResponseBodyMode: c.ExtProc.ResponseBodyMode,
 				MessageTimeout: c.ExtProc.MessageTimeout, InitialMetadata: map[string]string{"x-fusebox-role": "attempt"}},
 			Remove: []string{"x-secret"},
+		}
+		for _, m := range mods {
+			m(c)
 		}
 	})
 	fr.proc.byRole = byRole
@@ -473,6 +476,49 @@ func TestFailoverPerTryTimeout(t *testing.T) {
 				if got := headerOf(r, "x-envoy-expected-rq-timeout-ms"); got != tc.expected {
 					t.Fatalf("attempt %s: x-envoy-expected-rq-timeout-ms %q, want %q", headerOf(r, "x-envoy-attempt-count"), got, tc.expected)
 				}
+			}
+		})
+	}
+}
+
+// A chain group with no healthy host (a DNS outage, a self-hosted model
+// scaled to zero) gets Envoy's own 503 UH: no upstream request, no attempt
+// stream, no retry. On the first attempt the access log entry carries no
+// attempt count (router.cc decodeHeaders answers before it sets one) and no
+// upstream_cluster; on a later one (doRetry counted the retry first) it
+// carries that attempt's number. Before, envoysim dialled an empty address,
+// stamped attempt 1 and retried it as a connect failure.
+func TestFailoverNoHealthyHost(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		groups      []string
+		wantAttempt uint32
+		wantUps     string
+	}{
+		{"first attempt", []string{"c1", "c2"}, 0, ""},
+		{"a retry", []string{"c3", "c1"}, 2, "c3:503"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			als, addr := startALS(t)
+			fr := newFailoverRig(t, map[string]int{"c3": 503}, c.groups, 2, nil, func(cfg *Config) {
+				cfg.Clusters["c1"].Addr = "" // no healthy host
+				cfg.AccessLog = &AccessLogConfig{Addr: addr, LogName: "fusebox", Flags: []string{"UH"}}
+			})
+			resp, _ := fr.post(`{"a":1}`)
+			if resp.StatusCode != 503 {
+				t.Fatalf("status %d, want Envoy's 503", resp.StatusCode)
+			}
+			if got := clustersOf(fr.proxy.Attempts()); got != c.wantUps {
+				t.Fatalf("upstream attempts %q, want %q", got, c.wantUps)
+			}
+			if fr.ups["c2"].hits != 0 {
+				t.Fatal("a no-host reply was retried")
+			}
+			waitFor(t, "the UH entry", func() bool { return len(als.got()) == 1 })
+			cp := als.got()[0].GetCommonProperties()
+			if !cp.GetResponseFlags().GetNoHealthyUpstream() || cp.GetUpstreamCluster() != "" || cp.GetUpstreamRequestAttemptCount() != c.wantAttempt {
+				t.Fatalf("entry: UH %v, cluster %q, attempt count %d (want %d)", cp.GetResponseFlags().GetNoHealthyUpstream(),
+					cp.GetUpstreamCluster(), cp.GetUpstreamRequestAttemptCount(), c.wantAttempt)
 			}
 		})
 	}

@@ -162,12 +162,28 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			p.stats.add("upstream_rq_retry")
 			flags |= flagURX
 		}
+		if n == 1 {
+			// router.cc decodeHeaders answers NC and UH before it sets the
+			// attempt count, and the gRPC logger writes the count only when
+			// set: a first attempt's no-host entry has none (docs/envoy.md).
+			e.Attempts = 0
+		}
 		c, ok := p.cfg.Clusters[cluster]
 		if !ok {
 			p.stats.add("no_cluster")
 			p.writeLocalFlags(w, e, localReply(503, flags|flagNC, "cluster_not_found", ""))
 			return
 		}
+		if c.Addr == "" {
+			// No healthy host: the router answers 503 UH itself, before any
+			// upstream request or upstream filter, and never retries it
+			// (decodeHeaders; doRetry does the same after it counted the
+			// retry, so a later attempt's entry has its count).
+			p.stats.add("no_healthy_upstream")
+			p.writeLocalFlags(w, e, localReply(503, flags|flagUH, "no_healthy_upstream", "no healthy upstream"))
+			return
+		}
+		e.Attempts = n
 		if fo.IncludeAttemptCount {
 			h.set("x-envoy-attempt-count", strconv.Itoa(n))
 		}
