@@ -40,7 +40,15 @@ func (m *machine) overrideClose(now int64, reason string, clearBlock bool) {
 	m.mu.Lock()
 	m.forced, m.forcedUntil = false, 0
 	if clearBlock {
+		// A reset clears what the provider announced too: a Retry-After
+		// block and a saturation (an announced quota of 0 would pin the
+		// route for up to max_retry_after_sec with no override).
 		m.blockedUntil = 0
+		if m.saturatedUntil > now {
+			m.saturatedUntil = 0
+			evs.add(m.saturationEvent(now, SaturationEnded))
+		}
+		m.saturatedUntil = 0
 	}
 	from := m.state
 	m.close(now, m.policy, reason, &evs)

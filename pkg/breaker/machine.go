@@ -50,6 +50,8 @@ type machine struct {
 	// saturatedUntil: the route's provider announced less quota than its
 	// headroom floors (R-H2); skipped like a block until then; 0 = none.
 	saturatedUntil int64
+	// saturatedSince: when the present saturation began (R-H7).
+	saturatedSince int64
 	consecutive    int
 	slowBy         string // the signal of the latest slow call (R-T4..R-T6)
 	tumble         tumbling
@@ -393,9 +395,11 @@ func (m *machine) saturateLocked(now int64, p *Policy, r *Result, evs *events) {
 		started := m.saturatedUntil <= now
 		m.saturatedUntil = until
 		if started {
+			m.saturatedSince = now
 			evs.add(m.saturationEvent(now, SaturationStarted))
 		}
-	case r.Unsaturate && m.saturatedUntil > now:
+	case r.Unsaturate && m.saturatedUntil > now && r.DecidedAt > m.saturatedSince:
+		// Only news from after the quota ran down ends it early (R-H7).
 		m.saturatedUntil = 0
 		evs.add(m.saturationEvent(now, SaturationEnded))
 	}

@@ -109,6 +109,12 @@ type Result struct {
 	// announced at least every floor, which ends a saturation early. The
 	// store caps the first by max_retry_after_sec.
 	SaturateUntil int64
+	// DecidedAt (unix ns, 0 unknown) is when the request this result
+	// answers was decided: an announcement of enough headroom ends a
+	// saturation only if its request was decided after the saturation
+	// began (R-H7); a response to an older request says nothing of the
+	// quota now.
+	DecidedAt int64
 	// The small fields last (see Verdict).
 	Kind Kind
 	// Counted: the attempt was already counted in the rate window as a

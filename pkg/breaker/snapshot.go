@@ -19,6 +19,8 @@ type Snapshot struct {
 	// SaturatedUntil: the route's quota headroom is below its floors until
 	// then (R-H2, R-H3); 0 = none.
 	SaturatedUntil int64
+	// SaturatedSince: when that saturation began (R-H7).
+	SaturatedSince int64
 	// Probes is how many half-open probe slots the shared store has given
 	// out, the earliest of them ending at ProbesUntil: a full set makes the
 	// local view answer "probes full" without asking.
@@ -59,7 +61,7 @@ func SnapshotOf(s *Memory, k Key, now int64) (Snapshot, error) {
 	snap := Snapshot{
 		State: m.state, Generation: m.gen, Reason: m.reason, OpenedAt: m.openedAt, ReopenedAt: m.reopenedAt,
 		Reopens: m.reopens, OpenUntil: m.openUntil, Forced: m.forced, ForcedUntil: m.forcedUntil, BlockedUntil: m.blockedUntil,
-		SaturatedUntil: m.saturatedUntil, ClosedAt: m.closedAt,
+		SaturatedUntil: m.saturatedUntil, SaturatedSince: m.saturatedSince, ClosedAt: m.closedAt,
 	}
 	m.unlock(&evs)
 	return snap, nil
@@ -79,7 +81,7 @@ func (m *machine) restore(s Snapshot) {
 	m.state, m.gen, m.reason = s.State, s.Generation, s.Reason
 	m.openedAt, m.reopenedAt, m.reopens, m.openUntil = s.OpenedAt, s.ReopenedAt, s.Reopens, s.OpenUntil
 	m.forced, m.forcedUntil, m.blockedUntil = s.Forced, s.ForcedUntil, s.BlockedUntil
-	m.saturatedUntil = s.SaturatedUntil
+	m.saturatedUntil, m.saturatedSince = s.SaturatedUntil, s.SaturatedSince
 	m.closedAt = s.ClosedAt
 	// The shared store holds the slots; the view keeps placeholders (lease
 	// id 0, never released by id) that expire with the earliest of them.

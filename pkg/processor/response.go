@@ -281,6 +281,11 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 		res.BaselineMs = base.p50(now)
 	}
 	st.keyRecord(&res)
+	if res.DecidedAt == 0 {
+		// When the attempt was sent: an announcement of enough headroom
+		// ends a saturation only for a request sent after it began (R-H7).
+		res.DecidedAt = st.startNs
+	}
 	route, fleet, err := st.target.Record(context.Background(), st.s.store, now, st.adm, res)
 	if route.AlreadyApplied || fleet.AlreadyApplied {
 		// Another channel or replica recorded this attempt first (R-DL11):

@@ -94,11 +94,36 @@ func TestSaturatedRouteIsPassedOver(t *testing.T) {
 		})
 	}
 
+	// R-H7 (#49): only news from after the quota ran down ends it. A
+	// request sent before the saturation began (in flight when it began)
+	// that answers "59 left" says nothing of the quota now: the route stays
+	// saturated. Before, any later response ended it, and under concurrency
+	// the route went straight back into an exhausted key.
+	t.Run("an answer to an older request does not end it", func(t *testing.T) {
+		e := newEnvConfig(t, headroomConfig)
+		old := e.open("")
+		if d := old.chat("gpt"); d.GetRequestBody() == nil {
+			t.Fatalf("no decision: %v", d)
+		}
+		e.clk.Advance(time.Second)
+		e.roundTrip("gpt", "200", nil, "x-ratelimit-remaining-requests", "1", "x-ratelimit-reset-requests", "50s")
+		e.clk.Advance(time.Second)
+		old.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json", "x-ratelimit-remaining-requests", "59")
+		old.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+		old.end()
+		e.waitOutcomes("openai:us:gpt", "success", "success", 2)
+		if s := e.status("default", "openai:us:gpt"); !s.Saturated {
+			t.Fatalf("an answer to a request sent before the saturation ended it: %+v", s)
+		}
+	})
+
 	t.Run("a later announcement of enough ends it", func(t *testing.T) {
 		e := newEnvConfig(t, headroomConfig)
 		e.roundTrip("gpt", "200", nil, "x-ratelimit-remaining-requests", "1", "x-ratelimit-reset-requests", "50s")
-		// A response still in flight on the saturated route comes back
-		// announcing the quota reset early (a new minute).
+		// A request sent after the saturation began (try_all, or the
+		// last route left) comes back announcing the quota reset early
+		// (a new minute).
+		e.clk.Advance(time.Second)
 		e.roundTripOn("openai:us:gpt", "x-ratelimit-remaining-requests", "59")
 		if s := e.status("default", "openai:us:gpt"); s.Saturated {
 			t.Fatalf("still saturated after 59 left: %+v", s)

@@ -79,3 +79,35 @@ func TestReplayEvaluatesHeadroom(t *testing.T) {
 		}
 	}
 }
+
+// R-H7 in replay (#49), as live: request 0 is sent at 0 s and answers at
+// 5 s announcing 59 left; request 1, sent at 1 s, announces 1 left and
+// saturates route a. Request 0's answer was decided before the saturation
+// began: it says nothing of the quota now, so request 2 at 6 s still moves
+// to route b. Before, any later response ended the saturation.
+func TestReplayOlderAnswerKeepsTheSaturation(t *testing.T) {
+	const start = 1764590400
+	var b bytes.Buffer
+	for i, l := range []struct {
+		at, dur int
+		left    int
+	}{{0, 5000, 59}, {1, 12, 1}, {6, 12, 58}} {
+		fmt.Fprintf(&b, `{"start_time":"%d.000","duration_ms":%d,"ttfb_ms":9,"code":200,"flags":"-","details":"via_upstream","cluster":"ca","attempts":1,"gateway":"default","route":"a:r:m","ratelimit_requests":"%d","ratelimit_requests_reset":"50s","ratelimit_tokens":null,"ratelimit_tokens_reset":null,"fusebox":{"decision":"d%d","model":"m","outcome":"success","reason":"success"}}`+"\n",
+			start+l.at, l.dur, l.left, i)
+	}
+	path := t.TempDir() + "/older.log"
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, err := ReadFiles(path)
+	if err != nil || len(log.Lines) != 3 {
+		t.Fatalf("%v", err)
+	}
+	rt, err := routes.Parse([]byte(strings.Replace(cfg, "cooldown_ms: 30000}", "cooldown_ms: 30000, headroom: {min_requests: 3}}", 1)), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := Run(rt, log); rep.HeadroomMoved != 1 {
+		t.Fatalf("moved %d, want 1 (request 2: the older answer must not end the saturation)", rep.HeadroomMoved)
+	}
+}

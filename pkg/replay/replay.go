@@ -325,6 +325,7 @@ func (e *engine) decide(l *Line) {
 		h := processor.LoggedHeadroom(l.RateLimit[0], l.RateLimit[1], l.RateLimit[2], l.RateLimit[3], time.Unix(0, l.At))
 		if h.Announced() {
 			res.SaturateUntil, res.Unsaturate = processor.Saturation(h, chosen.Policy.Headroom, l.At)
+			res.DecidedAt = l.At // R-H7, as live
 		}
 	}
 	if estimated {

@@ -53,7 +53,7 @@ end
 -- state: 0 closed, 1 open, 2 half_open (machine.go's State).
 local function fresh()
   return {schema = SCHEMA, state = 0, generation = 1, reason = "", opened_at = 0, reopened_at = 0, reopens = 0,
-          open_until = 0, forced = 0, forced_until = 0, blocked_until = 0, saturated_until = 0, consecutive = 0, tumbling_failures = 0,
+          open_until = 0, forced = 0, forced_until = 0, blocked_until = 0, saturated_until = 0, saturated_since = 0, consecutive = 0, tumbling_failures = 0,
           tumbling_until = 0, failure_window = {}, rate_window = {}, leases = {}, slow_by = "",
           seq = 0, incarnation = incarnation()}
 end
@@ -76,7 +76,7 @@ local function buckets_ok(w)
   return true
 end
 local NUMBERS = {"state", "generation", "opened_at", "reopened_at", "reopens", "open_until", "forced",
-  "forced_until", "blocked_until", "saturated_until", "consecutive", "tumbling_failures", "tumbling_until", "last_lease",
+  "forced_until", "blocked_until", "saturated_until", "saturated_since", "consecutive", "tumbling_failures", "tumbling_until", "last_lease",
   "last_close"}
 local function readable(d)
   if type(d) ~= "table" or d.schema ~= SCHEMA then return false end
@@ -334,7 +334,7 @@ end
 -- until then whoever sends it again, on any replica and by any channel, is
 -- answered already_applied and changes nothing. The slot the repeat held is freed
 -- all the same (a release is idempotent).
-local keyed = op == "rec" and KEYS[2] ~= nil
+local keyed = op == "rec" and A.rkey ~= nil and KEYS[2] ~= nil
 local freed = false
 local applied_until = keyed and tonumber(redis.call("GET", KEYS[2]) or "0") or 0
 if keyed and applied_until > now then
@@ -361,12 +361,19 @@ end
 if op == "rec" then
   -- A: id (the caller's, for repeats), class (0 neither, 1 success, 2 failure), reason, slow, slow_by,
   --    open_now, counted (a stall already counted the call), gen (the
-  --    admission's), lease (0 none), retry_after (a deadline in ms, 0
-  --    none), route_scope (a Retry-After may block), status,
-  --    block_retry_after, max_retry_after_sec
+  --    admission's), lease (0 none), retry_after_in (ms from the event to
+  --    the Retry-After's end, 0 none), route_scope (a Retry-After may
+  --    block), status, block_retry_after, max_retry_after_sec,
+  --    saturate_in (ms to the saturation's end, 0 none), unsaturate,
+  --    decided_age (ms from the request's decision to the event, -1
+  --    unknown)
   local class = A.class; local reason = A.reason; local slow = A.slow
   local open_now = A.open_now; local agen = A.gen; local lease = tostring(A.lease)
-  local ra = A.retry_after; local route_scope = A.route_scope; local status = A.status
+  -- Deadlines travel as durations from the event (R-H8): they become
+  -- Redis's own time here, whatever the sender's clock says.
+  local ra = 0
+  if (A.retry_after_in or 0) > 0 then ra = now + A.retry_after_in end
+  local route_scope = A.route_scope; local status = A.status
   local block = A.block_retry_after; local max_ra = A.max_retry_after_sec
   local slow_by = A.slow_by; local counted = A.counted
   if lease ~= "0" then s.leases[lease] = nil end
@@ -376,19 +383,23 @@ if op == "rec" then
     if ra > limit then ra = limit end
     if ra > s.blocked_until and ra > now then s.blocked_until = ra end
   end
-  -- Quota headroom (R-H2): saturate_until (ms, 0 none) when the response
-  -- announced less than the route's floors, unsaturate when it announced
-  -- enough; capped, extended, never shortened (machine.go saturateLocked).
-  local su = A.saturate_until or 0
+  -- Quota headroom (R-H2): saturate_in when the response announced less
+  -- than the route's floors, unsaturate when it announced enough; capped,
+  -- extended, never shortened (machine.go saturateLocked). Enough ends it
+  -- only for a request decided after the saturation began (R-H7).
+  local su = 0
+  if (A.saturate_in or 0) > 0 then su = now + A.saturate_in end
+  local decided = -1
+  if (A.decided_age or -1) >= 0 then decided = now - A.decided_age end
   if route_scope and su > now then
     local limit = now + max_ra * 1000
     if su > limit then su = limit end
     if su > s.saturated_until then
       local started = s.saturated_until <= now
       s.saturated_until = su
-      if started then emit_sat(1) end
+      if started then s.saturated_since = now; emit_sat(1) end
     end
-  elseif route_scope and A.unsaturate and s.saturated_until > now then
+  elseif route_scope and A.unsaturate and s.saturated_until > now and decided > (s.saturated_since or 0) then
     s.saturated_until = 0
     emit_sat(2)
   end
@@ -468,10 +479,12 @@ elseif op == "merge" then
   -- older than Redis's last close (an operator's, a probe's) is not put
   -- back over it.
   -- A: the replica's state: forced, forced_until, opened_at, open_until,
-  --    reopens, reason, blocked_until
+  --    reopens, reason, blocked_in (ms left of a Retry-After block, 0
+  --    none: a duration, made Redis's time here, R-H8)
   local lfo = A.forced; local lfu = A.forced_until; local loa = A.opened_at
   local lou = A.open_until; local lrc = A.reopens; local lreason = A.reason
-  local lbu = A.blocked_until
+  local lbu = 0
+  if (A.blocked_in or 0) > 0 then lbu = now + A.blocked_in end
   advance()
   if lbu > s.blocked_until and lbu > now then s.blocked_until = lbu end
   local live = lfo and (lfu == 0 or lfu > now) or (not lfo and lou > now)
@@ -497,7 +510,13 @@ elseif op == "fo" then
   if from ~= 1 then emit(from, "forced") end
 elseif op == "fc" or op == "rst" then
   s.forced = 0; s.forced_until = 0
-  if op == "rst" then s.blocked_until = 0 end
+  if op == "rst" then
+    -- A reset clears what the provider announced: a Retry-After block
+    -- and a saturation.
+    s.blocked_until = 0
+    if s.saturated_until > now then s.saturated_until = 0; emit_sat(2) end
+    s.saturated_until = 0
+  end
   local from = s.state
   close(op == "rst" and "reset" or "force_close")
   if from == 0 then s.generation = s.generation + 1 end
@@ -537,14 +556,14 @@ for _, exp in pairs(s.leases) do if earliest == 0 or exp < earliest then earlies
 local REPLY = {"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
   "open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
   "window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
-  "closed_at", "saturated_until", "already"}
+  "closed_at", "saturated_until", "already", "saturated_since"}
 local EVENT = {"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
   "window_calls", "window_failures", "gen", "sat", "sat_until"}
 local reply = {ok = res.ok, lease = res.lease, stale = res.stale, state = s.state, gen = s.generation, reason = s.reason,
   opened_at = s.opened_at, reopened_at = s.reopened_at, reopens = s.reopens, open_until = s.open_until, forced = s.forced, forced_until = s.forced_until,
   blocked_until = s.blocked_until, consecutive = s.consecutive, failures = failures(), window_calls = c, window_failures = f,
   window_slow = sl, probes = lease_count(), probes_until = earliest, seq = s.seq, changed = changed,
-  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0, saturated_until = s.saturated_until, already = res.already}
+  rewritten = rewritten, incarnation = s.incarnation, closed_at = s.closed_at or 0, saturated_until = s.saturated_until, already = res.already, saturated_since = s.saturated_since or 0}
 local out = {}
 for _, k in ipairs(REPLY) do table.insert(out, reply[k]) end
 for _, e in ipairs(events) do

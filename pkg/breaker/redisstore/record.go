@@ -105,13 +105,16 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 	case breaker.Failure:
 		class = 2
 	}
+	// Deadlines go as durations from the event (R-H8): the script makes
+	// them Redis's own time, so a replica whose clock is behind or ahead
+	// blocks and saturates the fleet for what the provider said.
 	ra := int64(0)
-	if r.RetryAfterUnixNano != 0 {
-		ra = r.RetryAfterUnixNano / ms
+	if r.RetryAfterUnixNano > now {
+		ra = max((r.RetryAfterUnixNano-now)/ms, 1)
 	}
 	j := recJob{e: e, op: "rec", now: now, adm: adm, res: r, out: o, local: local, args: args{
 		{"id", newRecordID()}, {"class", class}, {"reason", o.Reason}, {"slow", o.Slow}, {"slow_by", o.SlowBy}, {"open_now", o.OpenNow},
-		{"counted", o.Counted}, {"gen", adm.Gen}, {"lease", adm.Lease}, {"retry_after", ra},
+		{"counted", o.Counted}, {"gen", adm.Gen}, {"lease", adm.Lease}, {"retry_after_in", ra},
 		{"route_scope", e.id.Scope == breaker.ScopeGateway}, {"status", r.Status},
 		{"block_retry_after", p.RetryAfter == breaker.RetryAfterBlock}, {"max_retry_after_sec", p.MaxRetryAfterSec},
 	}}
@@ -126,7 +129,15 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 	}
 	if r.SaturateUntil != 0 || r.Unsaturate {
 		// The quota's headroom (R-H2): only a response that announced it.
-		j.args = append(j.args, arg{"saturate_until", r.SaturateUntil / ms}, arg{"unsaturate", r.Unsaturate})
+		su := int64(0)
+		if r.SaturateUntil > now {
+			su = max((r.SaturateUntil-now)/ms, 1)
+		}
+		age := int64(-1)
+		if r.DecidedAt != 0 {
+			age = max(now-r.DecidedAt, 0) / ms
+		}
+		j.args = append(j.args, arg{"saturate_in", su}, arg{"unsaturate", r.Unsaturate}, arg{"decided_age", age})
 	}
 	return j
 }

@@ -51,7 +51,7 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 	// not calls).
 	r, err := s.call(ctx, e, "merge", now, args{
 		{"forced", snap.Forced && live}, {"forced_until", fu}, {"opened_at", snap.OpenedAt / ms},
-		{"open_until", ou}, {"reopens", snap.Reopens}, {"reason", snap.Reason}, {"blocked_until", snap.BlockedUntil / ms},
+		{"open_until", ou}, {"reopens", snap.Reopens}, {"reason", snap.Reason}, {"blocked_in", blockedIn(snap.BlockedUntil, now)},
 	})
 	if err != nil {
 		s.count("merge")
@@ -61,4 +61,14 @@ func (s *Store) writeBackSnap(ctx context.Context, e *entry, now int64, snap bre
 	defer e.emitMu.Unlock()
 	_, err = s.settle(e, "merge", now, r, nil, answer{kind: answerResync})
 	return err
+}
+
+// blockedIn is what is left of a Retry-After block at now, in ms (0 none):
+// a provider's deadline travels as a duration and becomes Redis's own time
+// in the script (R-H8).
+func blockedIn(until, now int64) int64 {
+	if until <= now {
+		return 0
+	}
+	return max((until-now)/ms, 1)
 }

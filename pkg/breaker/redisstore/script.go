@@ -131,6 +131,7 @@ func (r *result) snapshot() breaker.Snapshot {
 		State: breaker.State(r.State), Generation: r.Gen, Reason: r.Reason, OpenedAt: r.OpenedAt * ms, ReopenedAt: r.ReopenedAt * ms,
 		Reopens: r.Reopens, OpenUntil: r.OpenUntil * ms, Forced: r.Forced == 1, ForcedUntil: r.ForcedUntil * ms, BlockedUntil: r.BlockedUntil * ms,
 		Probes: r.Leases, ProbesUntil: r.Earliest * ms, ClosedAt: r.ClosedAt * ms, SaturatedUntil: r.SaturatedUntil * ms,
+		SaturatedSince: r.SaturatedSince * ms,
 	}
 }
 
@@ -154,6 +155,8 @@ type result struct {
 	// Already: a keyed record whose key was applied before (R-DL11); it
 	// changed nothing.
 	Already bool
+	// SaturatedSince: when the saturation began (ms; R-H7).
+	SaturatedSince int64
 	// Seq is the view sequence: it grows with every change of the decision
 	// state; Changed says this call changed it.
 	Seq     uint64
@@ -185,7 +188,7 @@ var (
 	replyNames = []string{"ok", "lease", "stale", "state", "gen", "reason", "opened_at", "reopened_at", "reopens",
 		"open_until", "forced", "forced_until", "blocked_until", "consecutive", "failures", "window_calls",
 		"window_failures", "window_slow", "probes", "probes_until", "seq", "changed", "rewritten", "incarnation",
-		"closed_at", "saturated_until", "already"}
+		"closed_at", "saturated_until", "already", "saturated_since"}
 	eventNames = []string{"from", "to", "reason", "failures", "open_until", "forever", "opened_at", "reopens",
 		"window_calls", "window_failures", "gen", "sat", "sat_until"}
 )
@@ -219,6 +222,7 @@ const (
 	rClosedAt
 	rSaturatedUntil
 	rAlready
+	rSaturatedSince
 	replyFields
 )
 
@@ -277,6 +281,7 @@ func parseReply(vals []any) (*result, error) {
 		Leases: int(i(rProbes)), Earliest: i(rProbesUntil), Seq: uint64(i(rSeq)), Changed: i(rChanged) == 1,
 		Rewritten: i(rRewritten) == 1, Incarnation: asString(vals[rIncarnation]), ClosedAt: i(rClosedAt),
 		SaturatedUntil: i(rSaturatedUntil), Already: i(rAlready) == 1,
+		SaturatedSince: i(rSaturatedSince),
 	}
 	for k := replyFields; k < len(vals); k += eventFields {
 		e := func(j int) int64 { return asInt(vals[k+j]) }

@@ -11,7 +11,8 @@ import (
 // Saturation (R-H2, R-H3): a result that announced less quota than the
 // route's headroom floors saturates the route until the announced reset,
 // capped by max_retry_after_sec and extended, never shortened; a later one
-// that announced enough ends it early; no failure is counted and the
+// that announced enough ends it early if its request was decided after the
+// saturation began (R-H7); a reset ends it; no failure is counted and the
 // breaker stays healthy (Allowed: selection passes it over). A start and an
 // end are events. A fleet breaker is never saturated (the quota is the
 // route's credential's).
@@ -46,8 +47,22 @@ func testSaturation(t *testing.T, f Factory) {
 		{"longer extends", nil, func(r *rig) { sat(r, 30*time.Second); sat(r, 60*time.Second) }, 60, "[saturated]"},
 		{"enough ends it early", nil, func(r *rig) {
 			sat(r, 30*time.Second)
-			r.send(breaker.Result{Kind: breaker.KindAnswered, Status: 200, Unsaturate: true})
+			r.advance(time.Second)
+			r.send(breaker.Result{Kind: breaker.KindAnswered, Status: 200, Unsaturate: true, DecidedAt: r.now()})
 		}, 0, "[saturated unsaturated]"},
+		// R-H7: a response to a request decided before the quota ran down
+		// says nothing about the quota now.
+		{"enough from an older request does not end it", nil, func(r *rig) {
+			decided := r.now()
+			r.advance(time.Second)
+			sat(r, 30*time.Second)
+			r.advance(time.Second)
+			r.send(breaker.Result{Kind: breaker.KindAnswered, Status: 200, Unsaturate: true, DecidedAt: decided})
+		}, 29, "[saturated]"},
+		{"enough with no decision time does not end it", nil, func(r *rig) {
+			sat(r, 30*time.Second)
+			r.send(breaker.Result{Kind: breaker.KindAnswered, Status: 200, Unsaturate: true})
+		}, 30, "[saturated]"},
 		{"it ends at the reset", nil, func(r *rig) { sat(r, 30*time.Second); r.advance(30 * time.Second); r.sweep() }, 0, "[saturated unsaturated]"},
 		{"a reset in the past is none", nil, func(r *rig) { sat(r, -time.Second) }, 0, "[]"},
 		{"a failure with it counts as a failure, no more", nil, func(r *rig) {
@@ -75,6 +90,21 @@ func testSaturation(t *testing.T, f Factory) {
 			}
 		})
 	}
+
+	// An operator's reset clears a saturation as it clears a Retry-After
+	// block: an announced quota of 0 must not pin a route for up to
+	// max_retry_after_sec with no override.
+	t.Run("a reset clears it", func(t *testing.T) {
+		r := newCaseRig(t, f, nil)
+		sat(r, 30*time.Second)
+		r.reset()
+		if got := left(r); got != 0 {
+			t.Fatalf("saturated for %v s after a reset", got)
+		}
+		if got := fmt.Sprint(r.saturations()); got != "[saturated unsaturated]" {
+			t.Fatalf("events %s", got)
+		}
+	})
 
 	t.Run("never a fleet", func(t *testing.T) {
 		st := f(t, nil)
