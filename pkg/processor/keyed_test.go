@@ -61,3 +61,43 @@ func TestOneTimedOutRequestCountsOnceAcrossABlip(t *testing.T) {
 		t.Fatalf("one request, observed and logged across a blip: %s with %d failures", s.State, s.Failures)
 	}
 }
+
+// R-DL12 (#49): an attempt that parks while the meeting place does not
+// answer writes its note once it answers again. Envoy's retry, arriving
+// after the blip (here on another replica), then meets it: attempt 1 is a
+// connection error. Before, the park waited on its replica alone and the
+// retry never met it: a neither at the park's end.
+func TestAParkMadeDuringABlipMeetsTheRetry(t *testing.T) {
+	down := new(atomic.Bool)
+	a := newFailoverEnv(t, func(o *Options) { o.Store = blipNotes{Store: o.Store, down: down} })
+	b := newFailoverEnv(t, func(o *Options) { o.Store, o.Config, o.Clock = a.store, a.holder, a.clk })
+	tok := a.routeRole()
+	down.Store(true)
+	c, _, _ := a.attempt(tok, "r-1", 1, "/v1/chat/completions")
+	c.end() // refused: Envoy resets attempt 1 and retries it
+	eventually(t, "attempt 1 parked here alone", func() bool { return a.srv.meet.len() == 1 })
+	down.Store(false)
+	a.clk.Advance(reparkEvery)
+	eventually(t, "the park written to the note", func() bool {
+		got, _, _ := a.store.SwapNote(context.Background(), noteName(decisionOfToken(t, a, tok)), nil, nil, time.Second)
+		return got != nil
+	})
+	c2, _, _ := b.attempt(tok, "r-1", 2, "/v1/chat/completions")
+	defer c2.end()
+	eventually(t, "attempt 1 recorded as a connection error", func() bool {
+		return a.outcomes("openai:us:gpt", "failure", "connection_error")+b.outcomes("openai:us:gpt", "failure", "connection_error") == 1
+	})
+	a.clk.Advance(parkFor)
+	if n := a.outcomes("openai:us:gpt", "neither", "no_outcome"); n != 0 {
+		t.Fatal("attempt 1 also became a neither")
+	}
+}
+
+func decisionOfToken(t *testing.T, e *env, tok string) string {
+	t.Helper()
+	pt, err := e.srv.parseAttemptToken(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pt.Decision
+}

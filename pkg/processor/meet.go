@@ -164,8 +164,10 @@ type parkedHere struct {
 	note  parkedNote
 	timer breaker.Timer
 	// local: the meeting place did not answer when it parked, so it waits
-	// here only: what reaches this replica may still claim it (R-DL7).
+	// here only: what reaches this replica may still claim it (R-DL7),
+	// and retry writes its note again (repark).
 	local bool
+	retry breaker.Timer
 }
 
 func newMeetings(s *Server) *meetings {
@@ -273,7 +275,7 @@ func (m *meetings) park(a *attemptStream) {
 	case meetParked:
 		m.keep(st, p, false)
 	case meetUnreachable:
-		m.keep(st, p, true)
+		m.repark(st.decisionID, m.keep(st, p, true))
 	case meetConnErr:
 		st.recordRetried(p)
 	case meetEntry:
@@ -286,9 +288,84 @@ func (m *meetings) park(a *attemptStream) {
 	}
 }
 
+// reparkEvery is how often an attempt parked here alone (the meeting place
+// did not answer) tries again to write its note.
+const reparkEvery = 250 * time.Millisecond
+
+// repark writes h's note once the meeting place answers again, off the
+// request path, every reparkEvery until it is answered or h's park ends:
+// an attempt parked during a blip must meet the retry, the entry or the
+// expiry that come after it on any replica (R-DL12). Before, it waited on
+// this replica alone for its whole park, and Envoy's retry arriving after
+// the blip on any replica turned its connection error into a neither.
+func (m *meetings) repark(id string, h *parkedHere) {
+	var try func()
+	try = func() {
+		m.mu.Lock()
+		live := m.here[id] == h && h.local
+		m.mu.Unlock()
+		if !live {
+			return
+		}
+		act := m.run(id, nil, meetOp{park: &h.note})
+		if act.how == meetUnreachable {
+			m.mu.Lock()
+			if m.here[id] == h {
+				h.retry = breaker.AfterFunc(m.s.clock, reparkEvery, try)
+			}
+			m.mu.Unlock()
+			return
+		}
+		if act.older != nil {
+			m.settle(id, act.older, meetConnErr, entryOutcome{}, act.olderLate)
+		}
+		if act.how == meetParked {
+			m.mu.Lock()
+			if m.here[id] == h {
+				h.local = false // in the note now: claimed there, like any park
+				m.mu.Unlock()
+				return
+			}
+			m.mu.Unlock()
+			// Claimed here meanwhile (an arrival or an entry on this
+			// replica during the blip): the note's park is a leftover its
+			// expiry settles; a second record of the attempt is a repeat
+			// its key turns away (R-DL11).
+			return
+		}
+		// The note answered with the attempt's outcome (a retry or an
+		// entry came first, on any replica): it is recorded here, once.
+		m.mu.Lock()
+		mine := m.here[id] == h
+		if mine {
+			delete(m.here, id)
+			h.timer.Stop()
+		}
+		m.mu.Unlock()
+		if !mine {
+			return
+		}
+		switch act.how {
+		case meetConnErr:
+			h.st.recordRetried(h.note)
+		case meetEntry:
+			h.st.recordEntry(act.res)
+			m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
+		case meetDuplicate:
+		default:
+			h.st.recordNeither()
+		}
+	}
+	m.mu.Lock()
+	if m.here[id] == h {
+		h.retry = breaker.AfterFunc(m.s.clock, reparkEvery, try)
+	}
+	m.mu.Unlock()
+}
+
 // keep holds a parked attempt's stream on this replica until its park
 // time ends (on the server's clock).
-func (m *meetings) keep(st *stream, p parkedNote, local bool) {
+func (m *meetings) keep(st *stream, p parkedNote, local bool) *parkedHere {
 	h := &parkedHere{st: st, note: p, local: local}
 	id := st.decisionID
 	m.mu.Lock()
@@ -298,6 +375,7 @@ func (m *meetings) keep(st *stream, p parkedNote, local bool) {
 	m.here[id] = h
 	h.timer = breaker.AfterFunc(m.s.clock, m.ttl, func() { m.expire(id, h) })
 	m.mu.Unlock()
+	return h
 }
 
 // expire ends h's park: a neither that frees its slot, unless another
