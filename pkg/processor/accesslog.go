@@ -300,11 +300,32 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 		// entry that reaches this replica still settles it (R-DL5, R-DL7).
 		parked = false
 	}
+	if parked && !s.held.take() {
+		// Past the bound (held.go): the note keeps it, and every channel
+		// on every replica settles it there; this replica lets it go.
+		s.metrics.DecisionEvents.WithLabelValues("park", "not_held").Inc()
+		p.mu.Lock()
+		entry := p.entry
+		p.mu.Unlock()
+		if entry != nil {
+			// An entry reached this replica while the stream ran: it
+			// claims the parked decision unless the observer did.
+			if a := s.meet.run(id, nil, meetOp{entry: entry}); a.how == meetEntry || a.how == meetUnreachable {
+				settle(func() { st.recordEntry(*entry) })
+				return
+			}
+		}
+		if p.end() {
+			s.forgetDecision(id, true, true)
+		}
+		return
+	}
 	p.mu.Lock()
 	entry := p.entry
 	p.state = pendingWaiting
 	if parked {
 		p.parked = &note
+		p.held = &s.held
 	}
 	p.timer = breaker.AfterFunc(s.clock, wait, func() { st.expireDecision(p, note, wait) })
 	p.mu.Unlock()

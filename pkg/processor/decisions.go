@@ -73,6 +73,9 @@ type pending struct {
 	// parked is the decision's note while it waits (meet.go): an entry
 	// on any replica settles it.
 	parked *parkedNote
+	// held: counted in the server's held decisions while it waits
+	// (held.go); given back when it ends.
+	held *heldCount
 }
 
 // end moves p to done; false when something else did first.
@@ -85,6 +88,10 @@ func (p *pending) end() bool {
 	p.state = pendingDone
 	if p.timer != nil {
 		p.timer.Stop()
+	}
+	if p.held != nil {
+		p.held.n.Add(-1)
+		p.held = nil
 	}
 	return true
 }

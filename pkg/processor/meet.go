@@ -261,15 +261,24 @@ func (m *meetings) park(a *attemptStream) {
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease,
 		Start: st.startNs, Elapsed: max((now-st.startNs)/1e6, 0), Expect: a.expect}
 	m.mu.Lock()
-	if len(m.here) >= m.max {
-		m.mu.Unlock()
-		st.recordNeither()
-		return
-	}
+	full := len(m.here) >= m.max
 	m.mu.Unlock()
 	act := m.run(st.decisionID, nil, meetOp{park: &p})
 	if act.older != nil {
 		m.settle(st.decisionID, act.older, meetConnErr, entryOutcome{}, act.olderLate)
+	}
+	switch {
+	case full && act.how == meetParked:
+		// Past the parked map's bound (held.go): parked in the note only,
+		// where the retry or the entry that comes claims it, on any
+		// replica. Before, it was a neither at once: a flood of parks
+		// turned the genuine connection errors after it into neithers.
+		st.s.metrics.DecisionEvents.WithLabelValues("park", "not_held").Inc()
+		return
+	case full && act.how == meetUnreachable:
+		// Neither in the note nor here: the bound holds during a blip.
+		st.recordNeither()
+		return
 	}
 	switch act.how {
 	case meetParked:

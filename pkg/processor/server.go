@@ -69,6 +69,7 @@ type Server struct {
 	// The access log channel (accesslog.go): the decisions it can still
 	// speak for, the Envoy streams connected, and who hears of them.
 	decisions          *decisionTable
+	held               heldCount
 	alStreams          atomic.Int64
 	onAccessLogStreams func(n int64)
 	history            *breaker.History
@@ -112,6 +113,9 @@ type Options struct {
 	// OnMismatch hears of a deployment mismatch (R-DL10), at most once a
 	// minute per kind: /readyz shows it.
 	OnMismatch func(what, help string)
+	// MaxHeld bounds the decisions held in memory while they wait in their
+	// note, and the attempts parked here (held.go); 0 = heldBound().
+	MaxHeld int
 }
 
 // NewServer returns the ext_proc service.
@@ -129,7 +133,15 @@ func NewServer(o Options) *Server {
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch}
+	s.held.max = int64(o.MaxHeld)
+	if s.held.max <= 0 {
+		s.held.max = heldBound()
+	}
 	s.meet = newMeetings(s)
+	s.meet.max = int(min(s.held.max, 10000))
+	if o.MaxHeld > 0 {
+		s.meet.max = o.MaxHeld
+	}
 	s.entryWorkers = make(chan struct{}, maxEntryWorkers)
 	s.replica = mrand.Uint64() | 1
 	s.tokens = newTokenSealer(o.TokenKey)
