@@ -41,10 +41,10 @@ var robustSeeds = flag.Int("robust.seeds", 8, "seeds of the Redis robustness che
 type failpoint int
 
 const (
-	fpNone     failpoint = iota
-	fpRefused            // an error before the call left: it never ran
-	fpLost               // it ran in Redis; the reply is lost (a timeout)
-	fpLate               // it runs in Redis after the caller gave up
+	fpNone    failpoint = iota
+	fpRefused           // an error before the call left: it never ran
+	fpLost              // it ran in Redis; the reply is lost (a timeout)
+	fpLate              // it runs in Redis after the caller gave up
 	failpoints
 )
 
