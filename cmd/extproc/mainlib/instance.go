@@ -405,7 +405,28 @@ func newGRPCServer(which string, l routes.Limits, tlsCfg *tls.Config) grpcServer
 		KeepaliveTime:        time.Minute,
 		KeepaliveTimeout:     20 * time.Second,
 		MaxConnectionIdle:    5 * time.Minute,
+		OnAcceptError:        acceptErrorLog(),
 	})
+}
+
+// acceptErrorLog logs the accept errors the listener backs off from
+// (descriptors or buffers ran out), at most once every 10 s with how many
+// there were: the listener keeps accepting, and the log must not flood.
+func acceptErrorLog() func(error) {
+	var mu sync.Mutex
+	var last time.Time
+	n := 0
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if time.Since(last) < 10*time.Second {
+			return
+		}
+		slog.Error("the ext_proc listener could not accept a connection; it backs off and keeps accepting (raise the descriptor limit?)",
+			"error", err.Error(), "errors", n)
+		last, n = time.Now(), 0
+	}
 }
 
 func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc.ServerOption {

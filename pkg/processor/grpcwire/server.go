@@ -39,6 +39,9 @@ type Options struct {
 	// MaxConnectionIdle closes a connection with no stream for this long
 	// (5 min), with GOAWAY.
 	MaxConnectionIdle time.Duration
+	// OnAcceptError hears every accept error Serve backs off from (the
+	// listener keeps accepting): descriptors or buffers ran out.
+	OnAcceptError func(error)
 }
 
 func (o *Options) defaults() {
@@ -167,13 +170,21 @@ func (s *Server) Serve(ln net.Listener) error {
 			if stopped {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Anything else is the machine's, for now: descriptors run out
+			// (EMFILE, ENFILE), buffers (ENOBUFS), a connection aborted
+			// before it was taken. Back off and accept again, as grpc-go
+			// and net/http do; the connections already served go on.
+			// Before, only a timeout was retried, and 20,000 idle
+			// connections (the default descriptor limit) ended the process.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if s.opts.OnAcceptError != nil {
+				s.opts.OnAcceptError(err)
+			}
+			time.Sleep(backoff)
+			continue
 		}
 		backoff = 0
 		s.mu.Lock()
