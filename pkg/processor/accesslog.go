@@ -330,6 +330,9 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 	p.timer = breaker.AfterFunc(s.clock, wait, func() { st.expireDecision(p, note, wait) })
 	p.mu.Unlock()
 	if entry == nil {
+		if !parked && act.how == meetUnreachable {
+			st.reparkDecision(p, note)
+		}
 		return
 	}
 	if !parked {
@@ -344,6 +347,54 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 	case meetByObserver, meetDuplicate:
 		settle(nil)
 	}
+}
+
+// reparkDecision writes the note of a decision that could not park (the
+// meeting place did not answer) once it answers again, every reparkEvery
+// while the decision waits here: an entry or an observer that reaches
+// another replica after the blip then meets it (R-DL12). Before, it waited
+// on this replica alone, and such an entry waited in a note nobody read.
+func (st *stream) reparkDecision(p *pending, note parkedNote) {
+	s := st.s
+	id := st.decisionID
+	var try func()
+	try = func() {
+		p.mu.Lock()
+		waiting := p.state == pendingWaiting && p.parked == nil
+		p.mu.Unlock()
+		if !waiting {
+			return
+		}
+		act := s.meet.run(id, nil, meetOp{park: &note})
+		settle := func(record func()) {
+			if p.end() && record != nil {
+				record()
+			}
+			s.forgetDecision(id, true, true)
+		}
+		switch act.how {
+		case meetUnreachable:
+			p.mu.Lock()
+			if p.state == pendingWaiting {
+				breaker.AfterFunc(s.clock, reparkEvery, try)
+			}
+			p.mu.Unlock()
+		case meetParked:
+			p.mu.Lock()
+			if p.state == pendingWaiting {
+				p.parked = &note // its expiry goes through the note now
+			}
+			p.mu.Unlock()
+		case meetEntry:
+			settle(func() {
+				st.recordEntry(act.res)
+				s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
+			})
+		case meetByObserver, meetDuplicate:
+			settle(nil) // another channel recorded it, on another replica
+		}
+	}
+	breaker.AfterFunc(s.clock, reparkEvery, try)
 }
 
 // expireDecision ends a parked decision's wait: a neither that frees its

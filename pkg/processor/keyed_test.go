@@ -101,3 +101,43 @@ func decisionOfToken(t *testing.T, e *env, tok string) string {
 	}
 	return pt.Decision
 }
+
+// R-DL12 (#49): a route-role decision that could not park (the meeting
+// place did not answer) writes its note once it answers again. Envoy's
+// access log entry, reaching another replica after the blip, then meets
+// it and the connect failure is recorded. Before, the decision waited on
+// its replica alone, the entry waited in a note nobody read, and the
+// failure became a neither at the wait's end.
+func TestADecisionParkedDuringABlipMeetsTheEntry(t *testing.T) {
+	down := new(atomic.Bool)
+	a := newEnv(t, func(o *Options) { o.Store = blipNotes{Store: o.Store, down: down} })
+	b := newEnv(t, func(o *Options) { o.Store, o.Config, o.Clock = a.store, a.holder, a.clk })
+	c := a.open("")
+	id := decisionOf(t, c.chat("gpt"))
+	down.Store(true)
+	c.end() // Envoy's own local reply: the route role saw no response
+	eventually(t, "the decision waits here alone", func() bool {
+		p := a.srv.decisions.get(id)
+		if p == nil {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state == pendingWaiting && p.parked == nil
+	})
+	down.Store(false)
+	a.clk.Advance(reparkEvery)
+	eventually(t, "the park written to the note", func() bool {
+		got, _, _ := a.store.SwapNote(context.Background(), noteName(id), nil, nil, time.Second)
+		return got != nil
+	})
+	bl := b.accessLog()
+	bl.send(logEntry{decision: id, cluster: "c_openai_us", code: 503, details: "upstream_reset_before_response_started{connection_failure}", flags: uf})
+	eventually(t, "the connect failure recorded", func() bool {
+		return a.outcomes("openai:us:gpt", "failure", "connection_error")+b.outcomes("openai:us:gpt", "failure", "connection_error") == 1
+	})
+	a.clk.Advance(time.Minute)
+	if n := a.outcomes("openai:us:gpt", "neither", "no_outcome"); n != 0 {
+		t.Fatal("the decision also became a neither")
+	}
+}
