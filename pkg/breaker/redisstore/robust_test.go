@@ -61,7 +61,9 @@ type faults struct {
 	mu   sync.Mutex
 	raw  redis.UniversalClient // sends a late call, past the hooks
 	hits [failpoints]atomic.Int64
-	late sync.WaitGroup
+	// late counts the late calls still on their way (a counter, not a
+	// WaitGroup: a hook may start one while the test waits for the rest).
+	late atomic.Int64
 }
 
 func (f *faults) pick() failpoint {
@@ -116,7 +118,7 @@ func (f *faults) apply(ctx context.Context, cmd redis.Cmder, run func(context.Co
 		d := f.lateDelay()
 		f.late.Add(1)
 		go func() {
-			defer f.late.Done()
+			defer f.late.Add(-1)
 			time.Sleep(d) // the call is still on its way to Redis
 			_ = f.raw.Do(context.Background(), args...).Err()
 		}()
@@ -169,7 +171,8 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 	const n = 3
 	fs := make([]*faults, n)
 	rs := make([]*replica, n)
-	for i := range rs {
+	clients := make([]redis.UniversalClient, n)
+	for i := range clients {
 		client, err := redisstore.NewClient("redis://" + srv.Addr + "/0")
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +180,10 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 		t.Cleanup(func() { client.Close() })
 		fs[i] = &faults{rnd: rand.New(rand.NewPCG(seed, uint64(i))), raw: base}
 		client.AddHook(fs[i])
-		rs[i] = replicasWith(t, client, prefix, clk, p, 1, 60*time.Millisecond, func(_ int, o *redisstore.Options) {
+		clients[i] = client
+	}
+	for i := range rs {
+		rs[i] = replicasWith(t, clients[i], prefix, clk, p, 1, 60*time.Millisecond, func(_ int, o *redisstore.Options) {
 			// A quick resync: the replicas go back to Redis soon after each
 			// fault, so that a seed meets many.
 			o.ReplicaID, o.RefreshInterval = fmt.Sprintf("r%d", i), 30*time.Millisecond
@@ -252,7 +258,9 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 	_ = base.Do(ctx, "CLIENT", "UNPAUSE").Err()
 	for _, f := range fs {
 		f.on.Store(false)
-		f.late.Wait()
+	}
+	for i, f := range fs {
+		quietly(t, fmt.Sprintf("replica %d's late calls run", i), func() bool { return f.late.Load() == 0 })
 	}
 	for i, r := range rs {
 		quietly(t, fmt.Sprintf("replica %d quiet", i), r.st.Quiet)
