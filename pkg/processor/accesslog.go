@@ -379,7 +379,9 @@ func (st *stream) reparkDecision(p *pending, note parkedNote) {
 				breaker.AfterFunc(s.clock, reparkEvery, try)
 			}
 			p.mu.Unlock()
-		case meetParked:
+		case meetParked, meetDuplicate:
+			// Parked now, or already: the write whose answer was lost had
+			// run.
 			p.mu.Lock()
 			if p.state == pendingWaiting {
 				p.parked = &note // its expiry goes through the note now
@@ -390,7 +392,7 @@ func (st *stream) reparkDecision(p *pending, note parkedNote) {
 				st.recordEntry(act.res)
 				s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 			})
-		case meetByObserver, meetDuplicate:
+		case meetByObserver:
 			settle(nil) // another channel recorded it, on another replica
 		}
 	}

@@ -11,16 +11,58 @@ import (
 
 // blipNotes is a store whose meeting place stops answering while down is
 // set: a Redis paused by a fork or a failover, as every replica sees it.
+// With lost set too, a swap that applies runs and its answer is lost.
 type blipNotes struct {
 	breaker.Store
 	down *atomic.Bool
+	lost *atomic.Bool
 }
 
 func (s blipNotes) SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) ([]byte, bool, error) {
 	if s.down.Load() {
+		if s.lost != nil && s.lost.Load() {
+			// The swap runs; a refused one answers as usual (the caller
+			// tries again on the note it got), an applied one's answer is
+			// lost.
+			got, ok, err := s.Store.SwapNote(ctx, name, prev, next, ttl)
+			if err != nil || !ok {
+				return got, ok, err
+			}
+		}
 		return nil, false, context.DeadlineExceeded
 	}
 	return s.Store.SwapNote(ctx, name, prev, next, ttl)
+}
+
+// #49, R-DL11: a park whose swap ran but whose answer was lost is in the
+// note and on its replica's local copy at once. It is claimed from the note
+// on one replica (the retry) and from the local copy on the other (an entry
+// while the blip lasts there): one record. Before keyed records, two.
+func TestALostParkAnswerCountsOnce(t *testing.T) {
+	down, lost := new(atomic.Bool), new(atomic.Bool)
+	a := newFailoverEnv(t, func(o *Options) { o.Store = blipNotes{Store: o.Store, down: down, lost: lost} })
+	b := newFailoverEnv(t, func(o *Options) { o.Store, o.Config, o.Clock = a.store, a.holder, a.clk })
+	tok := a.routeRole()
+	pt, err := a.srv.parseAttemptToken(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := pt.Chain[0].Route
+	down.Store(true)
+	lost.Store(true)
+	c, _, _ := a.attempt(tok, "r-1", 1, "/v1/chat/completions")
+	c.end() // parks: the note takes it, the answer is lost
+	eventually(t, "attempt 1 parked here too", func() bool { return a.srv.meet.len() == 1 })
+	c2, _, _ := b.attempt(tok, "r-1", 2, "/v1/chat/completions")
+	defer c2.end()
+	b.waitOutcomes(route, "failure", "connection_error", 1)
+	lost.Store(false)
+	cluster := map[string]string{"openai:us:gpt": "c_openai_us", "azure:eu:gpt": "c_azure_eu", "openai:eu:gpt": "c_openai_eu"}[route]
+	a.srv.onAccessLogEntry(logEntry{decision: pt.Decision, cluster: cluster, code: 503, attempt: 1,
+		details: "upstream_reset_before_response_started{connection_failure}", flags: uf}.proto())
+	if s := a.status("default", route); s.Failures != 1 {
+		t.Fatalf("one connect failure, claimed from the note and from the local copy: %d failures", s.Failures)
+	}
 }
 
 // TestOneTimedOutRequestCountsOnceAcrossABlip (#49, R-DL11): observer

@@ -328,7 +328,10 @@ func (m *meetings) repark(id string, h *parkedHere) {
 		if act.older != nil {
 			m.settle(id, act.older, meetConnErr, entryOutcome{}, act.olderLate)
 		}
-		if act.how == meetParked {
+		if act.how == meetParked || act.how == meetDuplicate {
+			// Parked now, or parked already: the write whose answer was
+			// lost had run (or a claim recorded it since, which the note's
+			// expiry then finds).
 			m.mu.Lock()
 			if m.here[id] == h {
 				h.local = false // in the note now: claimed there, like any park
@@ -360,7 +363,6 @@ func (m *meetings) repark(id string, h *parkedHere) {
 		case meetEntry:
 			h.st.recordEntry(act.res)
 			m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-		case meetDuplicate:
 		default:
 			h.st.recordNeither()
 		}
