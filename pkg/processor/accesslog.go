@@ -9,6 +9,7 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -47,6 +48,19 @@ type entryOutcome struct {
 	// opened by sealedChain.
 	token string
 }
+
+// op is the entry as the decision's note table reads it.
+func (o *entryOutcome) op() *lifecycle.Entry {
+	return &lifecycle.Entry{Res: o.res, Cluster: o.cluster, Attempt: o.attempt, Chained: o.chained()}
+}
+
+// fromEntry is an entry the note table kept or claimed.
+func fromEntry(e lifecycle.Entry) entryOutcome {
+	return entryOutcome{res: e.Res, cluster: e.Cluster, attempt: e.Attempt}
+}
+
+// matchesNote reports whether the entry speaks for the parked party p.
+func (o entryOutcome) matchesNote(p *lifecycle.Park) bool { return o.op().Matches(p) }
 
 // chained: the entry is an NC/UH of a failover decision (no host picked,
 // so no attempt stream), to be charged to its attempt's chain group.
@@ -191,11 +205,11 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 	// Waiting: the decision is parked in its note, where an entry that
 	// reached another replica may claim it too; whoever claims records.
 	if parked != nil {
-		switch act := s.meet.run(id, nil, meetOp{entry: &out}); act.how {
-		case meetEntry, meetUnreachable:
+		switch act := s.meet.run(id, nil, lifecycle.Op{Entry: out.op()}); act.How {
+		case lifecycle.HowEntry, lifecycle.HowUnreachable:
 			// Ours (a meeting place that did not answer: the real outcome
 			// is recorded here, R-DL7).
-		case meetMismatch:
+		case lifecycle.HowMismatch:
 			return EntryClusterMismatch
 		default:
 			return EntryDuplicate // claimed elsewhere meanwhile
@@ -273,27 +287,27 @@ func (st *stream) decisionWait(noResponse bool) time.Duration {
 func (st *stream) parkDecision(p *pending, wait time.Duration) {
 	s := st.s
 	id := st.decisionID
-	note := parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+	note := lifecycle.Park{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
-	act := s.meet.run(id, nil, meetOp{park: &note})
-	parked := act.how == meetParked
+	act := s.meet.run(id, nil, lifecycle.Op{Park: &note})
+	parked := act.How == lifecycle.HowParked
 	settle := func(record func()) {
 		if p.end() && record != nil {
 			record()
 		}
 		s.forgetDecision(id, true, parked)
 	}
-	switch act.how {
-	case meetByObserver, meetDuplicate:
+	switch act.How {
+	case lifecycle.HowByObserver, lifecycle.HowDuplicate:
 		settle(nil) // the observer or an entry came first: it records
 		return
-	case meetEntry:
+	case lifecycle.HowEntry:
 		settle(func() {
-			st.recordEntry(act.res)
+			st.recordEntry(fromEntry(act.Res))
 			s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 		})
 		return
-	case meetParked:
+	case lifecycle.HowParked:
 	default:
 		// The note could not be written (the meeting place did not answer,
 		// or its table is full): the decision waits here alone, where an
@@ -310,7 +324,7 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 		if entry != nil {
 			// An entry reached this replica while the stream ran: it
 			// claims the parked decision unless the observer did.
-			if a := s.meet.run(id, nil, meetOp{entry: entry}); a.how == meetEntry || a.how == meetUnreachable {
+			if a := s.meet.run(id, nil, lifecycle.Op{Entry: entry.op()}); a.How == lifecycle.HowEntry || a.How == lifecycle.HowUnreachable {
 				settle(func() { st.recordEntry(*entry) })
 				return
 			}
@@ -330,7 +344,7 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 	p.timer = breaker.AfterFunc(s.clock, wait, func() { st.expireDecision(p, note, wait) })
 	p.mu.Unlock()
 	if entry == nil {
-		if !parked && act.how == meetUnreachable {
+		if !parked && act.How == lifecycle.HowUnreachable {
 			st.reparkDecision(p, note)
 		}
 		return
@@ -341,10 +355,10 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 	}
 	// An entry reached this replica while the stream ran: it claims the
 	// parked decision unless the observer did.
-	switch a := s.meet.run(id, nil, meetOp{entry: entry}); a.how {
-	case meetEntry, meetUnreachable:
+	switch a := s.meet.run(id, nil, lifecycle.Op{Entry: entry.op()}); a.How {
+	case lifecycle.HowEntry, lifecycle.HowUnreachable:
 		settle(func() { st.recordEntry(*entry) })
-	case meetByObserver, meetDuplicate:
+	case lifecycle.HowByObserver, lifecycle.HowDuplicate:
 		settle(nil)
 	}
 }
@@ -354,7 +368,7 @@ func (st *stream) parkDecision(p *pending, wait time.Duration) {
 // while the decision waits here: an entry or an observer that reaches
 // another replica after the blip then meets it (R-DL12). Before, it waited
 // on this replica alone, and such an entry waited in a note nobody read.
-func (st *stream) reparkDecision(p *pending, note parkedNote) {
+func (st *stream) reparkDecision(p *pending, note lifecycle.Park) {
 	s := st.s
 	id := st.decisionID
 	var try func()
@@ -365,21 +379,21 @@ func (st *stream) reparkDecision(p *pending, note parkedNote) {
 		if !waiting {
 			return
 		}
-		act := s.meet.run(id, nil, meetOp{park: &note})
+		act := s.meet.run(id, nil, lifecycle.Op{Park: &note})
 		settle := func(record func()) {
 			if p.end() && record != nil {
 				record()
 			}
 			s.forgetDecision(id, true, true)
 		}
-		switch act.how {
-		case meetUnreachable:
+		switch act.How {
+		case lifecycle.HowUnreachable:
 			p.mu.Lock()
 			if p.state == pendingWaiting {
 				breaker.AfterFunc(s.clock, reparkEvery, try)
 			}
 			p.mu.Unlock()
-		case meetParked, meetDuplicate:
+		case lifecycle.HowParked, lifecycle.HowDuplicate:
 			// Parked now, or already: the write whose answer was lost had
 			// run.
 			p.mu.Lock()
@@ -387,12 +401,12 @@ func (st *stream) reparkDecision(p *pending, note parkedNote) {
 				p.parked = &note // its expiry goes through the note now
 			}
 			p.mu.Unlock()
-		case meetEntry:
+		case lifecycle.HowEntry:
 			settle(func() {
-				st.recordEntry(act.res)
+				st.recordEntry(fromEntry(act.Res))
 				s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 			})
-		case meetByObserver:
+		case lifecycle.HowByObserver:
 			settle(nil) // another channel recorded it, on another replica
 		}
 	}
@@ -403,7 +417,7 @@ func (st *stream) reparkDecision(p *pending, note parkedNote) {
 // slot, unless a channel claimed it first. The note keeps it as expired,
 // so a real outcome that comes later is still recorded (R-DL2); an expiry
 // that cannot reach the note records nothing (R-DL7).
-func (st *stream) expireDecision(p *pending, note parkedNote, wait time.Duration) {
+func (st *stream) expireDecision(p *pending, note lifecycle.Park, wait time.Duration) {
 	p.mu.Lock()
 	waiting := p.state == pendingWaiting
 	p.mu.Unlock()
@@ -413,12 +427,12 @@ func (st *stream) expireDecision(p *pending, note parkedNote, wait time.Duration
 	p.mu.Lock()
 	parked := p.parked != nil
 	p.mu.Unlock()
-	how := meetNeither // waiting here alone: nothing else can claim it
+	how := lifecycle.HowNeither // waiting here alone: nothing else can claim it
 	if parked {
-		cur := attemptNote{Parked: &note}
-		how = st.s.meet.run(st.decisionID, cur.encode(), meetOp{park: &note, expire: true}).how
+		cur := lifecycle.Note{Parked: &note}
+		how = st.s.meet.run(st.decisionID, cur.Encode(), lifecycle.Op{Park: &note, Expire: true}).How
 	}
-	if p.end() && how == meetNeither {
+	if p.end() && how == lifecycle.HowNeither {
 		st.recordNeitherExpired()
 	}
 	st.s.forgetDecision(st.decisionID, true, parked)

@@ -11,6 +11,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // The attempt role (SPEC §11, R-X2/R-X3): an ext_proc in each provider
@@ -298,7 +299,7 @@ func (a *attemptStream) onBody(b *extprocv3.HttpBody) *extprocv3.ProcessingRespo
 // (the router reset it when the timer fired; a retry follows, since the
 // shipped policy retries on reset) is a timeout; any other ended on a
 // connect failure or a reset, a connection error.
-func (st *stream) recordRetried(p parkedNote) {
+func (st *stream) recordRetried(p lifecycle.Park) {
 	if p.Expect > 0 && p.Elapsed+perTrySlackMs >= p.Expect {
 		st.record(breaker.Result{Kind: breaker.KindTimeout, Reason: breaker.ReasonTimeout, ElapsedMs: p.Elapsed}, st.now())
 		return

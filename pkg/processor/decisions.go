@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // The decisions the access log channel can still speak for (SPEC §4a).
@@ -72,7 +73,7 @@ type pending struct {
 	timer breaker.Timer
 	// parked is the decision's note while it waits (meet.go): an entry
 	// on any replica settles it.
-	parked *parkedNote
+	parked *lifecycle.Park
 	// held: counted in the server's held decisions while it waits
 	// (held.go); given back when it ends.
 	held *heldCount

@@ -36,21 +36,21 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// lifecycle is one request as Envoy sends it with the shipped modes:
+// benchLifecycle is one request as Envoy sends it with the shipped modes:
 // headers, an 8 KiB buffered body, response headers, 50 streamed chunks.
-type lifecycle struct {
+type benchLifecycle struct {
 	reqHeaders, reqBody, respHeaders *extprocv3.ProcessingRequest
 	chunks                           []*extprocv3.ProcessingRequest
 }
 
-func newLifecycle() *lifecycle {
+func newLifecycle() *benchLifecycle {
 	var sb strings.Builder
 	sb.WriteString(`{"model":"gpt","stream":true,"messages":[`)
 	for sb.Len() < 8<<10-64 {
 		sb.WriteString(`{"role":"user","content":"Lorem ipsum dolor sit amet, consectetur adipiscing"},`)
 	}
 	sb.WriteString(`{"role":"user","content":"end"}]}`)
-	l := &lifecycle{
+	l := &benchLifecycle{
 		reqHeaders: &extprocv3.ProcessingRequest{
 			ProtocolConfig:  &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_BUFFERED, ResponseBodyMode: filterv3.ProcessingMode_STREAMED},
 			MetadataContext: &corev3.Metadata{},
@@ -76,7 +76,7 @@ func newLifecycle() *lifecycle {
 	return l
 }
 
-func (l *lifecycle) run(b *testing.B, client extprocv3.ExternalProcessorClient) {
+func (l *benchLifecycle) run(b *testing.B, client extprocv3.ExternalProcessorClient) {
 	s, err := client.Process(context.Background())
 	if err != nil {
 		b.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -100,7 +101,7 @@ func TestReplayedObserverNoteRecordsOnce(t *testing.T) {
 // breaker without a probe.
 func TestForgedObserverNoteRecordsNothing(t *testing.T) {
 	forged := func(e *env) *corev3.Metadata {
-		n := observeNote{Decision: newDecisionID(), Parked: parkedNote{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us", RouteGen: 1, Start: e.clk.Now().UnixNano()}}
+		n := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us", RouteGen: 1, Start: e.clk.Now().UnixNano()}}
 		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
 			observeKey: structpb.NewStringValue(n.encode())}}}}
 	}
@@ -340,7 +341,7 @@ func TestWaitingDecisionClaimedElsewhereRecordsOnce(t *testing.T) {
 // refused and counted, even where its note is gone from the store.
 func TestOldObserveNoteIsRefused(t *testing.T) {
 	e := newObserverEnv(t)
-	old := observeNote{Decision: newDecisionID(), Parked: parkedNote{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us",
+	old := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us",
 		RouteGen: 1, Start: e.clk.Now().Add(-400 * time.Second).UnixNano()}}
 	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
 		observeKey: structpb.NewStringValue(e.srv.tokens.sealFor(observeAAD, []byte(old.encode())))}}}}

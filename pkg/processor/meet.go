@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // Where the attempts of one request meet (SPEC R-X7). An attempt whose
@@ -29,122 +30,6 @@ import (
 
 const parkFor = 5 * time.Second
 
-// attemptNote is the note of one decision. Fields may coexist: a later
-// attempt's arrival and an early access log entry wait for a parking.
-type attemptNote struct {
-	Parked *parkedNote `json:"p,omitempty"`
-	Later  int         `json:"l,omitempty"` // the latest attempt seen arriving
-	Entry  *entryNote  `json:"e,omitempty"` // an access log entry that came first
-	// More are further early entries (at most maxEarlyEntries in all): an
-	// entry that names another cluster or attempt must not crowd out the
-	// one the parking attempt will match.
-	More []entryNote `json:"em,omitempty"`
-	// Obs: the observer role took the decision's response (observe.go):
-	// it records; a later park or entry of the decision records nothing.
-	Obs bool `json:"o,omitempty"`
-	// Done: a route-role decision (N 0) was recorded from its parking (an
-	// entry, or a neither at its end): an observer that comes later
-	// records nothing.
-	Done bool `json:"x,omitempty"`
-	// Expired: the parked party's wait ended (a neither freed its probe
-	// slot); it stays, so that a real outcome that comes later is still
-	// recorded, late (R-DL2).
-	Expired bool `json:"xp,omitempty"`
-	// Rec: the attempts (bit n) whose outcome was recorded through the
-	// note: one record per attempt number (R-DL4).
-	Rec uint64 `json:"rc,omitempty"`
-	// Arr: the attempts (bit n) whose arrival the note was told of: an
-	// attempt number that arrives twice is a replayed token (R-DL4).
-	Arr uint64 `json:"ar,omitempty"`
-}
-
-// parkedNote is a parked attempt, or a route-role decision waiting for
-// its access log entry (N 0: any attempt count): enough to record it on
-// any replica.
-type parkedNote struct {
-	N          int    `json:"n"`
-	Gateway    string `json:"g"`
-	Route      string `json:"r"`
-	Cluster    string `json:"c"`
-	RouteGen   uint64 `json:"rg"`
-	RouteLease uint64 `json:"rl,omitempty"`
-	FleetGen   uint64 `json:"fg,omitempty"`
-	FleetLease uint64 `json:"fl,omitempty"`
-	Start      int64  `json:"s"` // when the attempt began (ns, the parking replica's clock)
-	// Elapsed is how long the attempt ran until it parked (ms, measured on
-	// the parking replica: one clock, R-DL6).
-	Elapsed int64 `json:"e,omitempty"`
-	// Expect is the attempt's per-try timeout as the router announced it
-	// (ms, x-envoy-expected-rq-timeout-ms; 0 unknown): a retried attempt
-	// that ran that long was timed out, not refused (recordRetried).
-	Expect int64 `json:"x,omitempty"`
-}
-
-type entryNote struct {
-	Res     breaker.Result `json:"res"`
-	Cluster string         `json:"c,omitempty"`
-	Attempt uint32         `json:"a,omitempty"`
-}
-
-func (e *entryNote) outcome() entryOutcome {
-	return entryOutcome{res: e.Res, cluster: e.Cluster, attempt: e.Attempt}
-}
-
-func (o entryOutcome) matchesNote(p *parkedNote) bool {
-	return (o.attempt == 0 || p.N == 0 || int(o.attempt) == p.N) && (o.cluster == "" || o.cluster == p.Cluster)
-}
-
-func (n *attemptNote) empty() bool {
-	return n.Parked == nil && n.Later == 0 && n.Entry == nil && len(n.More) == 0 && !n.Obs && !n.Done && !n.Expired && n.Rec == 0 && n.Arr == 0
-}
-
-// What an operation on a note did.
-type meetHow uint8
-
-const (
-	meetNone         meetHow = iota
-	meetParked               // the attempt waits in the note
-	meetConnErr              // claimed: Envoy retried it
-	meetEntry                // claimed: the access log entry says what happened
-	meetNeither              // claimed: its park time ended
-	meetEarly                // an entry for no parked attempt, kept in the note
-	meetMismatch             // an entry that names another cluster or attempt
-	meetFailed               // the store refused (full, forged): settled here
-	meetObserved             // the observer claimed the parked decision: it records
-	meetObserveFirst         // the observer came before the park: it records
-	meetByObserver           // a park or entry after the observer: nothing to record
-	meetDuplicate            // an event that came again: nothing to record (counted)
-	meetUnreachable          // the meeting place did not answer (R-DL7)
-	meetChained              // an NC/UH entry that is its own attempt's outcome (R-AL5)
-)
-
-type meetAct struct {
-	how   meetHow
-	claim *parkedNote // the attempt to record (how is connErr, entry, neither)
-	res   entryOutcome
-	// late: the claimed party's wait had ended (its slot was freed): it is
-	// recorded without its lease (R-DL2).
-	late bool
-	// older is an earlier attempt of the request found parked by a park:
-	// Envoy retried it (olderLate: its wait had ended).
-	older     *parkedNote
-	olderLate bool
-	// chained is an NC/UH entry for a later attempt than the claimed one
-	// (R-AL5): Envoy made no upstream request for it, so no attempt stream
-	// will record it; the entry does, against its chain group.
-	chained *entryOutcome
-	row     int // the table row that applied (tests)
-}
-
-type meetOp struct {
-	park   *parkedNote // park (or expire, with expire set)
-	expire bool
-	arrive int
-	entry  *entryOutcome
-	// observe: the observer role saw the decision's response begin.
-	observe bool
-}
-
 // meetings runs note operations and keeps this replica's parked attempts
 // (their streams and park timers).
 type meetings struct {
@@ -161,7 +46,7 @@ type meetings struct {
 
 type parkedHere struct {
 	st    *stream
-	note  parkedNote
+	note  lifecycle.Park
 	timer breaker.Timer
 	// local: the meeting place did not answer when it parked, so it waits
 	// here only: what reaches this replica may still claim it (R-DL7),
@@ -178,34 +63,34 @@ func noteName(decision string) string { return "a:" + decision }
 
 // run applies op to decision's note by compare-and-set, starting from the
 // guess prev (nil: no note), and returns what it did. A store that errs
-// reports meetUnreachable, never a swap on a private table (R-DL7).
-func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
-	var cur attemptNote
+// reports lifecycle.HowUnreachable, never a swap on a private table (R-DL7).
+func (m *meetings) run(decision string, prev []byte, op lifecycle.Op) lifecycle.Act {
+	var cur lifecycle.Note
 	if prev != nil {
-		_ = decodeAttemptNote(prev, &cur)
+		_ = lifecycle.Decode(prev, &cur)
 	}
 	for range 5 {
-		next, act := step(cur, op)
-		raw := next.encode()
+		next, act := lifecycle.Step(cur, op)
+		raw := next.Encode()
 		got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), prev, raw, m.noteTTL(next))
 		if err != nil {
 			if errors.Is(err, breaker.ErrNotesFull) {
-				return meetAct{how: meetFailed}
+				return lifecycle.Act{How: lifecycle.HowFailed}
 			}
-			m.s.metrics.DecisionEvents.WithLabelValues(op.event().String(), "meet_unreachable").Inc()
-			return meetAct{how: meetUnreachable}
+			m.s.metrics.DecisionEvents.WithLabelValues(op.Event().String(), "meet_unreachable").Inc()
+			return lifecycle.Act{How: lifecycle.HowUnreachable}
 		}
 		if ok {
-			m.count(op.event(), act)
+			m.count(op.Event(), act)
 			return act
 		}
-		prev, cur = got, attemptNote{}
-		if got != nil && decodeAttemptNote(got, &cur) != nil {
-			cur = attemptNote{} // not ours: overwritten by the next try
+		prev, cur = got, lifecycle.Note{}
+		if got != nil && lifecycle.Decode(got, &cur) != nil {
+			cur = lifecycle.Note{} // not ours: overwritten by the next try
 		}
 	}
 	m.s.metrics.InternalErrors.WithLabelValues("attempt_note").Inc()
-	return meetAct{how: meetFailed}
+	return lifecycle.Act{How: lifecycle.HowFailed}
 }
 
 // noteTTL: a note lives past the longest wait of what it holds. Only two
@@ -215,7 +100,7 @@ func (m *meetings) run(decision string, prev []byte, op meetOp) meetAct {
 // decision_wait_sec. Anything else lives a park time: long enough for a
 // late or duplicate event to find it. (Every observed decision's note
 // living decision_wait_sec would hold 300 s of traffic in the store.)
-func (m *meetings) noteTTL(n attemptNote) time.Duration {
+func (m *meetings) noteTTL(n lifecycle.Note) time.Duration {
 	waiting := n.Parked != nil && n.Parked.N == 0 && !n.Expired
 	if waiting || n.Obs && !n.Done {
 		return max(m.s.cfg.Load().DecisionWait, m.ttl) + time.Second
@@ -224,16 +109,16 @@ func (m *meetings) noteTTL(n attemptNote) time.Duration {
 }
 
 // count tells fusebox_decision_events_total what an event became.
-func (m *meetings) count(ev noteEvent, act meetAct) {
+func (m *meetings) count(ev lifecycle.Event, act lifecycle.Act) {
 	var r string
-	switch act.how {
-	case meetDuplicate, meetByObserver:
+	switch act.How {
+	case lifecycle.HowDuplicate, lifecycle.HowByObserver:
 		r = "duplicate"
-	case meetMismatch:
+	case lifecycle.HowMismatch:
 		r = "mismatch"
-	case meetConnErr, meetEntry, meetObserved, meetObserveFirst:
+	case lifecycle.HowConnErr, lifecycle.HowEntry, lifecycle.HowObserved, lifecycle.HowObserveFirst:
 		r = "recorded"
-		if act.late {
+		if act.Late {
 			r = "late"
 		}
 	default:
@@ -257,40 +142,40 @@ func (m *meetings) park(a *attemptStream) {
 		return
 	}
 	now := st.now()
-	p := parkedNote{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+	p := lifecycle.Park{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease,
 		Start: st.startNs, Elapsed: max((now-st.startNs)/1e6, 0), Expect: a.expect}
 	m.mu.Lock()
 	full := len(m.here) >= m.max
 	m.mu.Unlock()
-	act := m.run(st.decisionID, nil, meetOp{park: &p})
-	if act.older != nil {
-		m.settle(st.decisionID, act.older, meetConnErr, entryOutcome{}, act.olderLate)
+	act := m.run(st.decisionID, nil, lifecycle.Op{Park: &p})
+	if act.Older != nil {
+		m.settle(st.decisionID, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
 	}
 	switch {
-	case full && act.how == meetParked:
+	case full && act.How == lifecycle.HowParked:
 		// Past the parked map's bound (held.go): parked in the note only,
 		// where the retry or the entry that comes claims it, on any
 		// replica. Before, it was a neither at once: a flood of parks
 		// turned the genuine connection errors after it into neithers.
 		st.s.metrics.DecisionEvents.WithLabelValues("park", "not_held").Inc()
 		return
-	case full && act.how == meetUnreachable:
+	case full && act.How == lifecycle.HowUnreachable:
 		// Neither in the note nor here: the bound holds during a blip.
 		st.recordNeither()
 		return
 	}
-	switch act.how {
-	case meetParked:
+	switch act.How {
+	case lifecycle.HowParked:
 		m.keep(st, p, false)
-	case meetUnreachable:
+	case lifecycle.HowUnreachable:
 		m.repark(st.decisionID, m.keep(st, p, true))
-	case meetConnErr:
+	case lifecycle.HowConnErr:
 		st.recordRetried(p)
-	case meetEntry:
-		st.recordEntry(act.res)
+	case lifecycle.HowEntry:
+		st.recordEntry(fromEntry(act.Res))
 		st.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-	case meetDuplicate:
+	case lifecycle.HowDuplicate:
 		// A replayed token's attempt: recorded already.
 	default:
 		st.recordNeither()
@@ -316,8 +201,8 @@ func (m *meetings) repark(id string, h *parkedHere) {
 		if !live {
 			return
 		}
-		act := m.run(id, nil, meetOp{park: &h.note})
-		if act.how == meetUnreachable {
+		act := m.run(id, nil, lifecycle.Op{Park: &h.note})
+		if act.How == lifecycle.HowUnreachable {
 			m.mu.Lock()
 			if m.here[id] == h {
 				h.retry = breaker.AfterFunc(m.s.clock, reparkEvery, try)
@@ -325,10 +210,10 @@ func (m *meetings) repark(id string, h *parkedHere) {
 			m.mu.Unlock()
 			return
 		}
-		if act.older != nil {
-			m.settle(id, act.older, meetConnErr, entryOutcome{}, act.olderLate)
+		if act.Older != nil {
+			m.settle(id, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
 		}
-		if act.how == meetParked || act.how == meetDuplicate {
+		if act.How == lifecycle.HowParked || act.How == lifecycle.HowDuplicate {
 			// Parked now, or parked already: the write whose answer was
 			// lost had run (or a claim recorded it since, which the note's
 			// expiry then finds).
@@ -357,11 +242,11 @@ func (m *meetings) repark(id string, h *parkedHere) {
 		if !mine {
 			return
 		}
-		switch act.how {
-		case meetConnErr:
+		switch act.How {
+		case lifecycle.HowConnErr:
 			h.st.recordRetried(h.note)
-		case meetEntry:
-			h.st.recordEntry(act.res)
+		case lifecycle.HowEntry:
+			h.st.recordEntry(fromEntry(act.Res))
 			m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 		default:
 			h.st.recordNeither()
@@ -376,7 +261,7 @@ func (m *meetings) repark(id string, h *parkedHere) {
 
 // keep holds a parked attempt's stream on this replica until its park
 // time ends (on the server's clock).
-func (m *meetings) keep(st *stream, p parkedNote, local bool) *parkedHere {
+func (m *meetings) keep(st *stream, p lifecycle.Park, local bool) *parkedHere {
 	h := &parkedHere{st: st, note: p, local: local}
 	id := st.decisionID
 	m.mu.Lock()
@@ -402,8 +287,8 @@ func (m *meetings) expire(id string, h *parkedHere) {
 		h.st.recordNeitherExpired() // it never reached the note
 		return
 	}
-	cur := attemptNote{Parked: &h.note}
-	if act := m.run(id, cur.encode(), meetOp{park: &h.note, expire: true}); act.how == meetNeither {
+	cur := lifecycle.Note{Parked: &h.note}
+	if act := m.run(id, cur.Encode(), lifecycle.Op{Park: &h.note, Expire: true}); act.How == lifecycle.HowNeither {
 		h.st.recordNeitherExpired()
 	}
 }
@@ -411,7 +296,7 @@ func (m *meetings) expire(id string, h *parkedHere) {
 // claimHere takes an attempt parked on this replica alone (the meeting
 // place did not answer when it parked) when match says the event claims
 // it.
-func (m *meetings) claimHere(decision string, match func(p *parkedNote) bool) *parkedHere {
+func (m *meetings) claimHere(decision string, match func(p *lifecycle.Park) bool) *parkedHere {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.here[decision]
@@ -433,13 +318,13 @@ func (m *meetings) arrived(decision string, n int, g *arrivalGate) {
 		return
 	}
 	go func() {
-		act := m.run(decision, nil, meetOp{arrive: n})
-		g.open(act.how == meetDuplicate)
-		switch act.how {
-		case meetConnErr:
-			m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
-		case meetUnreachable:
-			if h := m.claimHere(decision, func(p *parkedNote) bool { return p.N < n }); h != nil {
+		act := m.run(decision, nil, lifecycle.Op{Arrive: n})
+		g.open(act.How == lifecycle.HowDuplicate)
+		switch act.How {
+		case lifecycle.HowConnErr:
+			m.settle(decision, act.Claim, lifecycle.HowConnErr, entryOutcome{}, act.Late)
+		case lifecycle.HowUnreachable:
+			if h := m.claimHere(decision, func(p *lifecycle.Park) bool { return p.N < n }); h != nil {
 				h.st.recordRetried(h.note)
 			}
 		}
@@ -528,44 +413,44 @@ func (m *meetings) entry(decision string, out entryOutcome) (string, bool) {
 		// An entry for a decision this replica does not hold may only
 		// wait in a note within the budget: an existing note (a parked
 		// attempt, a waiting decision) still takes it.
-		if act := m.runExisting(decision, meetOp{entry: &out}); act.how != meetNone {
+		if act := m.runExisting(decision, lifecycle.Op{Entry: out.op()}); act.How != lifecycle.HowNone {
 			return m.entryAct(decision, out, act)
 		}
 		m.s.metrics.DecisionEvents.WithLabelValues("entry", "dropped").Inc()
 		return EntryUnknown, true
 	}
-	return m.entryAct(decision, out, m.run(decision, nil, meetOp{entry: &out}))
+	return m.entryAct(decision, out, m.run(decision, nil, lifecycle.Op{Entry: out.op()}))
 }
 
 // runExisting applies op only to a note that exists (it creates none).
-func (m *meetings) runExisting(decision string, op meetOp) meetAct {
+func (m *meetings) runExisting(decision string, op lifecycle.Op) lifecycle.Act {
 	got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), nil, nil, time.Second)
 	if err != nil || ok || got == nil {
 		// ok: there was no note (deleting nothing succeeded).
-		return meetAct{}
+		return lifecycle.Act{}
 	}
 	return m.run(decision, got, op)
 }
 
-func (m *meetings) entryAct(decision string, out entryOutcome, act meetAct) (string, bool) {
-	switch act.how {
-	case meetEntry:
-		m.settle(decision, act.claim, meetEntry, act.res, act.late)
+func (m *meetings) entryAct(decision string, out entryOutcome, act lifecycle.Act) (string, bool) {
+	switch act.How {
+	case lifecycle.HowEntry:
+		m.settle(decision, act.Claim, lifecycle.HowEntry, fromEntry(act.Res), act.Late)
 		return EntryRecorded, true
-	case meetConnErr:
+	case lifecycle.HowConnErr:
 		// NC/UH for a later attempt: the parked one was retried, and the
 		// entry is the later attempt's own outcome.
-		m.settle(decision, act.claim, meetConnErr, entryOutcome{}, act.late)
-		m.s.recordChained(decision, *act.chained)
-		return EntryRecorded, true
-	case meetChained:
+		m.settle(decision, act.Claim, lifecycle.HowConnErr, entryOutcome{}, act.Late)
 		m.s.recordChained(decision, out)
 		return EntryRecorded, true
-	case meetMismatch:
+	case lifecycle.HowChained:
+		m.s.recordChained(decision, out)
+		return EntryRecorded, true
+	case lifecycle.HowMismatch:
 		return EntryClusterMismatch, true
-	case meetDuplicate, meetByObserver:
+	case lifecycle.HowDuplicate, lifecycle.HowByObserver:
 		return EntryDuplicate, true
-	case meetUnreachable:
+	case lifecycle.HowUnreachable:
 		if h := m.claimHere(decision, out.matchesNote); h != nil {
 			h.st.recordEntry(out)
 			return EntryRecorded, true
@@ -577,7 +462,7 @@ func (m *meetings) entryAct(decision string, out entryOutcome, act meetAct) (str
 // settle records a claimed attempt: with its own stream when it is parked
 // on this replica, else with one rebuilt from the note. A late claim (its
 // park time had ended and freed its slot) is recorded without the slot.
-func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entryOutcome, late bool) {
+func (m *meetings) settle(decision string, p *lifecycle.Park, how lifecycle.How, out entryOutcome, late bool) {
 	m.mu.Lock()
 	h := m.here[decision]
 	var st *stream
@@ -596,9 +481,9 @@ func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entry
 		st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
 	}
 	switch how {
-	case meetConnErr:
+	case lifecycle.HowConnErr:
 		st.recordRetried(*p)
-	case meetEntry:
+	case lifecycle.HowEntry:
 		st.recordEntry(out)
 	default:
 		st.recordNeither()
@@ -607,7 +492,7 @@ func (m *meetings) settle(decision string, p *parkedNote, how meetHow, out entry
 
 // streamFromNote rebuilds what recording a parked attempt needs on a
 // replica that did not serve it.
-func (s *Server) streamFromNote(decision string, p *parkedNote) *stream {
+func (s *Server) streamFromNote(decision string, p *lifecycle.Park) *stream {
 	st := newStream(s)
 	st.rt = s.cfg.Load()
 	st.comp = s.compiledFor(st.rt)
@@ -637,7 +522,7 @@ func (s *Server) recordChained(decision string, out entryOutcome) {
 		return
 	}
 	g := min(int(out.attempt), len(out.chain)) - 1
-	note := parkedNote{N: int(out.attempt), Gateway: out.gateway, Route: out.chain[g]}
+	note := lifecycle.Park{N: int(out.attempt), Gateway: out.gateway, Route: out.chain[g]}
 	if g < len(out.groups) {
 		// The admission the route role sealed for that group.
 		a := out.groups[g]

@@ -119,47 +119,6 @@ func TestReusedRequestIDDoesNotJoinRequests(t *testing.T) {
 	}
 }
 
-// The note's state machine, every order of park, arrival, entry and
-// expiry (table-driven).
-func TestMeetStep(t *testing.T) {
-	p1 := &parkedNote{N: 1, Gateway: "g", Route: "r1", Cluster: "c1"}
-	p2 := &parkedNote{N: 2, Gateway: "g", Route: "r2", Cluster: "c2"}
-	uf := entryOutcome{res: breaker.Result{Kind: breaker.KindConnError}, cluster: "c2", attempt: 2}
-	cases := []struct {
-		name string
-		cur  attemptNote
-		op   meetOp
-		how  meetHow
-		next attemptNote
-	}{
-		{"park on nothing", attemptNote{}, meetOp{park: p1}, meetParked, attemptNote{Parked: p1, Later: 1}},
-		{"park after a later arrival", attemptNote{Later: 2}, meetOp{park: p1}, meetConnErr, attemptNote{Later: 2, Rec: 1 << 1}},
-		{"park after the same attempt's arrival", attemptNote{Later: 1}, meetOp{park: p1}, meetParked, attemptNote{Parked: p1, Later: 1}},
-		{"arrival claims an earlier park", attemptNote{Parked: p1}, meetOp{arrive: 2}, meetConnErr, attemptNote{Later: 2, Rec: 1 << 1, Arr: 1 << 2}},
-		{"an attempt arriving twice (a replayed token)", attemptNote{Later: 2, Arr: 1 << 2}, meetOp{arrive: 2}, meetDuplicate, attemptNote{Later: 2, Arr: 1 << 2}},
-		{"arrival of the parked attempt itself", attemptNote{Parked: p2}, meetOp{arrive: 2}, meetNone, attemptNote{Parked: p2, Later: 2, Arr: 1 << 2}},
-		{"entry claims its park", attemptNote{Parked: p2}, meetOp{entry: &uf}, meetEntry, attemptNote{Rec: 1 << 2}},
-		{"entry for a later attempt claims the parked one", attemptNote{Parked: p1}, meetOp{entry: &uf}, meetConnErr, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}, Rec: 1 << 1}},
-		{"entry for another cluster", attemptNote{Parked: p1}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c9", attempt: 1}}, meetMismatch, attemptNote{Parked: p1}},
-		{"entry for another attempt", attemptNote{Parked: p2}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c2", attempt: 1}}, meetMismatch, attemptNote{Parked: p2}},
-		{"an entry naming its cluster is not a no-host entry", attemptNote{Parked: p1}, meetOp{entry: &entryOutcome{res: uf.res, cluster: "c2", attempt: 2, gateway: "g", chain: []string{"r1", "r2"}}},
-			meetConnErr, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}, Rec: 1 << 1}},
-		{"entry first waits", attemptNote{}, meetOp{entry: &uf}, meetEarly, attemptNote{Later: 2, Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}},
-		{"park takes an early entry", attemptNote{Entry: &entryNote{Res: uf.res, Cluster: "c2", Attempt: 2}}, meetOp{park: p2}, meetEntry, attemptNote{Later: 2, Rec: 1 << 2}},
-		{"expiry of its own park", attemptNote{Parked: p1}, meetOp{park: p1, expire: true}, meetNeither, attemptNote{Parked: p1, Expired: true}},
-		{"expiry after a claim", attemptNote{}, meetOp{park: p1, expire: true}, meetNone, attemptNote{}},
-		{"expiry after a newer park", attemptNote{Parked: p2}, meetOp{park: p1, expire: true}, meetNone, attemptNote{Parked: p2}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			next, act := step(tc.cur, tc.op)
-			if act.how != tc.how || string(next.encode()) != string(tc.next.encode()) {
-				t.Fatalf("got %v %s, want %v %s", act.how, next.encode(), tc.how, tc.next.encode())
-			}
-		})
-	}
-}
-
 // countingStore counts the calls a shared store would make remotely.
 type countingStore struct {
 	breaker.Store

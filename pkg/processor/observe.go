@@ -1,13 +1,14 @@
 package processor
 
 import (
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -49,7 +50,7 @@ const (
 // replayed finds its decision observed already (the note's table) or is
 // older than decision_wait_sec.
 func (st *stream) observeNote() string {
-	n := observeNote{Decision: st.decisionID, Parked: parkedNote{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
+	n := observeNote{Decision: st.decisionID, Parked: lifecycle.Park{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs},
 		ReqNs: max(st.now()-st.startNs, 0), Replica: st.s.replica}
 	var buf [192]byte
@@ -67,7 +68,7 @@ var observeAAD = []byte("fusebox observe note v2")
 // included (not the fusebox namespace's many fields).
 type observeNote struct {
 	Decision string
-	Parked   parkedNote
+	Parked   lifecycle.Park
 	// ReqNs is the request phase as the route role measured it (its own
 	// clock), and Replica the process that measured it: the observer
 	// times from its own first message plus ReqNs unless it is that
@@ -133,7 +134,7 @@ func parseObserveNote(s string) (n observeNote, ok bool) {
 		return n, false
 	}
 	n.Decision = strs[1]
-	n.Parked = parkedNote{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
+	n.Parked = lifecycle.Park{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
 		FleetGen: nums[2], FleetLease: nums[3], Start: int64(nums[4])}
 	n.ReqNs, n.Replica = int64(nums[5]), nums[6]
 	return n, true
@@ -222,13 +223,13 @@ func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
 	if n.Replica != s.replica {
 		st.startNs = first - n.ReqNs
 	}
-	switch act := s.meet.run(id, nil, meetOp{observe: true}); act.how {
-	case meetObserved:
-		if act.late {
+	switch act := s.meet.run(id, nil, lifecycle.Op{Observe: true}); act.How {
+	case lifecycle.HowObserved:
+		if act.Late {
 			st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
 		}
 		s.observedHere(id)
-	case meetObserveFirst, meetUnreachable:
+	case lifecycle.HowObserveFirst, lifecycle.HowUnreachable:
 		// Ours to record (a meeting place that did not answer: the real
 		// outcome is recorded here, R-DL7).
 	default:

@@ -1,12 +1,12 @@
 package processor
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -145,49 +145,6 @@ func TestObserverWithoutADecision(t *testing.T) {
 	}
 }
 
-// The decision's note settles who records a route-role decision in the
-// observer deployment, in every order of its three arrivals: the route
-// role's park (its stream ended with no response), the observer, and an
-// access log entry. Exactly one of them records (the one marked *).
-func TestObserveStep(t *testing.T) {
-	park := func() meetOp { return meetOp{park: &parkedNote{Gateway: "g", Route: "r", Cluster: "c"}} }
-	entry := func() meetOp { return meetOp{entry: &entryOutcome{cluster: "c"}} }
-	observe := meetOp{observe: true}
-	records := map[meetHow]bool{meetEntry: true, meetObserved: true, meetObserveFirst: true}
-	cases := []struct {
-		name string
-		ops  []meetOp
-		who  int // the op that records
-	}{
-		{"park, observer, entry", []meetOp{park(), observe, entry()}, 1},
-		{"observer, park, entry", []meetOp{observe, park(), entry()}, 0},
-		{"park, entry, observer", []meetOp{park(), entry(), observe}, 1},
-		{"entry, park, observer", []meetOp{entry(), park(), observe}, 1},
-		{"observer, entry, park", []meetOp{observe, entry(), park()}, 0},
-		{"entry, observer, park", []meetOp{entry(), observe, park()}, 1},
-	}
-	for _, c := range cases {
-		var n attemptNote
-		for i, op := range c.ops {
-			var raw []byte
-			if i > 0 {
-				raw = n.encode() // each step goes through the store
-			}
-			n = attemptNote{}
-			if raw != nil {
-				if err := json.Unmarshal(raw, &n); err != nil {
-					t.Fatal(err)
-				}
-			}
-			next, act := step(n, op)
-			if records[act.how] != (i == c.who) {
-				t.Fatalf("%s: op %d did %d; want only op %d to record", c.name, i, act.how, c.who)
-			}
-			n = next
-		}
-	}
-}
-
 // The observe note round-trips whatever its names hold, and a parse of
 // anything else never panics and never yields a half-read note.
 func FuzzObserveNote(f *testing.F) {
@@ -197,7 +154,7 @@ func FuzzObserveNote(f *testing.F) {
 		if start < 0 {
 			start = -start
 		}
-		n := observeNote{Decision: d, Parked: parkedNote{Gateway: g, Route: r, Cluster: c, RouteGen: gen, RouteLease: lease, FleetGen: gen / 2, Start: start},
+		n := observeNote{Decision: d, Parked: lifecycle.Park{Gateway: g, Route: r, Cluster: c, RouteGen: gen, RouteLease: lease, FleetGen: gen / 2, Start: start},
 			ReqNs: start / 3, Replica: lease ^ gen}
 		got, ok := parseObserveNote(n.encode())
 		if !ok || got != n {

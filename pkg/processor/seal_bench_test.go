@@ -1,12 +1,16 @@
 package processor
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+)
 
 // BenchmarkObserveNoteSeal is the observer profile's per-decision cost of
 // the sealed note: the route role seals it, the observer opens it.
 func BenchmarkObserveNoteSeal(b *testing.B) {
 	s := newTokenSealer([]byte("fleet"))
-	n := observeNote{Decision: newDecisionID(), Parked: parkedNote{Gateway: "default", Route: "openai:us-east:gpt-4o-mini", Cluster: "openai_us_east", RouteGen: 3, Start: 1796000000000000000}, ReqNs: 41000, Replica: 77}
+	n := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us-east:gpt-4o-mini", Cluster: "openai_us_east", RouteGen: 3, Start: 1796000000000000000}, ReqNs: 41000, Replica: 77}
 	b.ReportAllocs()
 	for b.Loop() {
 		sealed := s.sealFor(observeAAD, []byte(n.encode()))

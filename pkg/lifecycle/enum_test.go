@@ -1,4 +1,4 @@
-package processor
+package lifecycle
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // of each deployment (SPEC R-DL1) and on random sequences against a small
 // reference model. The events go through the note's table (step) and its
 // encoding, as they do through the store; a harness plays what each
-// channel does with the table's answer (meet.go, accesslog.go, observe.go).
+// channel does with the table's answer (processor: meet.go, accesslog.go, observe.go).
 
 // party is who an outcome belongs to: the route role's decision (0) or
 // attempt n.
@@ -23,33 +23,33 @@ type tally struct{ real, neither map[int]int }
 func newTally() tally { return tally{real: map[int]int{}, neither: map[int]int{}} }
 
 // play applies ops in order and tallies what the channels record.
-func play(ops []meetOp) tally {
+func play(ops []Op) tally {
 	t := newTally()
 	var raw []byte
 	for _, op := range ops {
-		var cur attemptNote
+		var cur Note
 		if raw != nil {
-			if err := decodeAttemptNote(raw, &cur); err != nil {
+			if err := Decode(raw, &cur); err != nil {
 				panic(err)
 			}
 		}
-		next, act := step(cur, op)
-		raw = next.encode()
-		if act.older != nil {
-			t.real[act.older.N]++
+		next, act := Step(cur, op)
+		raw = next.Encode()
+		if act.Older != nil {
+			t.real[act.Older.N]++
 		}
-		switch act.how {
-		case meetConnErr, meetEntry:
-			t.real[act.claim.N]++
-		case meetObserved, meetObserveFirst:
+		switch act.How {
+		case HowConnErr, HowEntry:
+			t.real[act.Claim.N]++
+		case HowObserved, HowObserveFirst:
 			t.real[0]++
-		case meetNeither:
-			t.neither[act.claim.N]++
-		case meetChained:
-			t.real[int(op.entry.attempt)]++
+		case HowNeither:
+			t.neither[act.Claim.N]++
+		case HowChained:
+			t.real[int(op.Entry.Attempt)]++
 		}
-		if act.chained != nil {
-			t.real[int(act.chained.attempt)]++
+		if act.Chained != nil {
+			t.real[int(act.Chained.Attempt)]++
 		}
 	}
 	return t
@@ -57,44 +57,44 @@ func play(ops []meetOp) tally {
 
 // permutations calls f with every order of ops that keeps each expiry
 // after its own park.
-func permutations(ops []meetOp, f func([]meetOp)) {
-	var rec func(done []meetOp, rest []meetOp)
-	rec = func(done, rest []meetOp) {
+func permutations(ops []Op, f func([]Op)) {
+	var rec func(done []Op, rest []Op)
+	rec = func(done, rest []Op) {
 		if len(rest) == 0 {
 			f(done)
 			return
 		}
 		for i := range rest {
 			op := rest[i]
-			if op.expire && !parkedIn(done, op.park) {
+			if op.Expire && !parkedIn(done, op.Park) {
 				continue
 			}
-			next := append(append([]meetOp{}, rest[:i]...), rest[i+1:]...)
-			rec(append(append([]meetOp{}, done...), op), next)
+			next := append(append([]Op{}, rest[:i]...), rest[i+1:]...)
+			rec(append(append([]Op{}, done...), op), next)
 		}
 	}
 	rec(nil, ops)
 }
 
-func parkedIn(ops []meetOp, p *parkedNote) bool {
+func parkedIn(ops []Op, p *Park) bool {
 	for _, o := range ops {
-		if o.park == p && !o.expire {
+		if o.Park == p && !o.Expire {
 			return true
 		}
 	}
 	return false
 }
 
-func describe(ops []meetOp) string {
+func describe(ops []Op) string {
 	var b []string
 	for _, o := range ops {
-		switch ev := o.event(); ev {
-		case evPark, evExpire:
-			b = append(b, fmt.Sprintf("%s%d", ev, o.park.N))
-		case evArrive:
-			b = append(b, fmt.Sprintf("arrive%d", o.arrive))
-		case evEntry:
-			b = append(b, fmt.Sprintf("entry%d", o.entry.attempt))
+		switch ev := o.Event(); ev {
+		case EvPark, EvExpire:
+			b = append(b, fmt.Sprintf("%s%d", ev, o.Park.N))
+		case EvArrive:
+			b = append(b, fmt.Sprintf("arrive%d", o.Arrive))
+		case EvEntry:
+			b = append(b, fmt.Sprintf("entry%d", o.Entry.Attempt))
 		default:
 			b = append(b, ev.String())
 		}
@@ -107,7 +107,7 @@ func describe(ops []meetOp) string {
 // may only be recorded for parties whose park expired.
 type deployment struct {
 	name string
-	ops  []meetOp
+	ops  []Op
 	real map[int]int
 }
 
@@ -119,15 +119,15 @@ func deployments() []deployment {
 	// may end.
 	for _, entry := range []bool{false, true} {
 		for _, expire := range []bool{false, true} {
-			p := &parkedNote{Gateway: "g", Route: "r", Cluster: "c"}
-			ops := []meetOp{{park: p}}
+			p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
+			ops := []Op{{Park: p}}
 			real := map[int]int{}
 			if entry {
-				ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: "c"}})
+				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "c"}})
 				real[0] = 1
 			}
 			if expire {
-				ops = append(ops, meetOp{park: p, expire: true})
+				ops = append(ops, Op{Park: p, Expire: true})
 			}
 			out = append(out, deployment{fmt.Sprintf("route entry=%v expire=%v", entry, expire), ops, real})
 		}
@@ -136,13 +136,13 @@ func deployments() []deployment {
 	// entry and the expiry may come too.
 	for _, entry := range []bool{false, true} {
 		for _, expire := range []bool{false, true} {
-			p := &parkedNote{Gateway: "g", Route: "r", Cluster: "c"}
-			ops := []meetOp{{park: p}, {observe: true}}
+			p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
+			ops := []Op{{Park: p}, {Observe: true}}
 			if entry {
-				ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: "c"}})
+				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "c"}})
 			}
 			if expire {
-				ops = append(ops, meetOp{park: p, expire: true})
+				ops = append(ops, Op{Park: p, Expire: true})
 			}
 			out = append(out, deployment{fmt.Sprintf("observer entry=%v expire=%v", entry, expire), ops, map[int]int{0: 1}})
 		}
@@ -154,21 +154,21 @@ func deployments() []deployment {
 	for k := 1; k <= 3; k++ {
 		for _, entry := range []bool{false, true} {
 			for _, expire := range []bool{false, true} {
-				var ops []meetOp
+				var ops []Op
 				real := map[int]int{}
 				for n := 1; n <= k; n++ {
-					p := &parkedNote{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n), RouteGen: uint64(n)}
-					ops = append(ops, meetOp{park: p})
+					p := &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n), RouteGen: uint64(n)}
+					ops = append(ops, Op{Park: p})
 					if n > 1 {
-						ops = append(ops, meetOp{arrive: n})
+						ops = append(ops, Op{Arrive: n})
 						real[n-1] = 1
 					}
 					if expire {
-						ops = append(ops, meetOp{park: p, expire: true})
+						ops = append(ops, Op{Park: p, Expire: true})
 					}
 				}
 				if entry {
-					ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: fmt.Sprint("c", k), attempt: uint32(k)}})
+					ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: fmt.Sprint("c", k), Attempt: uint32(k)}})
 					real[k] = 1
 				}
 				out = append(out, deployment{fmt.Sprintf("failover k=%d entry=%v expire=%v", k, entry, expire), ops, real})
@@ -178,17 +178,17 @@ func deployments() []deployment {
 	// Failover where the last attempt met no host (UH): no attempt stream,
 	// an entry with no cluster settles it against its chain group.
 	for k := 1; k <= 3; k++ {
-		var ops []meetOp
+		var ops []Op
 		real := map[int]int{k: 1}
 		for n := 1; n < k; n++ {
-			p := &parkedNote{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n)}
-			ops = append(ops, meetOp{park: p})
+			p := &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n)}
+			ops = append(ops, Op{Park: p})
 			if n+1 < k {
-				ops = append(ops, meetOp{arrive: n + 1})
+				ops = append(ops, Op{Arrive: n + 1})
 			}
 			real[n] = 1
 		}
-		ops = append(ops, meetOp{entry: &entryOutcome{res: conn, attempt: uint32(k), gateway: "g", chain: []string{"r1", "r2", "r3"}}})
+		ops = append(ops, Op{Entry: &Entry{Res: conn, Attempt: uint32(k), Chained: true}})
 		out = append(out, deployment{fmt.Sprintf("failover k=%d ending in UH", k), ops, real})
 	}
 	return out
@@ -201,7 +201,7 @@ func deployments() []deployment {
 func TestNoteLifecycleOrders(t *testing.T) {
 	orders := 0
 	for _, d := range deployments() {
-		permutations(d.ops, func(ops []meetOp) {
+		permutations(d.ops, func(ops []Op) {
 			orders++
 			got := play(ops)
 			for n := 0; n <= 3; n++ {
@@ -237,32 +237,32 @@ func TestNoteLifecycleModel(t *testing.T) {
 			continue
 		}
 		k := 1 + rng.IntN(3)
-		parks := make([]*parkedNote, k+1)
+		parks := make([]*Park, k+1)
 		for n := 1; n <= k; n++ {
-			parks[n] = &parkedNote{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n)}
+			parks[n] = &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n)}
 		}
-		var ops []meetOp
+		var ops []Op
 		parked := map[int]bool{}
 		realFor := map[int]bool{} // the reference model: who has a real outcome
 		for range 2 + rng.IntN(10) {
 			n := 1 + rng.IntN(k)
 			switch rng.IntN(5) {
 			case 0:
-				ops = append(ops, meetOp{park: parks[n]})
+				ops = append(ops, Op{Park: parks[n]})
 				parked[n] = true
 			case 1:
 				if parked[n] {
-					ops = append(ops, meetOp{park: parks[n], expire: true})
+					ops = append(ops, Op{Park: parks[n], Expire: true})
 				}
 			case 2:
 				if n > 1 {
-					ops = append(ops, meetOp{arrive: n})
+					ops = append(ops, Op{Arrive: n})
 				}
 			case 3:
-				ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: fmt.Sprint("c", n), attempt: uint32(n)}})
+				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: fmt.Sprint("c", n), Attempt: uint32(n)}})
 			case 4:
-				// A forged entry: another cluster, or an attempt never made.
-				ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: "forged", attempt: uint32(n)}})
+				// A forged Entry: another cluster, or an attempt never made.
+				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "forged", Attempt: uint32(n)}})
 			}
 		}
 		// The model: attempt n has a real outcome when it parked and a later
@@ -273,8 +273,8 @@ func TestNoteLifecycleModel(t *testing.T) {
 				continue
 			}
 			for _, op := range ops {
-				if op.arrive > n || op.park != nil && !op.expire && op.park.N > n ||
-					op.entry != nil && op.entry.cluster == fmt.Sprint("c", n) && int(op.entry.attempt) == n {
+				if op.Arrive > n || op.Park != nil && !op.Expire && op.Park.N > n ||
+					op.Entry != nil && op.Entry.Cluster == fmt.Sprint("c", n) && int(op.Entry.Attempt) == n {
 					realFor[n] = true
 				}
 			}
@@ -301,33 +301,33 @@ func TestNoteLifecycleModel(t *testing.T) {
 // route and observer profiles: the park, its expiry, the observer and
 // entries, each possibly more than once.
 func decisionWorld(t *testing.T, rng *rand.Rand, run int) {
-	p := &parkedNote{Gateway: "g", Route: "r", Cluster: "c"}
+	p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
 	conn := breaker.Result{Kind: breaker.KindConnError}
-	var ops []meetOp
+	var ops []Op
 	parked, real := false, false
 	for range 2 + rng.IntN(8) {
 		switch rng.IntN(5) {
 		case 0:
-			ops = append(ops, meetOp{park: p})
+			ops = append(ops, Op{Park: p})
 			parked = true
 		case 1:
 			if parked {
-				ops = append(ops, meetOp{park: p, expire: true})
+				ops = append(ops, Op{Park: p, Expire: true})
 			}
 		case 2:
-			ops = append(ops, meetOp{observe: true})
+			ops = append(ops, Op{Observe: true})
 			real = true
 		case 3:
-			ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: "c"}})
+			ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "c"}})
 			real = real || parked
 		case 4:
-			ops = append(ops, meetOp{entry: &entryOutcome{res: conn, cluster: "forged"}})
+			ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "forged"}})
 		}
 	}
 	// An entry before any park waits for it; the model counts it real
 	// once a park came at all.
 	for _, op := range ops {
-		if op.entry != nil && op.entry.cluster == "c" && parked {
+		if op.Entry != nil && op.Entry.Cluster == "c" && parked {
 			real = true
 		}
 	}
@@ -346,12 +346,12 @@ func TestDecisionsDocMatchesTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(doc), "<!-- table: generated from noteTable (renderNoteTable) -->\n")
+	_, rest, ok := strings.Cut(string(doc), "<!-- table: generated from the lifecycle table (lifecycle.RenderTable) -->\n")
 	table, _, ok2 := strings.Cut(rest, "<!-- end of table -->")
 	if !ok || !ok2 {
 		t.Fatal("docs/decisions.md has no table markers")
 	}
-	if table != renderNoteTable() {
-		t.Fatalf("docs/decisions.md's table differs from the code's; it should read:\n%s", renderNoteTable())
+	if table != RenderTable() {
+		t.Fatalf("docs/decisions.md's table differs from the code's; it should read:\n%s", RenderTable())
 	}
 }

@@ -1,4 +1,4 @@
-package processor
+package lifecycle
 
 import (
 	"encoding/json"
@@ -14,8 +14,8 @@ import (
 // or anything this reader does not expect goes through encoding/json, and
 // a fuzz target holds the two to one result (FuzzAttemptNoteJSON).
 
-// encode returns the note as JSON, nil when it is empty.
-func (n *attemptNote) encode() []byte {
+// Encode returns the note as JSON, nil when it is empty.
+func (n *Note) Encode() []byte {
 	if n.empty() {
 		return nil
 	}
@@ -82,12 +82,12 @@ func plainJSON(s string) bool {
 }
 
 // decodeAttemptNote reads a note as encoding/json does (its error too).
-func decodeAttemptNote(b []byte, n *attemptNote) error {
-	*n = attemptNote{}
+func Decode(b []byte, n *Note) error {
+	*n = Note{}
 	if readAttemptNote(b, n) {
 		return nil
 	}
-	*n = attemptNote{}
+	*n = Note{}
 	return json.Unmarshal(b, n)
 }
 
@@ -210,13 +210,13 @@ func (r *noteReader) object(field func(k string)) {
 	}
 }
 
-func readAttemptNote(b []byte, n *attemptNote) bool {
+func readAttemptNote(b []byte, n *Note) bool {
 	r := &noteReader{b: b, ok: true}
 	r.object(func(k string) {
 		switch k {
 		case "p":
 			if n.Parked == nil {
-				n.Parked = &parkedNote{}
+				n.Parked = &Park{}
 			}
 			p := n.Parked
 			r.object(func(k string) {
