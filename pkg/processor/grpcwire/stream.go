@@ -633,6 +633,7 @@ func (st *stream) writeData(b []byte) error {
 				skipped = true
 				return nil
 			}
+			c.sentSincePing.Store(true)
 			return c.fr.WriteData(st.id, false, chunk)
 		}); err != nil {
 			return status.Error(codes.Unavailable, err.Error())
@@ -716,6 +717,7 @@ func (c *conn) writeStatusOnly(id uint32, httpStatus int, s *status.Status) erro
 // writeHeaderFrame encodes hs and writes it as HEADERS and CONTINUATION
 // frames. c.wmu is held.
 func (c *conn) writeHeaderFrame(id uint32, end bool, hs []hpack.HeaderField) error {
+	c.sentSincePing.Store(true)
 	c.hbuf.Reset()
 	for _, h := range hs {
 		if err := c.henc.WriteField(h); err != nil {
