@@ -251,6 +251,17 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
+				// A stream's own error (a malformed header field in the
+				// HEADERS that opened it): that stream is reset, and its id
+				// counts as used, so that the DATA the peer already sent
+				// for it is dropped as a closed stream's. Before, the id
+				// stayed idle and that DATA ended the whole connection
+				// (GOAWAY), every other stream of that Envoy worker with it.
+				c.mu.Lock()
+				if se.StreamID%2 == 1 && se.StreamID > c.lastID {
+					c.lastID = se.StreamID
+				}
+				c.mu.Unlock()
 				c.resetStream(se.StreamID, se.Code, status.Error(codes.Internal, se.Error()))
 				continue
 			}

@@ -576,6 +576,32 @@ func TestRawHTTP2(t *testing.T) {
 				})
 			}
 		}, nil},
+		// #50: one malformed header field ends its stream, not the
+		// connection: the next stream is served. Before, the bad stream's
+		// DATA read as DATA on an idle stream and the connection ended.
+		{"a malformed header resets its stream only", Options{}, func(t *testing.T, r *raw) {
+			r.headers(1, false, append(envoyHeaders(processPath), "X-Upper", "case")...)
+			r.data(1, true, msg(&extprocv3.ProcessingRequest{}))
+			f := r.next(func(f http2.Frame) bool {
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					t.Fatalf("GOAWAY %v: the connection ended for one stream's header", g.ErrCode)
+				}
+				_, ok := f.(*http2.RSTStreamFrame)
+				return ok
+			}).(*http2.RSTStreamFrame)
+			if f.StreamID != 1 || f.ErrCode != http2.ErrCodeProtocol {
+				t.Fatalf("got %v on %d", f.ErrCode, f.StreamID)
+			}
+			r.headers(3, false, envoyHeaders(processPath)...)
+			r.data(3, true, msg(&extprocv3.ProcessingRequest{}))
+			r.next(func(f http2.Frame) bool {
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					t.Fatalf("GOAWAY %v", g.ErrCode)
+				}
+				d, ok := f.(*http2.DataFrame)
+				return ok && d.StreamID == 3
+			})
+		}, nil},
 		{"an even stream id: GOAWAY PROTOCOL_ERROR", Options{}, func(t *testing.T, r *raw) {
 			r.headers(2, true, envoyHeaders(processPath)...)
 			f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
