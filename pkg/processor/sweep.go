@@ -85,12 +85,18 @@ func (ls *lifetimes) sweep() {
 	ls.mu.Unlock()
 	// Checked outside the set's lock: ending a stream writes to its
 	// connection, which must not hold up the streams that start and end.
+	// And not on the sweep: a connection whose peer stopped reading holds
+	// its writers until its write deadline, and the sweep ending one of
+	// its streams waited with them, so every other connection's bounds
+	// were seen that much later (idle streams with a 5 s bound ended after
+	// 103 s, #50). Each end runs on its own; ended is set first, so no
+	// sweep ends a stream twice.
 	for i, l := range due {
 		l.mu.Lock()
 		if !l.ended {
 			if next, err := l.due(); err != nil {
 				l.ended = true
-				l.end(err)
+				go l.end(err)
 			} else {
 				l.next = now.Add(next)
 			}

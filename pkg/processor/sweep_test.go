@@ -113,3 +113,34 @@ func BenchmarkStreamBounds(b *testing.B) {
 		})
 	})
 }
+
+// #50: the sweep never waits on a connection. A stream whose end blocks
+// (its connection's writer is stuck behind a peer that stopped reading)
+// does not hold up the ends of other streams past their bound. Before,
+// the sweep ended streams one after another on its own goroutine: idle
+// streams with a 5 s bound ended after 103–105 s behind such a peer.
+func TestTheSweepNeverWaitsOnAStream(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.StreamIdle = 100 * time.Millisecond })
+	s := e.srv
+	stuck := make(chan struct{})
+	defer close(stuck)
+	go func() {
+		stop := make(chan error, 1)
+		_ = s.timedLifetime(func(err error) { <-stuck; stop <- err }, func(*activity) error { return <-stop }, &activity{})
+	}()
+	// The others start later, so that the sweep reaches the stuck one
+	// first (its bound is due first).
+	time.Sleep(40 * time.Millisecond)
+	start := time.Now()
+	var ended atomic.Int64
+	for range 5 {
+		go func() {
+			stop := make(chan error, 1)
+			_ = s.timedLifetime(func(err error) { ended.Add(1); stop <- err }, func(*activity) error { return <-stop }, &activity{})
+		}()
+	}
+	// The bound is 100 ms, checked every 12.5 ms; a sweep stuck on the
+	// first stream never reaches these.
+	eventually(t, "the 5 idle streams ended", func() bool { return ended.Load() == 5 })
+	t.Logf("5 idle streams ended in %v beside a stream whose end blocks", time.Since(start))
+}

@@ -55,28 +55,30 @@ type conn struct {
 	// (flushingReader), and flushes nothing until it has read.
 	reading atomic.Bool
 	bw      *bufio.Writer
-	henc    *hpack.Encoder
-	hbuf    bytes.Buffer
+	// wdeadRefresh: when deadlineWriter moves the write deadline on next.
+	wdeadRefresh time.Time
+	henc         *hpack.Encoder
+	hbuf         bytes.Buffer
 
 	// mu guards the rest; cond waits for send window (broadcast when a
 	// window grows, a stream ends or the connection closes).
-	mu             sync.Mutex
-	cond           *sync.Cond
-	streams        map[uint32]*stream
-	lastID         uint32 // the highest stream id the peer opened
-	maxID          uint32 // streams above it are refused (after GOAWAY)
-	closed         bool
-	connSend       int64  // the peer's connection window for our DATA
-	peerWindow     int32  // the peer's initial stream window
-	peerMaxFrame   uint32 // the peer's SETTINGS_MAX_FRAME_SIZE
-	idleSince      time.Time
-	goAwaySent     bool
-	drainPingSent  bool
-	pingStrikes    int
-	lastPing       time.Time
+	mu            sync.Mutex
+	cond          *sync.Cond
+	streams       map[uint32]*stream
+	lastID        uint32 // the highest stream id the peer opened
+	maxID         uint32 // streams above it are refused (after GOAWAY)
+	closed        bool
+	connSend      int64  // the peer's connection window for our DATA
+	peerWindow    int32  // the peer's initial stream window
+	peerMaxFrame  uint32 // the peer's SETTINGS_MAX_FRAME_SIZE
+	idleSince     time.Time
+	goAwaySent    bool
+	drainPingSent bool
+	pingStrikes   int
+	lastPing      time.Time
 	// sentSincePing: the server wrote headers or data since the peer's
 	// last ping (it resets the ping strikes, as grpc-go's does).
-	sentSincePing atomic.Bool
+	sentSincePing  atomic.Bool
 	reads          atomic.Uint64 // frames read (keepalive compares counts: a clock read per frame cost 5%)
 	keepaliveTimer *time.Timer
 
@@ -92,7 +94,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		idleSince: time.Now()}
 	c.cond = sync.NewCond(&c.mu)
 	c.ctx, c.stop = context.WithCancel(context.Background())
-	c.bw = bufio.NewWriterSize(nc, 32<<10)
+	c.bw = bufio.NewWriterSize(deadlineWriter{c}, 32<<10)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.flushTimer = time.AfterFunc(time.Hour, func() {
 		c.timerFlushes.Add(1)
@@ -124,8 +126,7 @@ func (c *conn) handshake() error {
 		if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
 			return fmt.Errorf("tls: the client did not negotiate h2 (ALPN %q)", p)
 		}
-		c.nc = tc
-		c.bw.Reset(tc)
+		c.nc = tc // deadlineWriter writes to it from now on
 	}
 	br := bufio.NewReaderSize(flushingReader{c}, 32<<10)
 	pre := make([]byte, len(http2.ClientPreface))
@@ -213,6 +214,27 @@ func (c *conn) flushDirty() {
 	if c.dirty.Load() {
 		_ = c.write(func() error { return nil })
 	}
+}
+
+// deadlineWriter is the connection's write side: every write to the socket
+// has a deadline (Options.WriteTimeout), so a peer that stops reading
+// fails the connection's writers then, instead of holding them, and every
+// stream's end behind them, for ever (#50: the sweep that enforces the
+// stream bounds waited behind such a writer for 100 s). The deadline is
+// moved on at most every quarter of the timeout (a timer update, not a
+// system call, per flush). c.wmu is held, as for any use of bw.
+type deadlineWriter struct{ c *conn }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	c := w.c
+	if d := c.srv.opts.WriteTimeout; d > 0 {
+		now := time.Now()
+		if now.After(c.wdeadRefresh) {
+			_ = c.nc.SetWriteDeadline(now.Add(d))
+			c.wdeadRefresh = now.Add(d / 4)
+		}
+	}
+	return c.nc.Write(p)
 }
 
 // flushingReader is the connection's read side: before the reader goes
@@ -581,6 +603,7 @@ func (c *conn) flushBeforeClose() {
 		return
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.wdeadRefresh = time.Now().Add(time.Hour) // this second stands
 	_ = c.bw.Flush()
 	c.dirty.Store(false)
 	c.wmu.Unlock()

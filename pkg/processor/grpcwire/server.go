@@ -42,6 +42,9 @@ type Options struct {
 	// OnAcceptError hears every accept error Serve backs off from (the
 	// listener keeps accepting): descriptors or buffers ran out.
 	OnAcceptError func(error)
+	// WriteTimeout bounds one write to a connection's socket (10 s): a
+	// peer that stops reading for that long has its connection closed.
+	WriteTimeout time.Duration
 }
 
 func (o *Options) defaults() {
@@ -65,6 +68,9 @@ func (o *Options) defaults() {
 	}
 	if o.KeepaliveTimeout <= 0 {
 		o.KeepaliveTimeout = 20 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
 	}
 	if o.MaxConnectionIdle <= 0 {
 		o.MaxConnectionIdle = 5 * time.Minute
