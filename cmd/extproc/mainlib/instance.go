@@ -397,7 +397,7 @@ func newGRPCServer(which string, l routes.Limits, tlsCfg *tls.Config) grpcServer
 	return grpcwire.NewServer(grpcwire.Options{
 		Codec:                processor.Codec{},
 		MaxRecvMsgSize:       l.MaxMessageBytes,
-		MaxConcurrentStreams: uint32(min(l.MaxConcurrentStreams, math.MaxUint32)),
+		MaxConcurrentStreams: connStreams(l.MaxConcurrentStreams),
 		StreamWindow:         processor.StreamWindow,
 		ConnWindow:           processor.ConnWindow,
 		TLS:                  tlsCfg,
@@ -407,6 +407,18 @@ func newGRPCServer(which string, l routes.Limits, tlsCfg *tls.Config) grpcServer
 		MaxConnectionIdle:    5 * time.Minute,
 		OnAcceptError:        acceptErrorLog(),
 	})
+}
+
+// connStreams is the streams one connection may have open at once: an
+// eighth of limits.max_concurrent_streams (the process-wide bound, which
+// the processor enforces), at least 64 or the whole bound when it is
+// smaller. Envoy opens one connection to fusebox per worker, so one
+// connection never needs the whole budget; before, the per-connection and
+// the process-wide limits were one number, and one connection that opened
+// 100,000 streams took them all (164 of 260 legitimate calls refused, and
+// Envoy then let traffic through without fusebox).
+func connStreams(total int) uint32 {
+	return uint32(min(max(total/8, min(total, 64)), math.MaxUint32))
 }
 
 // acceptErrorLog logs the accept errors the listener backs off from
@@ -432,7 +444,7 @@ func acceptErrorLog() func(error) {
 func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.MaxMessageBytes),
-		grpc.MaxConcurrentStreams(uint32(min(l.MaxConcurrentStreams, math.MaxUint32))),
+		grpc.MaxConcurrentStreams(connStreams(l.MaxConcurrentStreams)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
 		// proto, without the metadata Envoy repeats on every body message
