@@ -126,7 +126,7 @@ func (a accessLog) StreamAccessLogs(s accesslogv3.AccessLogService_StreamAccessL
 }
 
 // What a handler sees of its call, and what the client sees of the
-// handler's answer: metadata both ways (binary values too), the status,
+// handler's answer: metadata both ways (binary values only outbound), the status,
 // its message and details, the deadline.
 func TestCallMetadataStatusAndDeadline(t *testing.T) {
 	detail := &errdetails.ErrorInfo{Reason: "r", Domain: "d"}
@@ -157,7 +157,9 @@ func TestCallMetadataStatusAndDeadline(t *testing.T) {
 	if got.Code() != st.Code() || got.Message() != st.Message() || len(got.Details()) != 1 {
 		t.Fatalf("status: got %v %q %v, want %v %q and the detail", got.Code(), got.Message(), got.Details(), st.Code(), st.Message())
 	}
-	if seen.Get("x-fusebox-role")[0] != "route" || seen.Get("k-bin")[0] != "\x01\x02" {
+	// Binary metadata is not decoded (nothing fusebox serves reads it;
+	// #50's HPACK amplification): an intended difference from grpc-go.
+	if seen.Get("x-fusebox-role")[0] != "route" || len(seen.Get("k-bin")) != 0 {
 		t.Fatalf("the handler's metadata: %v", seen)
 	}
 	if len(seen.Get("te")) > 0 || len(seen.Get("content-type")) > 0 || len(seen.Get("grpc-timeout")) > 0 {
