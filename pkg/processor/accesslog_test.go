@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -299,4 +301,23 @@ func TestAccessLogEntryOnAnotherReplica(t *testing.T) {
 			}
 		})
 	}
+}
+
+// #50: on fusebox's own transport an access log message over its 1 MiB
+// bound is refused on its length prefix, before it is buffered, and
+// counted as message_too_large. Before, the transport buffered the whole
+// message (eight 20 MiB entries: 601 MB) and the refusal went uncounted.
+func TestAnOversizedAccessLogMessageIsCounted(t *testing.T) {
+	e := newEnvOn(t, testConfig, true)
+	s, err := e.al.StreamAccessLogs(e.t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := logEntry{decision: newDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto()
+	big.Response.ResponseCodeDetails = strings.Repeat("x", 2<<20)
+	_ = s.Send(&accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{
+		HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{big}}}})
+	eventually(t, "counted as message_too_large", func() bool {
+		return testutil.ToFloat64(e.metrics.Refused.WithLabelValues(metrics.RefusedMessageTooLarge)) == 1
+	})
 }

@@ -61,6 +61,18 @@ var responseBodyContinueWire = func() []byte {
 // under a flood).
 const MaxAccessLogMessage = 1 << 20
 
+// AccessLogMethod is the access log service's method, as a transport
+// names it.
+const AccessLogMethod = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs"
+
+// RecvBounds are the methods whose messages have a bound below
+// limits.max_message_bytes. fusebox's transport checks them on a message's
+// length prefix, before a byte of it is buffered
+// (grpcwire.Options.MaxRecvMsgSizeFor); the codec's check stays for
+// grpc-go's. Before, a 20 MiB access log message was buffered whole and
+// then refused, and the refusal was not counted as message_too_large.
+func RecvBounds() map[string]int { return map[string]int{AccessLogMethod: MaxAccessLogMessage} }
+
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()

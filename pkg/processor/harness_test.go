@@ -167,7 +167,7 @@ func newEnvOn(t *testing.T, config string, wire bool, opts ...func(*Options)) *e
 		Stop()
 	} = grpc.NewServer()
 	if wire {
-		gs = grpcwire.NewServer(grpcwire.Options{Codec: Codec{}})
+		gs = grpcwire.NewServer(grpcwire.Options{Codec: Codec{}, MaxRecvMsgSizeFor: RecvBounds()})
 	}
 	extprocv3.RegisterExternalProcessorServer(gs, e.srv)
 	accesslogv3.RegisterAccessLogServiceServer(gs, e.srv.AccessLogService())

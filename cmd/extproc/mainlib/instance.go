@@ -397,6 +397,7 @@ func newGRPCServer(which string, l routes.Limits, tlsCfg *tls.Config) grpcServer
 	return grpcwire.NewServer(grpcwire.Options{
 		Codec:                processor.Codec{},
 		MaxRecvMsgSize:       l.MaxMessageBytes,
+		MaxRecvMsgSizeFor:    processor.RecvBounds(),
 		MaxConcurrentStreams: connStreams(l.MaxConcurrentStreams),
 		StreamWindow:         processor.StreamWindow,
 		ConnWindow:           processor.ConnWindow,

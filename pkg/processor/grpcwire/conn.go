@@ -612,6 +612,9 @@ func (c *conn) flushBeforeClose() {
 // streamEnded removes a stream; the connection ends with its last one
 // once it is going away.
 func (c *conn) streamEnded(st *stream) {
+	st.mu.Lock()
+	st.charge(0) // its unfinished message, if any, is no longer held
+	st.mu.Unlock()
 	c.mu.Lock()
 	delete(c.streams, st.id)
 	n := len(c.streams)

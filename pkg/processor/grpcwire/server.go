@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,6 +46,15 @@ type Options struct {
 	// WriteTimeout bounds one write to a connection's socket (10 s): a
 	// peer that stops reading for that long has its connection closed.
 	WriteTimeout time.Duration
+	// MaxRecvMsgSizeFor bounds one received message of a method (full
+	// name) below MaxRecvMsgSize, checked on the message's length prefix,
+	// before a byte of it is buffered.
+	MaxRecvMsgSizeFor map[string]int
+	// MaxBufferedBytes bounds what the unfinished messages of every stream
+	// may hold at once (256 MiB): each is charged its whole length when its
+	// prefix arrives, and one that does not fit ends its stream with
+	// ResourceExhausted.
+	MaxBufferedBytes int64
 }
 
 func (o *Options) defaults() {
@@ -68,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.KeepaliveTimeout <= 0 {
 		o.KeepaliveTimeout = 20 * time.Second
+	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = 256 << 20
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
@@ -118,6 +131,9 @@ type Server struct {
 	bytesCodec BytesCodec         // opts.Codec, if it is one
 	aliasCodec AliasingCodec      // opts.Codec, if it is one
 	methods    map[string]*method // by :path, "/pkg.Service/Method"
+	// buffered: the bytes charged for every stream's unfinished message
+	// (Options.MaxBufferedBytes).
+	buffered atomic.Int64
 
 	mu      sync.Mutex
 	lns     map[net.Listener]struct{}

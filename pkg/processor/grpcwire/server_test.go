@@ -705,7 +705,7 @@ func TestNotHTTP2IsClosed(t *testing.T) {
 // a 15 MiB request time out under load). What is moved is bounded by what
 // arrived after the last complete message.
 func TestALargeMessageIsNotCopiedPerFrame(t *testing.T) {
-	st := &stream{c: &conn{srv: NewServer(Options{Codec: encodingProto(), MaxRecvMsgSize: 32 << 20})}}
+	st := &stream{c: &conn{srv: NewServer(Options{Codec: encodingProto(), MaxRecvMsgSize: 32 << 20})}, maxRecv: 32 << 20}
 	const size = 8 << 20
 	frame := make([]byte, 16<<10)
 	st.deframe(binary.BigEndian.AppendUint32([]byte{0}, size))

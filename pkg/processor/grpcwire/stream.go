@@ -35,8 +35,13 @@ type stream struct {
 	// their size; owed the bytes received and not yet returned to the
 	// peer's window; recvErr what Recv returns once msgs is empty (io.EOF
 	// after the peer's END_STREAM).
-	mu       sync.Mutex
-	pending  []byte
+	mu      sync.Mutex
+	pending []byte
+	// charged: the bytes of the unfinished message charged to the server's
+	// buffer budget (Options.MaxBufferedBytes); maxRecv: the bound of one
+	// message of this stream's method.
+	charged  int64
+	maxRecv  int
 	msgs     [][]byte
 	head     int
 	queued   int
@@ -203,7 +208,10 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if md != nil {
 		ctx = metadata.NewIncomingContext(ctx, md)
 	}
-	st := &stream{c: c, id: id, cancel: cancel, method: path, signal: make(chan struct{}, 1)}
+	st := &stream{c: c, id: id, cancel: cancel, method: path, signal: make(chan struct{}, 1), maxRecv: c.srv.opts.MaxRecvMsgSize}
+	if m, ok := c.srv.opts.MaxRecvMsgSizeFor[path]; ok && m > 0 {
+		st.maxRecv = min(m, st.maxRecv)
+	}
 	st.ctx = context.WithValue(ctx, streamKey{}, st) // EndFunc
 	if timeout != "" {
 		// The deadline wakes a receive that waits (take waits on the
@@ -324,7 +332,7 @@ func (st *stream) deframe(p []byte) (queued bool) {
 		st.pending = append(st.pending, p...)
 		src = st.pending
 	}
-	max := st.c.srv.opts.MaxRecvMsgSize
+	max := st.maxRecv
 	for len(src) >= 5 {
 		if src[0] != 0 {
 			st.fail(status.Error(codes.Unimplemented, "grpc: a compressed message, and compression is not supported"))
@@ -349,10 +357,30 @@ func (st *stream) deframe(p []byte) (queued bool) {
 		queued = true
 		src = src[5+size:]
 	}
+	// What an unfinished message will hold is charged to the server's
+	// buffer budget before it is buffered (its length is in its prefix),
+	// and its buffer is made that size at once: before, a message grew by
+	// append per DATA frame (about 3x its bytes held) and nothing bounded
+	// what all the streams held (eight unfinished 32 MiB messages: 802 MB).
+	need := 0
+	switch {
+	case len(src) >= 5:
+		need = 5 + int(be32(src[1:5]))
+	case len(src) > 0:
+		need = 5
+	}
+	if !st.charge(need) {
+		st.fail(status.Errorf(codes.ResourceExhausted, "grpc: a message of %d bytes, over what the server may buffer now (%d bytes for every unfinished message)",
+			need-5, st.c.srv.opts.MaxBufferedBytes))
+		return queued
+	}
 	switch {
 	case len(src) == 0:
 		st.pending = st.pending[:0]
 	case len(st.pending) == 0: // the rest of p: keep a copy
+		if cap(st.pending) < need {
+			st.pending = make([]byte, 0, need)
+		}
 		st.pending = append(st.pending, src...)
 	case len(src) < len(st.pending): // the rest of pending: move it to the front
 		k := copy(st.pending, src)
@@ -367,11 +395,32 @@ func (st *stream) deframe(p []byte) (queued bool) {
 	return queued
 }
 
+// charge makes the bytes charged to the server's buffer budget for this
+// stream's unfinished message need; false (nothing charged) when the
+// budget cannot take them. st.mu is held.
+func (st *stream) charge(need int) bool {
+	d := int64(need) - st.charged
+	if d == 0 {
+		return true
+	}
+	b := &st.c.srv.buffered
+	if d > 0 && b.Add(d) > st.c.srv.opts.MaxBufferedBytes {
+		b.Add(-d)
+		return false
+	}
+	if d < 0 {
+		b.Add(d)
+	}
+	st.charged = int64(need)
+	return true
+}
+
 // fail ends the receive side with err (after the queued messages); the
 // stream's later data is dropped and its window returned. st.mu is held.
 func (st *stream) fail(err error) {
 	st.failed = true
 	st.pending = nil
+	st.charge(0)
 	if st.recvErr == nil || st.recvErr == io.EOF {
 		st.recvErr = err
 	}
