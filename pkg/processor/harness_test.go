@@ -166,7 +166,7 @@ func newEnvOn(t *testing.T, config string, wire bool, opts ...func(*Options)) *e
 		Serve(net.Listener) error
 		Stop()
 	} = grpc.NewServer()
-	if wire {
+	if wire || allOnWire {
 		gs = grpcwire.NewServer(grpcwire.Options{Codec: Codec{}, MaxRecvMsgSizeFor: RecvBounds()})
 	}
 	extprocv3.RegisterExternalProcessorServer(gs, e.srv)

@@ -39,5 +39,14 @@ func (st *stream) callInline(msg []byte) (handled bool) {
 			st.inline, handled = nil, false
 		}
 	}()
+	if poisonBuffers {
+		// The frame is the reader's: valid during the call, not after (a
+		// declined message is copied from it next, so it stays).
+		defer func() {
+			if handled {
+				poison(msg)
+			}
+		}()
+	}
 	return st.inline(msg)
 }

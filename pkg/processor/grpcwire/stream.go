@@ -99,11 +99,21 @@ func getBuf(n int) []byte {
 }
 
 func putBuf(b []byte) {
+	if poisonBuffers {
+		poison(b[:cap(b)])
+	}
 	for i, c := range bufClasses {
 		if cap(b) == c {
 			bufPools[i].Put(unsafe.SliceData(b[:c]))
 			return
 		}
+	}
+}
+
+// poison overwrites b (the poison build, poison_on.go).
+func poison(b []byte) {
+	for i := range b {
+		b[i] = 0xdb
 	}
 }
 
