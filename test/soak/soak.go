@@ -427,6 +427,8 @@ type point struct {
 	// decisions: what the replicas' decision tables still held when the
 	// measure was taken (processor.Server.DecisionsKept).
 	decisions int
+	// keys: what the stores' record keys hold (recordKeys).
+	keys int64
 }
 
 func (r *rig) settle() point {
@@ -509,7 +511,31 @@ func (r *rig) settle() point {
 	// observer soak.)
 	pool, conns := r.redisConns()
 	return point{goroutines: all, own: own, serving: serving, logStreams: r.proxy.AccessLogStreamsOpen(), rss: memory(), heap: int64(ms.HeapAlloc),
-		pool: pool, poolConns: conns, decisions: kept}
+		pool: pool, poolConns: conns, decisions: kept, keys: r.recordKeys()}
+}
+
+// recordKeys is what every fusebox's store remembers of record keys
+// (R-DL11): each key is kept for its life (at least 10 minutes) whatever
+// the traffic does, so what a load recorded is still held after it, by
+// design, and bounded (two generations of at most 2^18 keys a breaker).
+// Known to the byte (the stores' key tables are 8 bytes a slot and
+// nothing else), it is counted apart, as the Redis pools are.
+func (r *rig) recordKeys() (bytes int64) {
+	r.mu.Lock()
+	ins := []*mainlib.Instance{r.fusebox}
+	r.mu.Unlock()
+	for _, x := range r.extra {
+		ins = append(ins, x.in)
+	}
+	for _, in := range ins {
+		if in == nil {
+			continue
+		}
+		if k, ok := in.Store.(interface{ RecordKeyBytes() int64 }); ok {
+			bytes += k.RecordKeyBytes()
+		}
+	}
+	return bytes
 }
 
 // redisConns returns what the Redis connections' buffers take in this

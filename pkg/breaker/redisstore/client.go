@@ -113,3 +113,7 @@ func (s *Store) PoolBuffers() (conns int, bytes int64) {
 	}
 	return int(st.TotalConns), int64(st.TotalConns) * per
 }
+
+// RecordKeyBytes is what this replica's view remembers of record keys
+// (R-DL11; breaker.Memory.RecordKeyBytes): Redis keeps its own.
+func (s *Store) RecordKeyBytes() int64 { return s.local.RecordKeyBytes() }
