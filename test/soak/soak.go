@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -514,6 +515,18 @@ func (r *rig) settle() point {
 		pool: pool, poolConns: conns, decisions: kept, keys: r.recordKeys()}
 }
 
+// instances are the running fusebox instances: the first and the extra
+// replicas.
+func (r *rig) instances() []*mainlib.Instance {
+	r.mu.Lock()
+	ins := []*mainlib.Instance{r.fusebox}
+	r.mu.Unlock()
+	for _, x := range r.extra {
+		ins = append(ins, x.in)
+	}
+	return slices.DeleteFunc(ins, func(in *mainlib.Instance) bool { return in == nil })
+}
+
 // recordKeys is what every fusebox's store remembers of record keys
 // (R-DL11): each key is kept for its life (at least 10 minutes) whatever
 // the traffic does, so what a load recorded is still held after it, by
@@ -521,16 +534,7 @@ func (r *rig) settle() point {
 // Known to the byte (the stores' key tables are 8 bytes a slot and
 // nothing else), it is counted apart, as the Redis pools are.
 func (r *rig) recordKeys() (bytes int64) {
-	r.mu.Lock()
-	ins := []*mainlib.Instance{r.fusebox}
-	r.mu.Unlock()
-	for _, x := range r.extra {
-		ins = append(ins, x.in)
-	}
-	for _, in := range ins {
-		if in == nil {
-			continue
-		}
+	for _, in := range r.instances() {
 		if k, ok := in.Store.(interface{ RecordKeyBytes() int64 }); ok {
 			bytes += k.RecordKeyBytes()
 		}
@@ -543,16 +547,7 @@ func (r *rig) recordKeys() (bytes int64) {
 // fusebox's pool (go-redis's read and write buffers), the harness's own
 // client, and the fault proxy's two pipe buffers per connection.
 func (r *rig) redisConns() (bytes int64, perReplica []int) {
-	r.mu.Lock()
-	ins := []*mainlib.Instance{r.fusebox}
-	r.mu.Unlock()
-	for _, x := range r.extra {
-		ins = append(ins, x.in)
-	}
-	for _, in := range ins {
-		if in == nil {
-			continue
-		}
+	for _, in := range r.instances() {
 		if p, ok := in.Store.(interface{ PoolBuffers() (int, int64) }); ok {
 			n, b := p.PoolBuffers()
 			bytes += b
