@@ -70,18 +70,20 @@ func TestJSONLogIsTheShippedFormat(t *testing.T) {
 		w.WriteHeader(200)
 	})
 	r := newRig(t, plain, func(c *Config) { c.Clusters["default"].Addr = strings.TrimPrefix(quota.srv.URL, "http://") })
-	for _, q := range []string{"0", "1"} {
+	for i, q := range []string{"0", "1"} {
 		req, _ := http.NewRequest("POST", r.proxy.URL()+"/v1/chat/completions?q="+q, strings.NewReader(`{}`))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("%v %v", resp, err)
 		}
 		resp.Body.Close()
-	}
-	// The entry is written once the request is done, as Envoy writes it:
-	// the client can have its response first (a loaded machine showed it).
-	for deadline := time.Now().Add(5 * time.Second); len(r.proxy.Log()) < 2 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+		// The entry is written once the request is done, as Envoy writes
+		// it: the client can have its response first (a loaded machine
+		// showed it), so the next request waits for this one's entry, or
+		// the two lines may come in the other order (CI once read them so).
+		for deadline := time.Now().Add(5 * time.Second); len(r.proxy.Log()) < i+1 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	var buf bytes.Buffer
 	if err := r.proxy.WriteJSONLog(&buf, nil); err != nil {
