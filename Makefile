@@ -86,6 +86,7 @@ bench-wire:
 	$(GO) build -o bin/extproc ./cmd/extproc
 	$(GO) build -o bin/nullproc ./test/wirebench/nullproc
 	$(GO) run ./test/wirebench -fusebox bin/extproc -null bin/nullproc
+	$(GO) run ./test/wirebench -fusebox bin/extproc -null bin/nullproc -transports -requests 1000
 	FUSEBOX_FIGURES=1 $(GO) test -count=1 -v -run TestProfileFigures ./test/e2e/ | grep profile_figures
 
 # The soak and fault campaign (test/soak): 200,000 paced requests with the

@@ -25,10 +25,16 @@ type Auth struct {
 	throttle *logThrottle
 }
 
-// IsLoopbackAddr reports whether a listener address is a loopback one.
+// IsLoopbackAddr reports whether a listener address is a loopback one;
+// a Unix domain socket is reached only on this host, so it counts as one.
 func IsLoopbackAddr(a net.Addr) bool {
-	tcp, ok := a.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
 }
 
 // Wrap returns next behind the R-L4 guards and the token check.

@@ -10,8 +10,10 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -222,10 +224,36 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 
 func (c *compiler) checkListen(f *File) {
 	for _, a := range []struct{ field, v string }{{"listen.grpc", f.Listen.GRPC}, {"listen.admin", f.Listen.Admin}} {
+		if p, ok := UnixSocketPath(a.v); ok && a.field == "listen.grpc" {
+			// sun_path holds 108 bytes with its NUL on Linux.
+			if !strings.HasPrefix(p, "/") || len(p) > 107 || strings.ContainsRune(p, 0) {
+				c.errf("%s: %q: a Unix socket is unix:///absolute/path, at most 107 bytes", a.field, a.v)
+			}
+			continue
+		}
+		if strings.HasPrefix(a.v, "unix:") {
+			c.errf("%s: %q: only listen.grpc can be a Unix socket (unix:///absolute/path)", a.field, a.v)
+			continue
+		}
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			c.errf("%s: %q is not host:port (%v)", a.field, a.v, err)
 		}
 	}
+	if _, err := ParseSocketMode(f.Listen.GRPCSocket.Mode); err != nil {
+		c.errf("listen.grpc_socket.mode: %v", err)
+	}
+}
+
+// ParseSocketMode reads an octal file mode of at most 0777.
+func ParseSocketMode(s string) (os.FileMode, error) {
+	if s == "" {
+		s = DefaultSocketMode
+	}
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o777 {
+		return 0, fmt.Errorf("%q is not an octal mode of at most 0777", s)
+	}
+	return os.FileMode(v), nil
 }
 
 func (c *compiler) checkLimits(f *File) {

@@ -3,6 +3,7 @@ package routes
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -28,9 +29,29 @@ type File struct {
 
 // Listen holds the two listener addresses.
 type Listen struct {
-	GRPC  string    `yaml:"grpc"`
-	Admin string    `yaml:"admin"`
-	TLS   TLSConfig `yaml:"tls"`
+	// GRPC is host:port, or unix:///absolute/path for a Unix domain
+	// socket (Envoy's pipe address), which a sidecar shares with Envoy
+	// in one pod's volume and no one else can reach over the network.
+	GRPC       string     `yaml:"grpc"`
+	Admin      string     `yaml:"admin"`
+	TLS        TLSConfig  `yaml:"tls"`
+	GRPCSocket SocketSpec `yaml:"grpc_socket"`
+}
+
+// SocketSpec sets the file mode and ownership of the ext_proc listener's
+// Unix domain socket: whoever can write to it can report outcomes, so it
+// is no wider than the owner and group by default.
+type SocketSpec struct {
+	Mode  string `yaml:"mode"`  // octal; "" = DefaultSocketMode
+	Owner string `yaml:"owner"` // user name or uid; "" = this process's
+	Group string `yaml:"group"` // group name or gid; "" = this process's (or the directory's, when it is setgid)
+}
+
+// UnixSocketPath returns the path of a unix:///path listen address, and
+// whether addr is one.
+func UnixSocketPath(addr string) (string, bool) {
+	p, ok := strings.CutPrefix(addr, "unix://")
+	return p, ok
 }
 
 // TLSConfig serves both listeners over TLS, and the ext_proc listener with
@@ -241,6 +262,7 @@ type RouteSpec struct {
 // Defaults of the non-policy sections (SPEC §2).
 const (
 	DefaultGRPCAddr     = "127.0.0.1:50051"
+	DefaultSocketMode   = "0660"
 	DefaultAdminAddr    = "127.0.0.1:8090"
 	DefaultTokenEnv     = "FUSEBOX_ADMIN_TOKEN"
 	DefaultRedisURL     = "redis://127.0.0.1:6379/0"
@@ -271,6 +293,9 @@ func DefaultHeaders() Headers {
 func (f *File) applyDefaults() {
 	if f.Listen.GRPC == "" {
 		f.Listen.GRPC = DefaultGRPCAddr
+	}
+	if f.Listen.GRPCSocket.Mode == "" {
+		f.Listen.GRPCSocket.Mode = DefaultSocketMode
 	}
 	if f.Listen.Admin == "" {
 		f.Listen.Admin = DefaultAdminAddr

@@ -22,7 +22,8 @@ func (rt *Runtime) Effective() map[string]any {
 	}
 	doc := map[string]any{
 		"listen": map[string]any{"grpc": rt.Listen.GRPC, "admin": rt.Listen.Admin, "tls": map[string]any{
-			"cert_file": rt.Listen.TLS.CertFile, "key_file": rt.Listen.TLS.KeyFile, "client_ca_file": rt.Listen.TLS.ClientCAFile}},
+			"cert_file": rt.Listen.TLS.CertFile, "key_file": rt.Listen.TLS.KeyFile, "client_ca_file": rt.Listen.TLS.ClientCAFile},
+			"grpc_socket": map[string]any{"mode": rt.Listen.GRPCSocket.Mode, "owner": rt.Listen.GRPCSocket.Owner, "group": rt.Listen.GRPCSocket.Group}},
 		"access_log":        map[string]any{"wait_ms": rt.AccessLogWait.Milliseconds()},
 		"decision_wait_sec": int64(rt.DecisionWait / time.Second),
 		"envoy":             map[string]any{"failover": rt.Envoy.Failover, "observer": rt.Envoy.Observer},

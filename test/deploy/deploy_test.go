@@ -213,6 +213,7 @@ func TestKubernetesManifests(t *testing.T) {
 	if fb == nil || envoy == nil {
 		t.Fatal("the pod must run envoy and fusebox")
 	}
+	sharesTheSocket(t, pod.Spec)
 	if fb.ReadinessProbe == nil || fb.ReadinessProbe.HTTPGet == nil || fb.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Error("fusebox readiness must be /readyz")
 	}
@@ -242,11 +243,11 @@ func TestKubernetesManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fusebox-config: %v", err)
 	}
-	if !strings.HasPrefix(rt.Listen.GRPC, "127.0.0.1:") {
-		t.Errorf("ext_proc must listen on loopback in the pod, got %s", rt.Listen.GRPC)
+	if rt.Listen.GRPC != "unix://"+podSocket {
+		t.Errorf("ext_proc must listen on the pod's Unix socket %s, got %s", podSocket, rt.Listen.GRPC)
 	}
-	// Envoy's config is the shipped envoy.yaml with fusebox on loopback.
-	want := strings.Replace(string(read(t, "envoy/envoy.yaml")), "socket_address: {address: fusebox, port_value: 50051}", "socket_address: {address: 127.0.0.1, port_value: 50051}", 1)
+	// Envoy's config is the shipped envoy.yaml with fusebox on that socket.
+	want := strings.Replace(string(read(t, "envoy/envoy.yaml")), "socket_address: {address: fusebox, port_value: 50051}", "pipe: {path: "+podSocket+"}", 1)
 	if got := configs["envoy-config"].Data["envoy.yaml"]; got != want {
 		t.Error("deploy/kubernetes/envoy-config.yaml has drifted from envoy/envoy.yaml (regenerate it)")
 	}
@@ -284,5 +285,32 @@ func TestComposeRedisPersists(t *testing.T) {
 	}
 	if !persisted {
 		t.Fatalf("redis's /data is not a named volume: %v", r.Volumes)
+	}
+}
+
+// podSocket is where the shipped sidecars put the ext_proc socket.
+const podSocket = "/run/fusebox/extproc.sock"
+
+// sharesTheSocket checks that a sidecar pod mounts one writable volume at
+// the socket's directory in both containers, and that the volume is the
+// pod's own (an emptyDir), not something another pod could reach.
+func sharesTheSocket(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	dir := filepath.Dir(podSocket)
+	vol := map[string]string{}
+	for _, c := range pod.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == dir && !m.ReadOnly {
+				vol[c.Name] = m.Name
+			}
+		}
+	}
+	if vol["envoy"] == "" || vol["envoy"] != vol["fusebox"] {
+		t.Fatalf("envoy and fusebox must share a writable volume at %s: %v", dir, vol)
+	}
+	for _, v := range pod.Volumes {
+		if v.Name == vol["fusebox"] && v.EmptyDir == nil {
+			t.Errorf("the socket's volume %s must be the pod's own emptyDir", v.Name)
+		}
 	}
 }

@@ -110,6 +110,9 @@ func TestHelmChart(t *testing.T) {
 			if want := map[bool]string{true: "envoy,fusebox", false: "fusebox"}[tc.sidecar]; strings.Join(names, ",") != want {
 				t.Fatalf("containers %v, want %s", names, want)
 			}
+			if tc.sidecar {
+				sharesTheSocket(t, dep.Spec.Template.Spec)
+			}
 			if fb.ReadinessProbe.HTTPGet.Path != "/readyz" || fb.LivenessProbe.HTTPGet.Path != "/healthz" {
 				t.Error("probes")
 			}
@@ -131,7 +134,7 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("the overlay cache (XDG_CACHE_HOME %q) is not on a writable volume: the root filesystem is read-only", cacheHome)
 			}
 			args := strings.Join(fb.Args, " ")
-			if tc.sidecar != strings.Contains(args, "-grpc-addr 127.0.0.1:50051") {
+			if tc.sidecar != strings.Contains(args, "-grpc-addr unix://"+podSocket) {
 				t.Errorf("ext_proc listener: %s", args)
 			}
 			redisEnv := false
@@ -151,7 +154,7 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("no admin Service: %v", services)
 			}
 			if tc.sidecar {
-				want := strings.Replace(string(read(t, "envoy/envoy.yaml")), "socket_address: {address: fusebox, port_value: 50051}", "socket_address: {address: 127.0.0.1, port_value: 50051}", 1)
+				want := strings.Replace(string(read(t, "envoy/envoy.yaml")), "socket_address: {address: fusebox, port_value: 50051}", "pipe: {path: "+podSocket+"}", 1)
 				if got := configs["gw-fusebox-envoy"].Data["envoy.yaml"]; got != want {
 					t.Error("deploy/helm/fusebox/files/envoy.yaml has drifted from envoy/envoy.yaml (regenerate it)")
 				}

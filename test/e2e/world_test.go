@@ -147,7 +147,9 @@ func newWorldConfig(t *testing.T, config string, opts ...func(*world)) *world {
 	if err := os.WriteFile(w.cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w.grpcAddr = freeAddr(t)
+	if w.grpcAddr == "" {
+		w.grpcAddr = freeAddr(t)
+	}
 	w.startFusebox()
 	t.Cleanup(func() {
 		for _, p := range w.proxies {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,7 @@ func main() {
 	profile := flag.String("profile", "", "instead of measuring: drive each fusebox process (sync, observer) for 10 s and write its CPU profile (from the admin's /debug/pprof) into this directory")
 	gap := flag.Duration("chunk-gap", 0, "the observer profile's chunks are sent this far apart, as an upstream streams tokens (default: back to back)")
 	compare := flag.String("compare", "", "instead of the null servers: measure this second fusebox binary against -fusebox in the same rounds, both profiles, and print its CPU ratio to it")
+	transports := flag.Bool("transports", false, "instead of the null servers' table: fusebox on its own transport and on grpc-go's, each over TCP and a Unix socket, both profiles, as ratios to one null server in the same rounds")
 	flag.Parse()
 	waitChunks, withAccessLog, fuseboxEnv, chunkGap = *wait, *accessLog, strings.Fields(*env), *gap
 	if *profile != "" {
@@ -43,6 +45,15 @@ func main() {
 			fmt.Fprintln(os.Stderr, "wirebench:", err)
 			os.Exit(1)
 		}
+		return
+	}
+	if *transports {
+		rep, err := Transports(*fusebox, *null, *requests, *rounds, *conc)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wirebench:", err)
+			os.Exit(1)
+		}
+		rep.Print(os.Stdout)
 		return
 	}
 	if *compare != "" {
@@ -290,8 +301,27 @@ func freeAddr() (string, error) {
 // startFusebox runs fusebox with args (a -config, or none: the embedded
 // default) on free ports.
 func startFusebox(bin string, args ...string) (*proc, error) {
-	grpcAddr, err := freeAddr()
-	if err != nil {
+	return startFuseboxOn(bin, tcpListener, args...)
+}
+
+// The ext_proc listener a fusebox under test serves on.
+const (
+	tcpListener  = "tcp"
+	unixListener = "uds"
+)
+
+// startFuseboxOn is startFusebox with its ext_proc listener on loopback
+// TCP or on a Unix socket in a fresh directory.
+func startFuseboxOn(bin, listener string, args ...string) (*proc, error) {
+	var grpcAddr string
+	var err error
+	if listener == unixListener {
+		dir, derr := os.MkdirTemp("", "wbsock")
+		if derr != nil {
+			return nil, derr
+		}
+		grpcAddr = "unix://" + filepath.Join(dir, "extproc.sock")
+	} else if grpcAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
 	adminAddr, err := freeAddr()
@@ -332,7 +362,11 @@ func connect(cmd *exec.Cmd, addr string) (*proc, error) {
 	p := &proc{cmd: cmd}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		network, a := "tcp", addr
+		if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+			network, a = "unix", path
+		}
+		c, err := net.DialTimeout(network, a, time.Second)
 		if err == nil {
 			c.Close()
 			break

@@ -31,6 +31,21 @@ func TestWirebenchRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both transports over TCP and a Unix socket, in the same rounds.
+	tr, err := Transports(fb, nl, 100, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range tr.Variants {
+		if len(tr.Sync[i]) != 1 || tr.Sync[i][0] <= 0 || tr.Observer[i][0] <= 0 {
+			t.Fatalf("%v: sync %v observer %v", v, tr.Sync[i], tr.Observer[i])
+		}
+	}
+	var tb bytes.Buffer
+	tr.Print(&tb)
+	if !strings.Contains(tb.String(), "grpc-go   uds") || !strings.Contains(tb.String(), "fusebox   tcp") {
+		t.Fatalf("transports report:\n%s", tb.String())
+	}
 	for _, r := range []*Result{rep.Null, rep.Fusebox, rep.NullTuned} {
 		if r.Requests != 300 || len(r.Latencies) != 300*53 || r.CPU <= 0 {
 			t.Fatalf("%s: %d requests, %d latencies, cpu %v", r.Name, r.Requests, len(r.Latencies), r.CPU)

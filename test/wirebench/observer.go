@@ -24,6 +24,12 @@ import (
 // startFuseboxObserver runs fusebox on its default config with
 // envoy.observer set.
 func startFuseboxObserver(bin string) (*proc, error) {
+	return startFuseboxObserverOn(bin, tcpListener)
+}
+
+// startFuseboxObserverOn is startFuseboxObserver on the given listener,
+// with further flags.
+func startFuseboxObserverOn(bin, listener string, args ...string) (*proc, error) {
 	dir, err := os.MkdirTemp("", "wirebench")
 	if err != nil {
 		return nil, err
@@ -32,7 +38,7 @@ func startFuseboxObserver(bin string) (*proc, error) {
 	if err := os.WriteFile(cfg, append([]byte("envoy: {observer: true}\n"), routes.DefaultConfig()...), 0o600); err != nil {
 		return nil, err
 	}
-	return startFusebox(bin, "-config", cfg)
+	return startFuseboxOn(bin, listener, append([]string{"-config", cfg}, args...)...)
 }
 
 // runObserver drives one lifecycle in the observer profile; lat gets the

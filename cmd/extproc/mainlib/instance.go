@@ -66,7 +66,8 @@ func (in *Instance) DecisionsKept() int {
 }
 
 // GRPCAddr is the ext_proc listener's address.
-func (in *Instance) GRPCAddr() string { return in.grpcLn.Addr().String() }
+// A Unix socket is named unix:///path, as gRPC clients dial it.
+func (in *Instance) GRPCAddr() string { return dialTarget(in.grpcLn.Addr()) }
 
 // AdminAddr is the admin listener's address.
 func (in *Instance) AdminAddr() string { return in.adminLn.Addr().String() }
@@ -204,7 +205,7 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 		log.Warn("store.memory.persist_path is empty: admin changes are not kept across restarts")
 	}
 
-	if in.grpcLn, err = net.Listen("tcp", rt.Listen.GRPC); err != nil {
+	if in.grpcLn, err = listenGRPC(rt.Listen.GRPC, rt.Listen.GRPCSocket); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
 	}
 	if in.adminLn, err = net.Listen("tcp", rt.Listen.Admin); err != nil {

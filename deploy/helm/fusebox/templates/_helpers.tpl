@@ -37,7 +37,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     - -grace-period
     - 15s
     - -grpc-addr
-    - {{ if eq .Values.mode "sidecar" }}127.0.0.1:50051{{ else }}0.0.0.0:50051{{ end }}
+    - {{ if eq .Values.mode "sidecar" }}unix:///run/fusebox/extproc.sock{{ else }}0.0.0.0:50051{{ end }}
     - -admin-addr
     - 0.0.0.0:8090
   env:
@@ -71,6 +71,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   volumeMounts:
     - {name: fusebox-config, mountPath: /etc/fusebox, readOnly: true}
     - {name: fusebox-state, mountPath: /var/lib/fusebox}
+    {{- if eq .Values.mode "sidecar" }}
+    - {name: fusebox-socket, mountPath: /run/fusebox}
+    {{- end }}
     {{- if .Values.redis.hmacKeySecret }}
     - {name: fleet-key, mountPath: /etc/fusebox-key, readOnly: true}
     {{- end }}
