@@ -87,6 +87,9 @@ type conn struct {
 	connUnacked int32
 	// woke: the reader handed a stream work since its last read.
 	woke bool
+	// inlineSpent: the time inline functions took on the reader since it
+	// last went to the socket (inline.go's budget).
+	inlineSpent time.Duration
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -254,6 +257,7 @@ func (r flushingReader) Read(p []byte) (int, error) {
 	// reading is set before the flush: a writer that leaves bytes
 	// buffered after the flush looked sees it, and flushes itself.
 	r.c.reading.Store(true)
+	r.c.inlineSpent = 0
 	r.c.flushDirty()
 	n, err := r.c.nc.Read(p)
 	r.c.reading.Store(false)

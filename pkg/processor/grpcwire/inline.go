@@ -2,6 +2,7 @@ package grpcwire
 
 import (
 	"context"
+	"time"
 )
 
 // SetInline gives the stream whose context ctx is an inline function, and
@@ -30,6 +31,45 @@ func SetInline(ctx context.Context, fn func(msg []byte) bool) bool {
 	st.inline = fn
 	st.mu.Unlock()
 	return true
+}
+
+// The reader's budget for inline functions: every other stream of the
+// connection waits while one runs (an Envoy worker's request-path streams
+// share the connection with its observer streams). Past a budget the
+// work is handed to the streams' own goroutines, as it is on grpc-go's
+// server, instead of stalling the reader:
+//   - a message over inlineMaxBytes is never offered (a large chunk costs
+//     in proportion to its size; Envoy's are one DATA frame, 16 KiB);
+//   - once inline calls took inlineBatchBudget since the reader last went
+//     to the socket, further messages are queued until it next does;
+//   - a stream whose call took over inlineSlowCall has its inlining ended:
+//     its handler's judging is slow, and it judges on its own goroutine.
+//
+// So the reader is stalled at most inlineBatchBudget plus one call per
+// read, and one slow call per stream.
+const (
+	inlineMaxBytes    = 16 << 10
+	inlineBatchBudget = time.Millisecond
+	inlineSlowCall    = 500 * time.Microsecond
+)
+
+// offerInline offers msg to the inline function within the reader's
+// budget, and reports whether it was handled. st.mu is held; it runs on
+// the reader.
+func (st *stream) offerInline(msg []byte) bool {
+	c := st.c
+	if len(msg) > inlineMaxBytes || c.inlineSpent >= inlineBatchBudget {
+		return false
+	}
+	t0 := time.Now()
+	handled := st.callInline(msg)
+	d := time.Since(t0)
+	c.inlineSpent += d
+	if d > inlineSlowCall {
+		st.inline = nil
+		c.srv.inlineSlow.Add(1)
+	}
+	return handled
 }
 
 // callInline offers msg to the inline function. st.mu is held.

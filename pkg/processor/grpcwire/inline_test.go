@@ -1,14 +1,17 @@
 package grpcwire
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -105,5 +108,99 @@ func TestSetInline(t *testing.T) {
 	want := "i0 i1 i2 r3 i4 i5 i6 r7 r8 r9"
 	if got := strings.Join(order[1:], " "); len(order) != n+1 || order[0][1:] != "" || got != want {
 		t.Fatalf("handled %q, want %q", got, want)
+	}
+}
+
+// The reader's budget for inline functions (#50): every stream of the
+// connection waits while one runs, so a slow call ends its stream's
+// inlining, the calls of one read share a budget, and a large message is
+// never offered. Before, every one of these went inline: 20 slow calls
+// stalled the reader 20 times over.
+func TestInlineJudgingHasABudget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sleep   time.Duration
+		n, size int
+		// most inline calls allowed, and whether the stream is handed off
+		maxInline int
+		handoff   bool
+	}{
+		{"a slow call hands the stream to its goroutine", 2 * time.Millisecond, 20, 10, 1, true},
+		{"calls within one read share a budget", 300 * time.Microsecond, 20, 10, 4, false},
+		{"a message over 16 KiB is never offered", 0, 1, 20 << 10, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var inlined, received atomic.Int64
+			streams := make(chan *stream, 1)
+			done := make(chan struct{})
+			ts := serve(t, Options{}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+				defer close(done)
+				if _, err := s.Recv(); err != nil { // the opening message
+					return err
+				}
+				SetInline(s.Context(), func([]byte) bool {
+					inlined.Add(1)
+					time.Sleep(tc.sleep)
+					return true
+				})
+				streams <- s.(*grpc.GenericServerStream[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]).ServerStream.(*stream)
+				for {
+					if _, err := s.Recv(); err != nil {
+						return nil
+					}
+					received.Add(1)
+				}
+			})
+			r := dialRaw(t, ts.addr)
+			r.headers(1, false, envoyHeaders(processPath)...)
+			r.data(1, false, msg(&extprocv3.ProcessingRequest{}))
+			var st *stream
+			select {
+			case st = <-streams:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stream never opened")
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+				st.mu.Lock()
+				w := st.waiting
+				st.mu.Unlock()
+				if w {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the handler never waited")
+				}
+			}
+			// Every message in one write, so that the reader reads them at
+			// once.
+			var buf bytes.Buffer
+			fr := http2.NewFramer(&buf, nil)
+			chunk := msg(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: bytes.Repeat([]byte("x"), tc.size)}}})
+			for i := range tc.n {
+				for b := chunk; len(b) > 0; {
+					k := min(len(b), 16384)
+					_ = fr.WriteData(1, i == tc.n-1 && k == len(b), b[:k])
+					b = b[k:]
+				}
+			}
+			if _, err := r.c.Write(buf.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler never ended")
+			}
+			in, rc := inlined.Load(), received.Load()
+			if in+rc != int64(tc.n) {
+				t.Fatalf("%d inline + %d received of %d messages", in, rc, tc.n)
+			}
+			if in > int64(tc.maxInline) {
+				t.Fatalf("%d calls on the reader, want at most %d", in, tc.maxInline)
+			}
+			if tc.handoff && ts.InlineHandoffs() != 1 {
+				t.Fatalf("%d streams handed off, want 1", ts.InlineHandoffs())
+			}
+		})
 	}
 }

@@ -134,6 +134,8 @@ type Server struct {
 	// buffered: the bytes charged for every stream's unfinished message
 	// (Options.MaxBufferedBytes).
 	buffered atomic.Int64
+	// inlineSlow: streams whose inlining ended on a slow call (inline.go).
+	inlineSlow atomic.Int64
 
 	mu      sync.Mutex
 	lns     map[net.Listener]struct{}
@@ -152,6 +154,11 @@ func NewServer(opts Options) *Server {
 	ac, _ := opts.Codec.(AliasingCodec)
 	return &Server{opts: opts, bytesCodec: bc, aliasCodec: ac, methods: map[string]*method{}, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 }
+
+// InlineHandoffs is the number of streams whose inline function took so
+// long on the connection's reader that their messages were handed to
+// their own goroutine from then on (SetInline).
+func (s *Server) InlineHandoffs() int64 { return s.inlineSlow.Load() }
 
 // RegisterService registers a service and its implementation; it must be
 // called before Serve.

@@ -356,7 +356,7 @@ func (st *stream) deframe(p []byte) (queued bool) {
 		if len(src) < 5+size {
 			break
 		}
-		if st.inline != nil && st.waiting && st.head == len(st.msgs) && st.callInline(src[5:5+size]) {
+		if st.inline != nil && st.waiting && st.head == len(st.msgs) && st.offerInline(src[5:5+size]) {
 			src = src[5+size:] // handled: nothing queued, nothing to wake
 			continue
 		}
