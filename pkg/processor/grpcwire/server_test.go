@@ -482,11 +482,11 @@ func TestRawHTTP2(t *testing.T) {
 				t.Fatalf("got %q", s)
 			}
 		}, nil},
-		{"not gRPC's content type: HTTP 415", Options{}, func(t *testing.T, r *raw) {
+		{"not gRPC's content type: HTTP 415, with grpc-go's InvalidArgument", Options{}, func(t *testing.T, r *raw) {
 			h := envoyHeaders(processPath)
 			h[9] = "text/plain"
 			r.headers(1, true, h...)
-			if s := r.grpcStatus(1); s != "415/" {
+			if s := r.grpcStatus(1); s != "415/3" {
 				t.Fatalf("got %q", s)
 			}
 		}, nil},

@@ -197,8 +197,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			md[hf.Name] = append(md[hf.Name], v)
 		}
 	}
-	if method != "POST" || !isGRPCContentType(ctype) {
+	if method != "POST" {
 		return c.answer(id, 415, nil)
+	}
+	if !isGRPCContentType(ctype) {
+		// As grpc-go answers it: the HTTP status, and a gRPC one that says
+		// why (the differential test).
+		return c.answer(id, 415, status.Newf(codes.InvalidArgument, "invalid gRPC request content-type %q", ctype))
 	}
 	m := c.srv.methods[path]
 	if m == nil {
@@ -209,7 +214,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if timeout != "" {
 		d, err := parseTimeout(timeout)
 		if err != nil {
-			return c.answer(id, 200, status.New(codes.Internal, err.Error()))
+			// 400 as grpc-go answers a malformed request header.
+			return c.answer(id, 400, status.New(codes.Internal, err.Error()))
 		}
 		ctx, cancel = context.WithTimeout(ctx, d)
 	} else {
@@ -570,6 +576,22 @@ func (st *stream) SetTrailer(md metadata.MD) {
 }
 
 func (st *stream) RecvMsg(m any) error {
+	err := st.recvMsg(m)
+	if err != nil && err != io.EOF {
+		// A receive that failed ends the stream with its status now, as
+		// grpc-go's server does (serverStream.RecvMsg writes it): the peer
+		// sent what cannot be read (a truncated, compressed or oversized
+		// message, one that does not decode), or the stream is over. The
+		// handler's own status is then dropped. Before, a handler that
+		// returned nil after such a receive answered grpc-status 0 to a
+		// stream it never read (the differential test).
+		st.finish(err)
+		st.cancel()
+	}
+	return err
+}
+
+func (st *stream) recvMsg(m any) error {
 	// The message before this one may have pointed into its buffer
 	// (AliasingCodec) until now.
 	if st.held != nil {
