@@ -443,6 +443,9 @@ func acceptErrorLog() func(error) {
 	}
 }
 
+// maxHeaderListSize bounds a stream's request headers on grpc-go's server.
+const maxHeaderListSize = 64 << 10
+
 func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.MaxMessageBytes),
@@ -452,6 +455,11 @@ func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc
 		// proto, without the metadata Envoy repeats on every body message
 		// (processor/codec.go).
 		grpc.ForceServerCodecV2(processor.Codec{}),
+		// An ext_proc stream's request headers are a few short fields (the
+		// HTTP request travels in its messages); grpc-go decodes and keeps
+		// every header of a stream, -bin ones included, so a 16 MiB list
+		// let an HPACK bomb of 200 streams hold 258 MiB (the attack kit).
+		grpc.MaxHeaderListSize(maxHeaderListSize),
 	}
 	opts = append(opts, processor.TransportOptions()...)
 	if creds != nil {
