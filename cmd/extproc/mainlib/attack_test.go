@@ -87,7 +87,9 @@ func (tg *target) rssMiB() float64 {
 	return 0
 }
 
-func (tg *target) alive() bool { return tg.cmd.ProcessState == nil && tg.cmd.Process.Signal(unix.Signal(0)) == nil }
+func (tg *target) alive() bool {
+	return tg.cmd.ProcessState == nil && tg.cmd.Process.Signal(unix.Signal(0)) == nil
+}
 
 func startTarget(t *testing.T, server string) *target {
 	t.Helper()
