@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"runtime"
+	"strings"
+	"testing"
+)
 
 func TestCountGoroutines(t *testing.T) {
 	dump := `goroutine 1 [running]:
@@ -44,3 +48,26 @@ github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run(0xc0, 0xc1)
 		t.Fatalf("this process: all %d, fusebox's %d", all, fb)
 	}
 }
+
+// heapSites finds what a test keeps, by its allocation site, and growth
+// names it.
+func TestHeapSitesNameWhatGrew(t *testing.T) {
+	old := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	defer func() { runtime.MemProfileRate = old }()
+	runtime.GC()
+	runtime.GC()
+	before := heapSites()
+	kept = make([][]byte, 64)
+	for i := range kept {
+		kept[i] = make([]byte, 16<<10)
+	}
+	runtime.GC()
+	runtime.GC()
+	g := growth(before, heapSites(), 3)
+	if !strings.Contains(g, "TestHeapSitesNameWhatGrew") {
+		t.Fatalf("growth does not name the test:%s", g)
+	}
+}
+
+var kept [][]byte

@@ -514,6 +514,10 @@ func (r *rig) check(rep *Report) {
 		p := r.settle()
 		after = float64(p.heap - rep.MarkBytes - p.pool - p.keys)
 		again = fmt.Sprintf(" (at the first measure %.2f MiB; this one 10 s later)", first/(1<<20))
+		if after > 1.1*base {
+			// What grew, by allocation site (sampled, runtime.MemProfileRate).
+			again += "; the sites that grew most:" + growth(rep.Before.sites, p.sites, 12)
+		}
 	}
 	add("memory (the live Go heap after a collection) returns within 10 % after the load",
 		after <= 1.1*base,

@@ -430,6 +430,8 @@ type point struct {
 	decisions int
 	// keys: what the stores' record keys hold (recordKeys).
 	keys int64
+	// sites: the live heap by allocation site (heapSites).
+	sites map[string]int64
 }
 
 func (r *rig) settle() point {
@@ -478,6 +480,7 @@ func (r *rig) settle() point {
 	time.Sleep(time.Second)
 	runtime.GC()
 	debug.FreeOSMemory()
+	runtime.GC() // the memory profile is as of the last completed cycle
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	if dir := os.Getenv("SOAK_PROFILE_DIR"); dir != "" {
@@ -512,7 +515,7 @@ func (r *rig) settle() point {
 	// observer soak.)
 	pool, conns := r.redisConns()
 	return point{goroutines: all, own: own, serving: serving, logStreams: r.proxy.AccessLogStreamsOpen(), rss: memory(), heap: int64(ms.HeapAlloc),
-		pool: pool, poolConns: conns, decisions: kept, keys: r.recordKeys()}
+		pool: pool, poolConns: conns, decisions: kept, keys: r.recordKeys(), sites: heapSites()}
 }
 
 // instances are the running fusebox instances: the first and the extra

@@ -79,6 +79,9 @@ func soakShort(t *testing.T, opts Options) {
 	// goroutine checks compare with. TestSoakShort and the Redis soak ran
 	// without it, their live heap 9 % up after the load, all of it one-time.
 	opts.WarmupFaults = opts.Faults
+	// Sampled finely enough that a failed memory invariant can say which
+	// sites grew (heapSites): a 2 MiB growth is some 100 samples.
+	runtime.MemProfileRate = 16 << 10
 	if os.Getenv("SOAK_PROFILE_DIR") != "" {
 		runtime.MemProfileRate = 1 // exact heap profiles, as the campaign's binary takes them
 		if r, err := strconv.Atoi(os.Getenv("SOAK_MEMPROFILERATE")); err == nil {
