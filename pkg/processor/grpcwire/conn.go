@@ -369,7 +369,13 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		c.mu.Lock()
 		st := c.streams[f.StreamID]
+		idle := c.idle(f.StreamID)
 		c.mu.Unlock()
+		if idle {
+			// RFC 9113 §6.4: RST_STREAM on an idle stream is a connection
+			// PROTOCOL_ERROR (h2spec http2/5.1/2, 6.4/2).
+			return c.handleErr(errConn{http2.ErrCodeProtocol, fmt.Sprintf("RST_STREAM on idle stream %d", f.StreamID)})
+		}
 		if st != nil {
 			st.abort(status.Error(codes.Canceled, "the client reset the stream"), false, 0)
 		}
@@ -392,13 +398,28 @@ func (c *conn) handle(f http2.Frame) error {
 	return nil
 }
 
+// idle reports whether id names a stream that was never opened: a
+// client's id above the last one opened, or a server's (even) one, which
+// this server never opens. c.mu is held.
+func (c *conn) idle(id uint32) bool {
+	return id != 0 && (id%2 == 0 || id > c.lastID)
+}
+
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
-			return errConn{http2.ErrCodeProtocol, err.Error()}
+			// The code the RFC gives (an initial window over 2^31-1 is a
+			// FLOW_CONTROL_ERROR, RFC 9113 §6.5.2), not PROTOCOL_ERROR for
+			// all.
+			code := http2.ErrCodeProtocol
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				code = http2.ErrCode(ce)
+			}
+			return errConn{code, err.Error()}
 		}
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
@@ -407,6 +428,12 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			c.peerWindow = int32(s.Val)
 			for _, st := range c.streams {
 				st.sendWindow += delta
+				if st.sendWindow > 1<<31-1 {
+					// RFC 9113 §6.9.2: a change that takes a stream's
+					// window past 2^31-1 is a connection FLOW_CONTROL_ERROR.
+					c.mu.Unlock()
+					return errConn{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE takes a stream's window above 2^31-1"}
+				}
 			}
 			c.cond.Broadcast()
 			c.mu.Unlock()
@@ -477,6 +504,11 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 		c.cond.Broadcast()
 		return nil
+	}
+	if c.idle(f.StreamID) {
+		// RFC 9113 §5.1: WINDOW_UPDATE on an idle stream is a connection
+		// PROTOCOL_ERROR (h2spec http2/5.1/3).
+		return errConn{http2.ErrCodeProtocol, fmt.Sprintf("WINDOW_UPDATE on idle stream %d", f.StreamID)}
 	}
 	if st := c.streams[f.StreamID]; st != nil {
 		st.sendWindow += int64(f.Increment)

@@ -36,7 +36,8 @@ import (
 
 // diffIntended: scripts whose outcomes differ on purpose, and why.
 var diffIntended = map[string]string{
-	"binary metadata": "grpcwire never decodes -bin values (nothing fusebox serves reads them; an HPACK bomb of them amplified 2,000x): the handler sees no k-bin key",
+	"binary metadata":              "grpcwire never decodes -bin values (nothing fusebox serves reads them; an HPACK bomb of them amplified 2,000x): the handler sees no k-bin key",
+	"RST_STREAM on an idle stream": "grpcwire ends the connection with PROTOCOL_ERROR as RFC 9113 §6.4 says (h2spec http2/5.1/2); grpc-go ignores the frame",
 	"a compressed message with no grpc-encoding": "grpcwire refuses a compressed message as Unimplemented (it supports no compression, and says so); " +
 		"grpc-go answers Internal, the message having claimed an encoding the stream never declared",
 }
@@ -450,6 +451,12 @@ var diffScripts = []diffScript{
 		d.headers(1, false, nil)
 		d.fr.WriteData(1, true, bodyMsg("a"))
 		d.fr.WriteData(1, false, bodyMsg("late"))
+	}},
+	{"RST_STREAM on an idle stream", func(d *diffClient) {
+		d.headers(1, false, nil)
+		d.fr.WriteData(1, false, bodyMsg("a"))
+		d.fr.WriteRSTStream(9, http2.ErrCodeCancel)
+		d.fr.WriteData(1, true, bodyMsg("b"))
 	}},
 	{"a stream id going backwards", func(d *diffClient) {
 		d.headers(5, false, nil)

@@ -784,3 +784,92 @@ func TestADeadlineWakesAWaitingReceive(t *testing.T) {
 		t.Fatalf("trailers: %q, want grpc-status 4 (DeadlineExceeded)", s)
 	}
 }
+
+// A grpc-timeout passes while the handler's send waits for window (the
+// peer gives none): the send fails with DeadlineExceeded and the stream
+// ends with it (#50). Before, the deadline woke a receive but not a send,
+// and a zero-window peer held the handler past its deadline for as long as
+// the connection lived.
+func TestADeadlineWakesASendWaitingForWindow(t *testing.T) {
+	sendErr := make(chan error, 1)
+	ts := serve(t, Options{}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+		err := s.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+			ImmediateResponse: &extprocv3.ImmediateResponse{Body: make([]byte, 1000)}}})
+		sendErr <- err
+		return err
+	})
+	r := dialRaw(t, ts.addr)
+	if err := r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	r.headers(1, false, envoyHeaders(processPath, "grpc-timeout", "100m")...)
+	r.data(1, false, msg(&extprocv3.ProcessingRequest{}))
+	select {
+	case err := <-sendErr:
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("send: %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the send still waits for window 5 s after its 100 ms deadline")
+	}
+	if s := r.grpcStatus(1); s != "/4" { // trailers after the response headers
+		t.Fatalf("trailers: %q, want grpc-status 4 (DeadlineExceeded)", s)
+	}
+}
+
+// RFC 9113's errors for frames on idle streams and windows past 2^31-1
+// (#50): before, RST_STREAM and WINDOW_UPDATE on an idle stream were
+// ignored, a SETTINGS change that took a stream's window past 2^31-1 was
+// accepted, and an invalid SETTINGS value was a PROTOCOL_ERROR whatever
+// the RFC names.
+func TestRFC9113FlowAndIdleErrors(t *testing.T) {
+	goAway := func(t *testing.T, r *raw) http2.ErrCode {
+		t.Helper()
+		return r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame).ErrCode
+	}
+	hold := func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		<-s.Context().Done()
+		return nil
+	}
+	for _, tc := range []struct {
+		name string
+		play func(r *raw)
+		want http2.ErrCode
+		// rst: a stream error on stream 1, not a GOAWAY
+		rst bool
+	}{
+		{"RST_STREAM on an idle stream", func(r *raw) { _ = r.fr.WriteRSTStream(5, http2.ErrCodeCancel) }, http2.ErrCodeProtocol, false},
+		{"WINDOW_UPDATE on an idle stream", func(r *raw) { _ = r.fr.WriteWindowUpdate(7, 100) }, http2.ErrCodeProtocol, false},
+		{"an initial window over 2^31-1", func(r *raw) {
+			_ = r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 31})
+		}, http2.ErrCodeFlowControl, false},
+		{"a SETTINGS change that takes an open stream's window past 2^31-1", func(r *raw) {
+			r.headers(1, false, envoyHeaders(processPath)...)
+			_ = r.fr.WriteWindowUpdate(1, 1<<31-1-65535)
+			_ = r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65536})
+		}, http2.ErrCodeFlowControl, false},
+		{"a WINDOW_UPDATE that takes an open stream's window past 2^31-1", func(r *raw) {
+			r.headers(1, false, envoyHeaders(processPath)...)
+			_ = r.fr.WriteWindowUpdate(1, 1<<31-1)
+		}, http2.ErrCodeFlowControl, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := serve(t, Options{}, hold)
+			r := dialRaw(t, ts.addr)
+			tc.play(r)
+			if tc.rst {
+				f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+				if f.StreamID != 1 || f.ErrCode != tc.want {
+					t.Fatalf("RST_STREAM %d %v, want 1 %v", f.StreamID, f.ErrCode, tc.want)
+				}
+				return
+			}
+			if got := goAway(t, r); got != tc.want {
+				t.Fatalf("GOAWAY %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -231,8 +231,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.ctx = context.WithValue(ctx, streamKey{}, st) // EndFunc
 	if timeout != "" {
 		// The deadline wakes a receive that waits (take waits on the
-		// stream's signal alone).
-		context.AfterFunc(ctx, st.wake)
+		// stream's signal alone), and a send that waits for window.
+		context.AfterFunc(ctx, func() {
+			st.wake()
+			c.mu.Lock()
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		})
 	}
 	if f.StreamEnded() {
 		st.halfDone, st.recvErr = true, io.EOF
@@ -702,7 +707,14 @@ func (st *stream) writeData(b []byte) error {
 	c := st.c
 	for len(b) > 0 {
 		c.mu.Lock()
-		for !c.closed && !st.isReset() && (c.connSend <= 0 || st.sendWindow <= 0) {
+		for (c.connSend <= 0 || st.sendWindow <= 0) && !c.closed && !st.isReset() {
+			// A deadline (grpc-timeout) ends the wait as it ends a
+			// receive's (the stream's context.AfterFunc broadcasts): before,
+			// a peer that gave no window held the handler past it.
+			if err := st.ctx.Err(); err != nil {
+				c.mu.Unlock()
+				return status.FromContextError(err).Err()
+			}
 			c.cond.Wait()
 		}
 		if c.closed || st.isReset() {
