@@ -106,6 +106,7 @@ bench-replicas:
 	$(GO) test -run '^$$' -bench 'Decide' -count 3 ./pkg/breaker/redisstore
 	$(GO) test -run '^$$' -bench 'TransitionPropagation' -benchtime 1000x ./pkg/breaker/redisstore
 	FUSEBOX_FIGURES=1 $(GO) test -count=1 -v -run 'TestFaultFigures|TestSlowRedisLosesNoOutcome|TestFleetCostFigures' ./pkg/breaker/redisstore | grep -E 'figures_test|slow_test|fleetcost_test'
+	FUSEBOX_FIGURES=1 $(GO) test -count=1 -v -run TestHeldHeapFigures ./pkg/processor | grep figures
 
 # Peer comparison (sony/gobreaker) in its own module so the product's go.mod stays clean.
 bench-peers:

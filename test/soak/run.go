@@ -515,8 +515,9 @@ func (r *rig) check(rep *Report) {
 		after = float64(p.heap - rep.MarkBytes - p.pool - p.keys)
 		again = fmt.Sprintf(" (at the first measure %.2f MiB; this one 10 s later)", first/(1<<20))
 		if after > 1.1*base {
-			// What grew, by allocation site (sampled, runtime.MemProfileRate).
-			again += "; the sites that grew most:" + growth(rep.Before.sites, p.sites, 12)
+			// What grew, by allocation site (sampled, runtime.MemProfileRate),
+			// and what each store still owes Redis.
+			again += "; the stores' backlogs (pending/unsent/capacity): " + r.backlogs() + "; the sites that grew most:" + growth(rep.Before.sites, p.sites, 12)
 		}
 	}
 	add("memory (the live Go heap after a collection) returns within 10 % after the load",

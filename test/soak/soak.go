@@ -530,6 +530,18 @@ func (r *rig) instances() []*mainlib.Instance {
 	return slices.DeleteFunc(ins, func(in *mainlib.Instance) bool { return in == nil })
 }
 
+// backlogs says what each fusebox's Redis store still owes Redis.
+func (r *rig) backlogs() string {
+	var out []string
+	for _, in := range r.instances() {
+		if b, ok := in.Store.(interface{ Backlog() (int, int, int) }); ok {
+			p, u, c := b.Backlog()
+			out = append(out, fmt.Sprintf("%d/%d/%d", p, u, c))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 // recordKeys is what every fusebox's store remembers of record keys
 // (R-DL11): each key is kept for its life (at least 10 minutes) whatever
 // the traffic does, so what a load recorded is still held after it, by

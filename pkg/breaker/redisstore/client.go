@@ -117,3 +117,18 @@ func (s *Store) PoolBuffers() (conns int, bytes int64) {
 // RecordKeyBytes is what this replica's view remembers of record keys
 // (R-DL11; breaker.Memory.RecordKeyBytes): Redis keeps its own.
 func (s *Store) RecordKeyBytes() int64 { return s.local.RecordKeyBytes() }
+
+// Backlog is what the store still owes Redis: outcomes sent and not yet
+// answered (pending), and outcomes Redis did not take, kept to send
+// before the next resync (unsent), over every breaker, with the capacity
+// their slices hold. After a load with Redis healthy both drain to 0.
+func (s *Store) Backlog() (pending, unsent, capacity int) {
+	for _, e := range s.tab.Load().list {
+		e.viewMu.Lock()
+		pending += len(e.fl.pending)
+		unsent += len(e.fl.unsent)
+		capacity += cap(e.fl.pending) + cap(e.fl.unsent)
+		e.viewMu.Unlock()
+	}
+	return pending, unsent, capacity
+}

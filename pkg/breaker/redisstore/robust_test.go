@@ -150,6 +150,40 @@ type delivery struct {
 	res     breaker.Result
 }
 
+// flushes is the FLUSHALL schedule's record: when the last one ended,
+// and when each key's first delivery started.
+type flushes struct {
+	mu        sync.Mutex
+	n         int
+	lastEnd   time.Time
+	firstSent map[string]time.Time
+}
+
+func (f *flushes) sent(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.firstSent[key]; !ok {
+		f.firstSent[key] = time.Now()
+	}
+}
+
+// recMarkers reads the record keys Redis holds under prefix: the keys of
+// the outcomes applied since the last FLUSHALL (the script sets each with
+// its count, and a flush takes both).
+func recMarkers(t *testing.T, c redis.UniversalClient, prefix string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	iter := c.Scan(context.Background(), 0, prefix+"*:rec:*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		k := iter.Val()
+		out[k[strings.LastIndex(k, ":rec:")+len(":rec:"):]] = true
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestRobustnessKeyedRecords(t *testing.T) {
 	srv := redistest.Start(t)
 	base := srv.Client(t)
@@ -194,6 +228,8 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 	const requests = 120
 	var ds [n][]delivery
 	keys, failures := 0, 0
+	failed := map[string]bool{}
+	fl := &flushes{firstSent: map[string]time.Time{}}
 	for d := range requests {
 		attempts := 1 + rnd.IntN(2)
 		for a := 1; a <= attempts; a++ {
@@ -203,6 +239,7 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 				failures++
 			}
 			res.Key = fmt.Sprintf("%016x:%d", uint64(d)*0x9e3779b97f4a7c15^seed, a)
+			failed[res.Key] = res.Kind == breaker.KindStatus
 			keys++
 			for range 1 + rnd.IntN(3) {
 				r := rnd.IntN(n)
@@ -237,6 +274,26 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 			_ = base.Do(context.Background(), "CLIENT", "PAUSE", 40+pr.IntN(120), "WRITE").Err()
 		}
 	}()
+	// And Redis is emptied once or twice a seed (FLUSHALL, as an operator
+	// or a failover to an empty replica does), while the records go on.
+	pauses.Add(1)
+	go func() {
+		defer pauses.Done()
+		pr := rand.New(rand.NewPCG(seed, 77))
+		for range 1 + pr.IntN(2) {
+			select {
+			case <-stopPause:
+				return
+			case <-time.After(time.Duration(100+pr.IntN(400)) * time.Millisecond):
+			}
+			if base.Do(context.Background(), "FLUSHALL").Err() == nil {
+				fl.mu.Lock()
+				fl.n++
+				fl.lastEnd = time.Now()
+				fl.mu.Unlock()
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	ctx := context.Background()
 	for i := range rs {
@@ -246,6 +303,9 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 			pr := rand.New(rand.NewPCG(seed, uint64(100+i)))
 			for _, d := range ds[i] {
 				r := rs[d.replica]
+				if d.res.Key != "" {
+					fl.sent(d.res.Key)
+				}
 				adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), true)
 				_, _ = r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, d.res)
 				time.Sleep(time.Duration(pr.IntN(12)) * time.Millisecond) // traffic, not a wait for a state
@@ -277,11 +337,36 @@ func runRobustSeed(t *testing.T, srv *redistest.Server, base redis.UniversalClie
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d keys (%d failures); failpoints met: %v none, %v refused, %v lost, %v late", keys, failures,
-		hits[fpNone], hits[fpRefused], hits[fpLost], hits[fpLate])
-	if s.WindowCalls != int64(keys) || s.WindowFailures != int64(failures) {
-		t.Fatalf("seed %d: Redis applied %d records (%d failures) for %d keys (%d failures): exactly one per key is the promise",
-			seed, s.WindowCalls, s.WindowFailures, keys, failures)
+	t.Logf("%d keys (%d failures); failpoints met: %v none, %v refused, %v lost, %v late; %d FLUSHALL", keys, failures,
+		hits[fpNone], hits[fpRefused], hits[fpLost], hits[fpLate], fl.n)
+	// What Redis holds since the last flush: one record key for each
+	// outcome applied, set with its count by the same script and taken
+	// with it by FLUSHALL. Exactly once, no slack: the window counts one
+	// call per key held, and the failures the failure keys among them.
+	held := recMarkers(t, base, prefix)
+	heldFailures := 0
+	for k := range held {
+		if failed[k] {
+			heldFailures++
+		}
+	}
+	if s.WindowCalls != int64(len(held)) || s.WindowFailures != int64(heldFailures) {
+		t.Fatalf("seed %d: Redis counts %d records (%d failures) for the %d keys (%d failures) it applied since the last flush: one record per key is the promise",
+			seed, s.WindowCalls, s.WindowFailures, len(held), heldFailures)
+	}
+	// And nothing is lost: every key first sent after the last flush
+	// ended is applied (all of them when no flush ran).
+	lost := 0
+	for k, at := range fl.firstSent {
+		if at.After(fl.lastEnd) && !held[k] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("seed %d: %d keys first sent after the last flush are not applied", seed, lost)
+	}
+	if fl.n == 0 && len(held) != keys {
+		t.Fatalf("seed %d: no flush, and %d of %d keys applied", seed, len(held), keys)
 	}
 }
 
