@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoyconfig"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
@@ -114,13 +115,17 @@ var routeOf = map[string]string{
 
 // rig is the system under test.
 type rig struct {
-	opts      Options
-	providers map[string]*fakeprovider.Provider
-	proxy     *envoysim.Proxy
-	cfgPath   string
-	grpcAddr  string
-	adminAddr string
-	logs      *logbuf.Buffer
+	// stopped, collected: instances stopped (fusebox_restart) and how many
+	// of their stores the collector has freed since (a finalizer): one
+	// still held after the load is a stopped fusebox kept alive.
+	stopped, collected atomic.Int64
+	opts               Options
+	providers          map[string]*fakeprovider.Provider
+	proxy              *envoysim.Proxy
+	cfgPath            string
+	grpcAddr           string
+	adminAddr          string
+	logs               *logbuf.Buffer
 
 	mu        sync.Mutex
 	fusebox   *mainlib.Instance
@@ -292,6 +297,10 @@ func (r *rig) stopFusebox() {
 	if in != nil {
 		stop()
 		_ = in.Wait()
+		if st, ok := in.Store.(*redisstore.Store); ok {
+			r.stopped.Add(1)
+			runtime.AddCleanup(st, func(c *atomic.Int64) { c.Add(1) }, &r.collected)
+		}
 		// Keep the metrics the checks read, not the instance.
 		if fams, err := in.Metrics.Registry.Gather(); err == nil {
 			var keep []*dto.MetricFamily
@@ -530,9 +539,10 @@ func (r *rig) instances() []*mainlib.Instance {
 	return slices.DeleteFunc(ins, func(in *mainlib.Instance) bool { return in == nil })
 }
 
-// backlogs says what each fusebox's Redis store still owes Redis.
+// backlogs says what each fusebox's Redis store still owes Redis, and
+// how many stopped fuseboxes' stores are still held.
 func (r *rig) backlogs() string {
-	var out []string
+	out := []string{fmt.Sprintf("stopped stores still held %d of %d", r.stopped.Load()-r.collected.Load(), r.stopped.Load())}
 	for _, in := range r.instances() {
 		if b, ok := in.Store.(interface{ Backlog() (int, int, int) }); ok {
 			p, u, c := b.Backlog()

@@ -140,12 +140,17 @@ func (c *conn) handshake() error {
 		return errors.New("not an HTTP/2 client preface")
 	}
 	_ = c.nc.SetDeadline(time.Time{})
-	c.br = br
-	c.fr = http2.NewFramer(c.bw, br)
-	c.fr.SetReuseFrames()
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = maxHeaderListSize
-	c.fr.SetMaxReadFrameSize(maxFrameSize)
+	// The framer is set with the writing side held: a drain (GracefulStop)
+	// may write on this connection from another goroutine at any time, and
+	// finds no framer until the preface came (writeReady).
+	fr := http2.NewFramer(c.bw, br)
+	fr.SetReuseFrames()
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.MaxHeaderListSize = maxHeaderListSize
+	fr.SetMaxReadFrameSize(maxFrameSize)
+	c.wmu.Lock()
+	c.br, c.fr = br, fr
+	c.wmu.Unlock()
 	o := c.srv.opts
 	return c.write(func() error {
 		if err := c.fr.WriteSettings(
@@ -567,7 +572,12 @@ func (c *conn) goAway(code http2.ErrCode, msg string) {
 	last := c.lastID
 	c.goAwaySent = true
 	c.mu.Unlock()
-	_ = c.write(func() error { return c.fr.WriteGoAway(last, code, []byte(msg)) })
+	_ = c.write(func() error {
+		if c.fr == nil {
+			return nil // no preface yet: nothing to tell (writeReady)
+		}
+		return c.fr.WriteGoAway(last, code, []byte(msg))
+	})
 }
 
 // drain starts a graceful close: GOAWAY with the largest id and a PING;
@@ -585,12 +595,25 @@ func (c *conn) drain() {
 	c.mu.Unlock()
 	var data [8]byte
 	copy(data[:], drainPingData)
+	ready := true
 	_ = c.write(func() error {
+		if c.fr == nil {
+			ready = false
+			return nil
+		}
 		if err := c.fr.WriteGoAway(1<<31-1, http2.ErrCodeNo, nil); err != nil {
 			return err
 		}
 		return c.fr.WritePing(false, data)
 	})
+	if !ready {
+		// The peer has not sent its preface: it has no stream to finish,
+		// and the HTTP/2 framing a GOAWAY needs is not set up yet. Before,
+		// the drain wrote through a nil framer and the process panicked
+		// (TestStress: GracefulStop while a peer was connecting).
+		c.close(errors.New("the server is draining: the connection had not sent its preface"))
+		return
+	}
 	// A peer that never acks the ping still gets closed once idle.
 	time.AfterFunc(5*time.Second, func() {
 		c.mu.Lock()

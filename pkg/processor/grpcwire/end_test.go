@@ -2,7 +2,9 @@ package grpcwire
 
 import (
 	"context"
+	"net"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -44,5 +46,35 @@ func TestEndFuncEndsAWaitingStream(t *testing.T) {
 	}
 	if err := <-recvErr; status.Code(err) != codes.Canceled {
 		t.Fatalf("the handler's Recv: %v, want Canceled", err)
+	}
+}
+
+// A drain (GracefulStop) while a peer has connected and not yet sent its
+// preface closes that connection and returns. Before, it wrote its GOAWAY
+// through a framer not yet made and the process panicked (found by
+// TestStress in CI).
+func TestGracefulStopWhileAPeerConnects(t *testing.T) {
+	ts := serve(t, Options{}, echo)
+	c, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The server has the connection (its reader waits for the preface).
+	eventually(t, "the server has the connection", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return len(ts.conns) == 1
+	})
+	done := make(chan struct{})
+	go func() { ts.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("GracefulStop waits on a connection that never sent its preface")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection is still open")
 	}
 }
