@@ -129,7 +129,7 @@ func New() *Metrics {
 		}, []string{"result"}),
 		DecisionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_decision_events_total",
-			Help: "Events that reached a decision's lifecycle, by event (park, expire, arrive, entry, observe) and result (recorded, late, duplicate, mismatch, forged, meet_unreachable).",
+			Help: "Events that reached a decision's lifecycle, by event (park, expire, arrive, entry, observe, record, recheck) and result (recorded, late, duplicate, mismatch, forged, meet_unreachable, already_applied, not_held, settled_elsewhere).",
 		}, []string{"event", "result"}),
 		DeploymentMismatch: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_deployment_mismatch_total",

@@ -3,6 +3,7 @@ package processor
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
@@ -87,4 +88,49 @@ func TestParkFloodKeepsGenuineConnectionErrors(t *testing.T) {
 		}
 		return n == 4
 	})
+}
+
+// #49: a decision held here while the observer on another replica settles
+// it is let go at its first recheck (5 s), not at the end of its wait
+// (300 s). Before, replica A held it the whole wait: the figure held
+// 65,536, its bound, after 5 minutes at 1,000 decisions a second.
+func TestADecisionSettledElsewhereIsLetGo(t *testing.T) {
+	a := newObserverEnv(t)
+	b := a.replica()
+	md := a.observedDecision("gpt")
+	eventually(t, "held on A", func() bool { return a.srv.held.n.Load() == 1 })
+	b.observe(md, "200", `{"choices":[]}`)
+	b.waitOutcomes("openai:us:gpt", "success", "success", 1)
+	a.clk.Advance(recheckAfter[0])
+	eventually(t, "A lets it go at its first recheck", func() bool { return a.srv.held.n.Load() == 0 })
+	if n := a.decisionEvents("recheck", "settled_elsewhere"); n != 1 {
+		t.Fatalf("%v rechecks counted, want 1", n)
+	}
+	// No neither for it at the end of the wait, and no second record.
+	a.clk.Advance(300 * time.Second)
+	if n := a.outcomes("openai:us:gpt", "neither", "no_outcome"); n != 0 {
+		t.Fatalf("%v neithers", n)
+	}
+	if n := a.outcomes("openai:us:gpt", "success", "success") + b.outcomes("openai:us:gpt", "success", "success"); n != 1 {
+		t.Fatalf("%v successes, want 1", n)
+	}
+}
+
+// A decision nobody settles is read again at each recheck and still
+// expires at the end of its wait, once.
+func TestAnUnsettledDecisionStillExpires(t *testing.T) {
+	a := newObserverEnv(t)
+	a.observedDecision("gpt")
+	eventually(t, "held", func() bool { return a.srv.held.n.Load() == 1 })
+	for _, d := range recheckAfter {
+		a.clk.Advance(d)
+		if a.srv.held.n.Load() != 1 {
+			t.Fatalf("let go at a recheck (%v) with nobody settling it", d)
+		}
+	}
+	a.clk.Advance(300 * time.Second)
+	eventually(t, "expired", func() bool { return a.srv.held.n.Load() == 0 })
+	if n := a.outcomes("openai:us:gpt", "neither", "no_outcome"); n != 1 {
+		t.Fatalf("%v neithers, want 1", n)
+	}
 }
