@@ -508,7 +508,7 @@ func (r *rig) settle() point {
 		}
 	}
 	if os.Getenv("SOAK_DEBUG") != "" || os.Getenv("SOAK_PROFILE_DIR") != "" {
-		fmt.Fprintf(os.Stderr, "heap live (alloc) %.2f MiB, objects %d\n", float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects)
+		fmt.Fprintf(os.Stderr, "heap live (alloc) %.2f MiB, objects %d; %s\n", float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, r.backlogs())
 	}
 	if os.Getenv("SOAK_DEBUG") != "" {
 		fmt.Fprintf(os.Stderr, "notes %d, observer streams open %d, decisions kept %d\n", notes(), r.proxy.ObserversOpen(), kept)
