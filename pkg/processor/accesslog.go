@@ -204,9 +204,12 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 	}
 	// Waiting: the decision is parked in its note, where an entry that
 	// reached another replica may claim it too; whoever claims records.
+	claimed := false
 	if parked != nil {
 		switch act := s.meet.run(id, nil, lifecycle.Op{Entry: out.op()}); act.How {
-		case lifecycle.HowEntry, lifecycle.HowUnreachable:
+		case lifecycle.HowEntry:
+			claimed = true
+		case lifecycle.HowUnreachable:
 			// Ours (a meeting place that did not answer: the real outcome
 			// is recorded here, R-DL7).
 		case lifecycle.HowMismatch:
@@ -215,7 +218,10 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 			return EntryDuplicate // claimed elsewhere meanwhile
 		}
 	}
-	if !p.end() {
+	// The note's claim is the authority: a recheck (recheckDecision) that
+	// read the note just after this claim sees it settled and may end the
+	// wait first, and this entry still records what it claimed.
+	if !p.end() && !claimed {
 		return EntryDuplicate
 	}
 	st.recordEntry(out)
@@ -450,7 +456,11 @@ func (st *stream) recheckDecision(p *pending, note lifecycle.Park, i int, wait t
 		}
 		// A park of what is parked already reads the note: Duplicate
 		// while it still waits, ByObserver or Entry once a channel came.
-		act := s.meet.run(id, nil, lifecycle.Op{Park: &note})
+		// Only a note that exists: a settled note lives a park time (5 s)
+		// and then is gone, and a park then would make a fresh one that
+		// its expiry would count as a neither. A note that is gone leaves
+		// the decision to its expiry, as before the rechecks.
+		act := s.meet.runExisting(id, lifecycle.Op{Park: &note})
 		switch act.How {
 		case lifecycle.HowByObserver:
 			s.metrics.DecisionEvents.WithLabelValues("recheck", "settled_elsewhere").Inc()
