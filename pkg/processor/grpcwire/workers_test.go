@@ -3,6 +3,7 @@ package grpcwire
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -81,5 +82,27 @@ func TestAnIdleWorkerKeepsNoJob(t *testing.T) {
 			t.Fatal("the idle worker keeps its last job's closure alive")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An idle worker keeps nothing of the last function it ran: a stream's
+// handler closure holds its stream, connection and server (and through
+// the processor, a store), which a stopped fusebox must let go.
+func TestAnIdleWorkerKeepsNothing(t *testing.T) {
+	var w Workers
+	type big struct{ b [1 << 16]byte }
+	obj := &big{}
+	var freed atomic.Bool
+	runtime.AddCleanup(obj, func(f *atomic.Bool) { f.Store(true) }, &freed)
+	done := make(chan struct{})
+	w.Go(func() { obj.b[0]++; close(done) })
+	<-done
+	obj = nil
+	for i := 0; i < 100 && !freed.Load(); i++ {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !freed.Load() {
+		t.Fatal("an idle worker keeps the last function it ran, and all it holds, alive")
 	}
 }
