@@ -209,6 +209,9 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 		switch act := s.meet.run(id, nil, lifecycle.Op{Entry: out.op()}); act.How {
 		case lifecycle.HowEntry:
 			claimed = true
+			if s.entryClaimHook != nil {
+				s.entryClaimHook()
+			}
 		case lifecycle.HowUnreachable:
 			// Ours (a meeting place that did not answer: the real outcome
 			// is recorded here, R-DL7).

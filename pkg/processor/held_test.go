@@ -134,3 +134,23 @@ func TestAnUnsettledDecisionStillExpires(t *testing.T) {
 		t.Fatalf("%v neithers, want 1", n)
 	}
 }
+
+// An entry that claims a waiting decision in its note records it even when
+// a recheck reads the settled note in between and ends the local wait
+// first. Before, the entry then found the wait ended and dropped what it
+// had claimed as a duplicate: the request counted nowhere.
+func TestAClaimedEntryRecordsPastARecheck(t *testing.T) {
+	a := newObserverEnv(t)
+	c := a.open("")
+	d := c.chat("gpt")
+	c.end()
+	id := decisionOf(t, d)
+	eventually(t, "held", func() bool { return a.srv.held.n.Load() == 1 })
+	a.srv.entryClaimHook = func() { a.clk.Advance(recheckAfter[0]) } // the recheck runs now
+	a.accessLog().send(logEntry{decision: id, cluster: "c_openai_us", code: 503,
+		details: "upstream_reset_before_response_started{remote_connection_failure}", flags: uf})
+	a.waitOutcomes("openai:us:gpt", "failure", "connection_error", 1)
+	if n := a.decisionEvents("recheck", "settled_elsewhere"); n != 1 {
+		t.Fatalf("the recheck did not run between the claim and the record (%v)", n)
+	}
+}

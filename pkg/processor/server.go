@@ -59,6 +59,9 @@ type Server struct {
 	finishHook func()
 	// inlineHook runs as the observer judges a chunk inline (tests).
 	inlineHook func()
+	// entryClaimHook runs once an entry claimed a waiting decision in its
+	// note, before it ends the local wait (tests: a recheck in between).
+	entryClaimHook func()
 
 	maxStreams int64
 	streams    atomic.Int64
