@@ -621,7 +621,7 @@ func (c *conn) drain() {
 		n := len(c.streams)
 		c.mu.Unlock()
 		if n == 0 {
-			c.close(errors.New("drained"))
+			c.close(errDrained)
 		}
 	})
 }
@@ -645,21 +645,36 @@ func (c *conn) close(err error) {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.stop()
-	c.flushBeforeClose()
+	c.flushBeforeClose(err == errDrained)
 	_ = c.nc.Close()
 	for _, st := range sts {
 		st.abort(status.Error(codes.Unavailable, "the connection closed"), false, 0)
 	}
 }
 
+// errDrained ends a connection that went away gracefully with its last
+// stream: its close waits for a writer in progress (flushBeforeClose).
+var errDrained = errors.New("drained")
+
 // flushBeforeClose sends what writeLater left buffered (the last stream's
-// trailers, when a drained connection ends with its last stream), unless a
-// writer holds the writing side: one that is blocked must not hold the
-// close, and one that is not flushes its own bytes. A peer that stopped
-// reading gets a second.
-func (c *conn) flushBeforeClose() {
-	if !c.dirty.Load() || !c.wmu.TryLock() {
+// trailers, when a drained connection ends with its last stream). On a
+// drained close (wait) a writer that holds the writing side is waited
+// for, up to a second; any other close (Stop, a broken connection) goes on
+// at once: one that is
+// blocked on a peer that stopped reading must not hold the close, but one
+// that is not must finish before the socket closes under it. Before, the
+// close went on at once, and a writer mid-flush lost the last stream's
+// trailers (TestStops/graceful on a loaded CI machine: the client saw the
+// connection end instead of its status). A peer that stopped reading gets
+// a second.
+func (c *conn) flushBeforeClose(wait bool) {
+	if !c.dirty.Load() {
 		return
+	}
+	for deadline := time.Now().Add(time.Second); !c.wmu.TryLock(); time.Sleep(time.Millisecond) {
+		if !wait || time.Now().After(deadline) {
+			return
+		}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	c.wdeadRefresh = time.Now().Add(time.Hour) // this second stands
@@ -684,7 +699,7 @@ func (c *conn) streamEnded(st *stream) {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	if done {
-		c.close(errors.New("drained"))
+		c.close(errDrained)
 	}
 }
 
