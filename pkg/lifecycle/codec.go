@@ -19,7 +19,7 @@ func (n *Note) Encode() []byte {
 	if n.empty() {
 		return nil
 	}
-	if n.Entry != nil || n.More != nil || n.Expired || n.Rec != 0 || n.Arr != 0 || (n.Parked != nil && n.Parked.Elapsed != 0) || (n.Parked != nil && !(plainJSON(n.Parked.Gateway) && plainJSON(n.Parked.Route) && plainJSON(n.Parked.Cluster))) {
+	if n.Entry != nil || n.More != nil || n.Claims != nil || n.Expired || n.Rec != 0 || n.Arr != 0 || (n.Parked != nil && n.Parked.Elapsed != 0) || (n.Parked != nil && !(plainJSON(n.Parked.Gateway) && plainJSON(n.Parked.Route) && plainJSON(n.Parked.Cluster))) {
 		b, _ := json.Marshal(n) // plain fields always marshal
 		return b
 	}

@@ -9,10 +9,19 @@
 // (breaker.Store.SwapNote, a compare-and-set), so exactly one replica claims
 // what a note holds.
 //
-// It imports only the breaker: the roles that receive the channels' events,
-// the replica-local waits and the keyed record (R-DL11) live in the
-// processor, which calls it. docs/decisions.md's table is RenderTable's
-// output; TestDecisionsDocMatchesTable holds them together, and
-// TestNoteLifecycleOrders enumerates every order of each deployment's
-// events against the table's promises.
+// A second table (wait.go, WaitStep) is the replica-local half: where a
+// party held on a replica is (live, parking, in its note, alone because the
+// store did not answer, expiring, gone, late, done) and what each event
+// does to it, the store's answers (applied, refused, unknown) included
+// (R-DL12, R-DL13). Operations that can claim carry an id; the note
+// remembers its claims by id, so an operation sent again after an unknown
+// answer gets the answer it got.
+//
+// It imports only the breaker: the roles that receive the channels' events
+// and run the timers and resends live in the processor, which calls both
+// tables. docs/decisions.md's tables are RenderTable's and RenderWaitTable's
+// output (TestDecisionsDocMatchesTable, TestDecisionsDocMatchesWaitTable);
+// TestNoteLifecycleOrders enumerates every order of each deployment's events
+// against the note's promises, and TestTwoReplicasStoreAnswers every order
+// over two replicas times every store answer.
 package lifecycle

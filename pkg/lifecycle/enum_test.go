@@ -355,3 +355,19 @@ func TestDecisionsDocMatchesTable(t *testing.T) {
 		t.Fatalf("docs/decisions.md's table differs from the code's; it should read:\n%s", RenderTable())
 	}
 }
+
+// docs/decisions.md holds the replica-local table as the code has it.
+func TestDecisionsDocMatchesWaitTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/decisions.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- wait table: generated from the replica-local table (lifecycle.RenderWaitTable) -->\n")
+	table, _, ok2 := strings.Cut(rest, "<!-- end of wait table -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/decisions.md has no wait table markers")
+	}
+	if table != RenderWaitTable() {
+		t.Fatalf("docs/decisions.md's wait table differs from the code's; it should read:\n%s", RenderWaitTable())
+	}
+}

@@ -29,7 +29,30 @@ type Note struct {
 	// Arr: the attempts (bit n) whose arrival the note was told of: an
 	// attempt number that arrives twice is a replayed token (R-DL4).
 	Arr uint64 `json:"ar,omitempty"`
+	// Claims are the claims this note made for operations that carry an
+	// id (at most maxClaims, the latest): the same operation sent again,
+	// because its answer was lost, gets the same answer (R-DL12). Before,
+	// a claim whose reply was lost after the script ran was answered
+	// "settled already" when it was sent again, and the outcome it had
+	// claimed was recorded nowhere (TestTwoReplicasStoreAnswers).
+	Claims []Claim `json:"k,omitempty"`
 }
+
+// Claim is what the note answered an operation that claimed a party.
+type Claim struct {
+	ID        string    `json:"i"`
+	How       How       `json:"h"`
+	Claim     *Park     `json:"c,omitempty"`
+	Res       EntryNote `json:"r"`
+	Late      bool      `json:"l,omitempty"`
+	Older     *Park     `json:"o,omitempty"`
+	OlderLate bool      `json:"ol,omitempty"`
+	Chained   bool      `json:"ch,omitempty"`
+}
+
+// maxClaims bounds the claims one note remembers: one per attempt a
+// request makes, in practice.
+const maxClaims = 4
 
 // Park is a parked attempt, or a route-role decision waiting for
 // its access log entry (N 0: any attempt count): enough to record it on
@@ -84,7 +107,7 @@ func (o Entry) Matches(p *Park) bool {
 }
 
 func (n *Note) empty() bool {
-	return n.Parked == nil && n.Later == 0 && n.Entry == nil && len(n.More) == 0 && !n.Obs && !n.Done && !n.Expired && n.Rec == 0 && n.Arr == 0
+	return n.Parked == nil && n.Later == 0 && n.Entry == nil && len(n.More) == 0 && !n.Obs && !n.Done && !n.Expired && n.Rec == 0 && n.Arr == 0 && len(n.Claims) == 0
 }
 
 // How is what an operation on a note did.
@@ -124,10 +147,25 @@ type Act struct {
 	// will record it; the entry does, against its chain group.
 	Chained *Entry
 	Row     int // the table row that applied (tests)
+	// Again: the operation was sent again and had claimed already: the
+	// answer is the one it got then.
+	Again bool
+}
+
+// claims reports whether act makes its operation's caller record.
+func (a *Act) claims() bool {
+	switch a.How {
+	case HowConnErr, HowEntry, HowChained:
+		return true
+	}
+	return a.Older != nil
 }
 
 // Op is one event that reached a decision's note.
 type Op struct {
+	// ID names the operation, so that sending it again after an unknown
+	// answer gets the answer it got (Claims); "" for one never sent again.
+	ID     string
 	Park   *Park // park (or expire, with Expire set)
 	Expire bool
 	Arrive int

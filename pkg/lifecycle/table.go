@@ -351,6 +351,13 @@ var noteTable = []row{
 // note is a value: rows change their copy.
 func Step(cur Note, op Op) (Note, Act) {
 	ev := op.Event()
+	if op.ID != "" {
+		for _, c := range cur.Claims {
+			if c.ID == op.ID {
+				return cur, c.act(op)
+			}
+		}
+	}
 	if cur.Parked != nil {
 		p := *cur.Parked
 		cur.Parked = &p
@@ -365,10 +372,35 @@ func Step(cur Note, op Op) (Note, Act) {
 				// attempt that parks later was retried.
 				cur.Later = max(cur.Later, op.Park.N)
 			}
+			if op.ID != "" && act.claims() {
+				cur.remember(op.ID, act)
+			}
 			return cur, act
 		}
 	}
 	panic("unreachable: every event has an 'otherwise' row")
+}
+
+// remember keeps what the note answered operation id, the latest
+// maxClaims.
+func (n *Note) remember(id string, act Act) {
+	c := Claim{ID: id, How: act.How, Claim: act.Claim, Late: act.Late, Older: act.Older, OlderLate: act.OlderLate, Chained: act.Chained != nil,
+		Res: EntryNote{Res: act.Res.Res, Cluster: act.Res.Cluster, Attempt: act.Res.Attempt}}
+	keep := n.Claims
+	if len(keep) >= maxClaims {
+		keep = keep[len(keep)-maxClaims+1:]
+	}
+	n.Claims = append(append([]Claim(nil), keep...), c)
+}
+
+// act is the answer a claim gave, given again to the operation op that
+// made it.
+func (c *Claim) act(op Op) Act {
+	a := Act{How: c.How, Claim: c.Claim, Res: c.Res.Outcome(), Late: c.Late, Older: c.Older, OlderLate: c.OlderLate, Again: true, Row: -1}
+	if c.Chained {
+		a.Chained = op.Entry
+	}
+	return a
 }
 
 // RenderTable writes the table as docs/decisions.md holds it.
