@@ -179,6 +179,8 @@ var waitTable = []waitRow{
 		act: WaitAct{Next: WaitDone}, rec: "nothing: the claimer recorded"},
 
 	// Claims and outcomes that reach this replica.
+	{from: []Wait{WaitNote, WaitAlone, WaitExpiring, WaitGone, WaitLate, WaitDone}, ev: WClaim, when: "the observer on this replica claimed it", guard: is(HowObserved),
+		act: WaitAct{Next: WaitDone}, rec: "nothing here: the observer records"},
 	{from: []Wait{WaitGone, WaitLate}, ev: WClaim, when: "", guard: anyHow,
 		act: WaitAct{Next: WaitDone, Rec: RecClaim, Late: true}, rec: "the claimed outcome, late (without the slot)"},
 	{from: nil, ev: WClaim, when: "any other state, done included", guard: anyHow,

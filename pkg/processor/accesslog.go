@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"runtime/debug"
-	"time"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
@@ -30,6 +29,7 @@ const (
 	EntryClusterMismatch = "cluster_mismatch"
 	EntryIgnored         = "ignored"
 	EntryDropped         = "dropped" // every worker was busy (the store stalled)
+	EntryResent          = "resent"  // the store did not answer: sent again until it does
 )
 
 // entryOutcome is what one access log entry says of its request.
@@ -47,7 +47,13 @@ type entryOutcome struct {
 	// token is the sealed attempt token the entry carried (fusebox.token),
 	// opened by sealedChain.
 	token string
+	// id names the entry's note operations (newOpID).
+	id string
 }
+
+// noteOp is the entry as an operation on its decision's note: its id
+// makes sending it again after an unknown answer get the same answer.
+func (o *entryOutcome) noteOp() lifecycle.Op { return lifecycle.Op{ID: o.id, Entry: o.op()} }
 
 // op is the entry as the decision's note table reads it.
 func (o *entryOutcome) op() *lifecycle.Entry {
@@ -161,6 +167,7 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 		return EntryNoDecision
 	}
 	out := entryResult(e)
+	out.id = newOpID('e')
 	s.sealedChain(id, &out)
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
@@ -177,334 +184,6 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 		return r
 	}
 	return EntryUnknown
-}
-
-// entryForStream applies an entry to a route-role decision (R-AL3).
-func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string {
-	p.mu.Lock()
-	st := p.st
-	if out.cluster != "" && out.cluster != st.chosen.Cluster {
-		p.mu.Unlock()
-		// A client cannot steer an outcome onto another route (R-AL4).
-		return EntryClusterMismatch
-	}
-	state, parked := p.state, p.parked
-	if state == pendingLive || state == pendingParking {
-		// The stream may still see its own response, or is writing its
-		// note: it decides at its end with this entry.
-		if p.entry == nil {
-			p.entry = &out
-		}
-		p.mu.Unlock()
-		return EntryRecorded
-	}
-	p.mu.Unlock()
-	if state == pendingDone {
-		return EntryDuplicate
-	}
-	// Waiting: the decision is parked in its note, where an entry that
-	// reached another replica may claim it too; whoever claims records.
-	claimed := false
-	if parked != nil {
-		switch act := s.meet.run(id, nil, lifecycle.Op{Entry: out.op()}); act.How {
-		case lifecycle.HowEntry:
-			claimed = true
-			if s.entryClaimHook != nil {
-				s.entryClaimHook()
-			}
-		case lifecycle.HowUnreachable:
-			// Ours (a meeting place that did not answer: the real outcome
-			// is recorded here, R-DL7).
-		case lifecycle.HowMismatch:
-			return EntryClusterMismatch
-		default:
-			return EntryDuplicate // claimed elsewhere meanwhile
-		}
-	}
-	// The note's claim is the authority: a recheck (recheckDecision) that
-	// read the note just after this claim sees it settled and may end the
-	// wait first, and this entry still records what it claimed.
-	if !p.end() && !claimed {
-		return EntryDuplicate
-	}
-	st.recordEntry(out)
-	s.forgetDecision(id, true, parked != nil)
-	return EntryRecorded
-}
-
-// recordEntry records what an entry says for st's decision.
-func (st *stream) recordEntry(out entryOutcome) {
-	st.reportClusterNotFound(out.res)
-	st.record(out.res, st.now())
-}
-
-// finishDecision ends a route-role stream's decision (called by finish,
-// with no outcome recorded by the stream's own response when noResponse):
-// an entry that came first is recorded now; otherwise the decision waits
-// in its note (decisionWait), then is a neither (R-O8). A stream that broke
-// after its response started is a neither at once (R-O9).
-func (st *stream) finishDecision(noResponse bool) {
-	s := st.s
-	p := s.decisions.get(st.decisionID)
-	if p == nil {
-		if !st.recorded {
-			st.recordNeither()
-		}
-		return
-	}
-	wait := st.decisionWait(noResponse)
-	p.mu.Lock()
-	entry := p.entry
-	switch {
-	case st.recorded || !noResponse || wait == 0 || entry != nil && !st.rt.Envoy.Observer:
-		p.state = pendingDone
-		p.mu.Unlock()
-		switch {
-		case st.recorded:
-		case noResponse && entry != nil:
-			st.recordEntry(*entry)
-		default:
-			st.recordNeither()
-		}
-		// Envoy logs an entry only for its own endings (the shipped
-		// filter): remember the decision only when the response showed one.
-		s.forgetDecision(st.decisionID, st.envoyEnded || noResponse, false)
-		return
-	}
-	p.state = pendingParking
-	p.mu.Unlock()
-	st.parkDecision(p, wait)
-}
-
-// decisionWait is how long a decision whose stream ended with no response
-// waits in its note: for its response to begin on the observer when the
-// stream closed early (Envoy 1.37+ closes it after the last request reply,
-// R-DL3: decision_wait_sec), else for Envoy's entry (access_log.wait_ms).
-func (st *stream) decisionWait(noResponse bool) time.Duration {
-	if st.rt.Envoy.Observer && noResponse && !st.recorded {
-		return max(st.rt.DecisionWait, st.rt.AccessLogWait)
-	}
-	return st.rt.AccessLogWait
-}
-
-// parkDecision writes the decision's note and waits: whether or not a
-// channel stream is connected now (Envoy opens its access log stream at
-// its first entry, and again after fusebox restarts, so the entry that
-// would connect it is the very one this stream may be waiting for), and on
-// any replica (an entry or the observer that came first to another one
-// waits in the note). No lock is held across a store call.
-func (st *stream) parkDecision(p *pending, wait time.Duration) {
-	s := st.s
-	id := st.decisionID
-	note := lifecycle.Park{Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
-		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs}
-	act := s.meet.run(id, nil, lifecycle.Op{Park: &note})
-	parked := act.How == lifecycle.HowParked
-	settle := func(record func()) {
-		if p.end() && record != nil {
-			record()
-		}
-		s.forgetDecision(id, true, parked)
-	}
-	switch act.How {
-	case lifecycle.HowByObserver, lifecycle.HowDuplicate:
-		settle(nil) // the observer or an entry came first: it records
-		return
-	case lifecycle.HowEntry:
-		settle(func() {
-			st.recordEntry(fromEntry(act.Res))
-			s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-		})
-		return
-	case lifecycle.HowParked:
-	default:
-		// The note could not be written (the meeting place did not answer,
-		// or its table is full): the decision waits here alone, where an
-		// entry that reaches this replica still settles it (R-DL5, R-DL7).
-		parked = false
-	}
-	if parked && !s.held.take() {
-		// Past the bound (held.go): the note keeps it, and every channel
-		// on every replica settles it there; this replica lets it go.
-		s.metrics.DecisionEvents.WithLabelValues("park", "not_held").Inc()
-		p.mu.Lock()
-		entry := p.entry
-		p.mu.Unlock()
-		if entry != nil {
-			// An entry reached this replica while the stream ran: it
-			// claims the parked decision unless the observer did.
-			if a := s.meet.run(id, nil, lifecycle.Op{Entry: entry.op()}); a.How == lifecycle.HowEntry || a.How == lifecycle.HowUnreachable {
-				settle(func() { st.recordEntry(*entry) })
-				return
-			}
-		}
-		if p.end() {
-			s.forgetDecision(id, true, true)
-		}
-		return
-	}
-	p.mu.Lock()
-	entry := p.entry
-	p.state = pendingWaiting
-	if parked {
-		p.parked = &note
-		p.held = &s.held
-	}
-	p.timer = breaker.AfterFunc(s.clock, wait, func() { st.expireDecision(p, note, wait) })
-	p.mu.Unlock()
-	if entry == nil {
-		if !parked && act.How == lifecycle.HowUnreachable {
-			st.reparkDecision(p, note)
-		}
-		if parked {
-			st.recheckDecision(p, note, 0, wait)
-		}
-		return
-	}
-	if !parked {
-		settle(func() { st.recordEntry(*entry) })
-		return
-	}
-	// An entry reached this replica while the stream ran: it claims the
-	// parked decision unless the observer did.
-	switch a := s.meet.run(id, nil, lifecycle.Op{Entry: entry.op()}); a.How {
-	case lifecycle.HowEntry, lifecycle.HowUnreachable:
-		settle(func() { st.recordEntry(*entry) })
-	case lifecycle.HowByObserver, lifecycle.HowDuplicate:
-		settle(nil)
-	}
-}
-
-// reparkDecision writes the note of a decision that could not park (the
-// meeting place did not answer) once it answers again, every reparkEvery
-// while the decision waits here: an entry or an observer that reaches
-// another replica after the blip then meets it (R-DL12). Before, it waited
-// on this replica alone, and such an entry waited in a note nobody read.
-func (st *stream) reparkDecision(p *pending, note lifecycle.Park) {
-	s := st.s
-	id := st.decisionID
-	var try func()
-	try = func() {
-		p.mu.Lock()
-		waiting := p.state == pendingWaiting && p.parked == nil
-		p.mu.Unlock()
-		if !waiting {
-			return
-		}
-		act := s.meet.run(id, nil, lifecycle.Op{Park: &note})
-		settle := func(record func()) {
-			if p.end() && record != nil {
-				record()
-			}
-			s.forgetDecision(id, true, true)
-		}
-		switch act.How {
-		case lifecycle.HowUnreachable:
-			p.mu.Lock()
-			if p.state == pendingWaiting {
-				breaker.AfterFunc(s.clock, reparkEvery, try)
-			}
-			p.mu.Unlock()
-		case lifecycle.HowParked, lifecycle.HowDuplicate:
-			// Parked now, or already: the write whose answer was lost had
-			// run.
-			p.mu.Lock()
-			if p.state == pendingWaiting {
-				p.parked = &note // its expiry goes through the note now
-			}
-			p.mu.Unlock()
-		case lifecycle.HowEntry:
-			settle(func() {
-				st.recordEntry(fromEntry(act.Res))
-				s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-			})
-		case lifecycle.HowByObserver:
-			settle(nil) // another channel recorded it, on another replica
-		}
-	}
-	breaker.AfterFunc(s.clock, reparkEvery, try)
-}
-
-// recheckAfter is when a decision held here while it waits in its note
-// reads the note again: the observer that settles it is often on another
-// replica (the observer profile), which records it in the note and never
-// tells this one. Three reads at most, so a decision costs at most three
-// note operations more, and one settled elsewhere is let go within 5 s,
-// 30 s or 2 min of its park instead of decision_wait_sec (300 s).
-var recheckAfter = [...]time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}
-
-// recheckDecision reads the note of a decision held here, at
-// recheckAfter[i] after its park (unless its wait ends first): a decision
-// another replica's observer or entry settled is let go (held.go's count
-// given back); one still parked waits for the next read or its expiry.
-// Before (#49's figure), a replica in the observer profile held every
-// decision the other replica observed for its whole wait: 65,536 held, its
-// bound, after 5 minutes at 1,000 decisions a second.
-func (st *stream) recheckDecision(p *pending, note lifecycle.Park, i int, wait time.Duration) {
-	if i >= len(recheckAfter) || recheckAfter[i] >= wait {
-		return
-	}
-	s := st.s
-	id := st.decisionID
-	delay := recheckAfter[i]
-	if i > 0 {
-		delay -= recheckAfter[i-1]
-	}
-	breaker.AfterFunc(s.clock, delay, func() {
-		p.mu.Lock()
-		waiting := p.state == pendingWaiting && p.parked != nil
-		p.mu.Unlock()
-		if !waiting {
-			return
-		}
-		// A park of what is parked already reads the note: Duplicate
-		// while it still waits, ByObserver or Entry once a channel came.
-		// Only a note that exists: a settled note lives a park time (5 s)
-		// and then is gone, and a park then would make a fresh one that
-		// its expiry would count as a neither. A note that is gone leaves
-		// the decision to its expiry, as before the rechecks.
-		act := s.meet.runExisting(id, lifecycle.Op{Park: &note})
-		switch act.How {
-		case lifecycle.HowByObserver:
-			s.metrics.DecisionEvents.WithLabelValues("recheck", "settled_elsewhere").Inc()
-			if p.end() {
-				s.forgetDecision(id, true, true)
-			}
-		case lifecycle.HowEntry:
-			if p.end() {
-				st.recordEntry(fromEntry(act.Res))
-				s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-			}
-			s.forgetDecision(id, true, true)
-		default: // still parked (or the note did not answer): read it later
-			st.recheckDecision(p, note, i+1, wait)
-		}
-	})
-}
-
-// expireDecision ends a parked decision's wait: a neither that frees its
-// slot, unless a channel claimed it first. The note keeps it as expired,
-// so a real outcome that comes later is still recorded (R-DL2); an expiry
-// that cannot reach the note records nothing (R-DL7).
-func (st *stream) expireDecision(p *pending, note lifecycle.Park, wait time.Duration) {
-	p.mu.Lock()
-	waiting := p.state == pendingWaiting
-	p.mu.Unlock()
-	if !waiting {
-		return
-	}
-	p.mu.Lock()
-	parked := p.parked != nil
-	p.mu.Unlock()
-	how := lifecycle.HowNeither // waiting here alone: nothing else can claim it
-	if parked {
-		cur := lifecycle.Note{Parked: &note}
-		how = st.s.meet.run(st.decisionID, cur.Encode(), lifecycle.Op{Park: &note, Expire: true}).How
-	}
-	if p.end() && how == lifecycle.HowNeither {
-		st.recordNeitherExpired()
-	}
-	st.s.forgetDecision(st.decisionID, true, parked)
 }
 
 // entryResult judges an entry as the route role judges response headers

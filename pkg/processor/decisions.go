@@ -52,41 +52,53 @@ func newDecisionID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// pendingState is where a kept decision is.
-type pendingState uint8
-
-const (
-	pendingLive    pendingState = iota // the stream runs; it records
-	pendingParking                     // the stream ended with no response: its note is being written
-	pendingWaiting                     // parked in its note: waiting for an entry or the observer
-	pendingDone                        // settled
-)
-
 // pending is a route-role decision on the replica that made it. Its lock
 // guards these fields only: no store call is made while it is held
-// (R-DL8); whoever moves it to done (end) records, exactly once.
+// (R-DL8). Where it is (w) moves by the replica-local table
+// (lifecycle.WaitStep, decision_wait.go); whoever moves it to done records
+// what the table says, and a claim through the note records whatever the
+// local state (keyed, R-DL11).
 type pending struct {
 	mu    sync.Mutex
 	st    *stream
-	state pendingState
+	w     lifecycle.Wait
 	entry *entryOutcome // arrived while live or parking
 	timer breaker.Timer
-	// parked is the decision's note while it waits (meet.go): an entry
-	// on any replica settles it.
-	parked *lifecycle.Park
+	// note is the decision's park (from its stream's end on), wait how
+	// long it waits.
+	note     lifecycle.Park
+	wait     time.Duration
+	rewrite  parkRewrite
+	rechecks int
 	// held: counted in the server's held decisions while it waits
 	// (held.go); given back when it ends.
 	held *heldCount
 }
 
-// end moves p to done; false when something else did first.
-func (p *pending) end() bool {
+// step applies ev to p's wait and reports what to do, and whether this
+// step settled it (the first to move it to done).
+func (p *pending) step(ev lifecycle.WaitEvent, how lifecycle.How) (lifecycle.WaitAct, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.state == pendingDone {
-		return false
+	was := p.w
+	act := lifecycle.WaitStep(p.w, ev, how)
+	p.w = act.Next
+	settled := was != lifecycle.WaitDone && act.Next == lifecycle.WaitDone
+	if settled {
+		p.release()
 	}
-	p.state = pendingDone
+	return act, settled
+}
+
+// parkUnanswered: the park's last answer was unknown.
+func (p *pending) parkUnanswered() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rewrite.unanswered
+}
+
+// release stops p's timer and gives back its held count (p.mu held).
+func (p *pending) release() {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
@@ -94,6 +106,18 @@ func (p *pending) end() bool {
 		p.held.n.Add(-1)
 		p.held = nil
 	}
+}
+
+// end moves p to done outside the table (let go: another channel records);
+// false when it was done already.
+func (p *pending) end() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.w == lifecycle.WaitDone {
+		return false
+	}
+	p.w = lifecycle.WaitDone
+	p.release()
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // blipNotes is a store whose meeting place stops answering while down is
@@ -89,7 +90,7 @@ func TestOneTimedOutRequestCountsOnceAcrossABlip(t *testing.T) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.state == pendingWaiting && p.parked != nil
+		return p.w == lifecycle.WaitNote
 	})
 	down.Store(true)
 	e.observeWith(md, []string{":status", "504", "content-type", "application/json"}, `{"error":{"message":"upstream request timeout"}}`)
@@ -165,7 +166,7 @@ func TestADecisionParkedDuringABlipMeetsTheEntry(t *testing.T) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.state == pendingWaiting && p.parked == nil
+		return p.w == lifecycle.WaitAlone
 	})
 	down.Store(false)
 	a.clk.Advance(reparkEvery)

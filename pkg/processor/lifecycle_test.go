@@ -324,7 +324,7 @@ func TestWaitingDecisionClaimedElsewhereRecordsOnce(t *testing.T) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.state == pendingWaiting
+		return p.w == lifecycle.WaitNote || p.w == lifecycle.WaitAlone
 	})
 	b.observe(fuseboxMetadata(t, d), "503", `{"error":{}}`)
 	eventually(t, "the observer records", func() bool { return a.status("default", "openai:us:gpt").Failures == 1 })

@@ -2,7 +2,10 @@ package processor
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
+	mrand "math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +33,10 @@ import (
 
 const parkFor = 5 * time.Second
 
+// claimsLife is how long a note that made claims for operations with an
+// id lives (lifecycle.Note.Claims): a blip, a failover, a fork's pause.
+const claimsLife = time.Minute
+
 // meetings runs note operations and keeps this replica's parked attempts
 // (their streams and park timers).
 type meetings struct {
@@ -42,17 +49,19 @@ type meetings struct {
 	// early counts the early-entry notes made since earlyFrom (R-DL5).
 	early     int
 	earlyFrom int64
+	// resending counts the operations being sent again (maxResends).
+	resending int
 }
 
+// parkedHere is an attempt held on this replica; its fields are guarded
+// by meetings.mu. Where it is (w) moves by the replica-local table
+// (lifecycle.WaitStep).
 type parkedHere struct {
-	st    *stream
-	note  lifecycle.Park
-	timer breaker.Timer
-	// local: the meeting place did not answer when it parked, so it waits
-	// here only: what reaches this replica may still claim it (R-DL7),
-	// and retry writes its note again (repark).
-	local bool
-	retry breaker.Timer
+	st      *stream
+	note    lifecycle.Park
+	timer   breaker.Timer
+	w       lifecycle.Wait
+	rewrite parkRewrite
 }
 
 func newMeetings(s *Server) *meetings {
@@ -105,6 +114,11 @@ func (m *meetings) noteTTL(n lifecycle.Note) time.Duration {
 	if waiting || n.Obs && !n.Done {
 		return max(m.s.cfg.Load().DecisionWait, m.ttl) + time.Second
 	}
+	if len(n.Claims) > 0 {
+		// An operation whose answer was lost is sent again for as long as
+		// the store stays away: its claim must still be there to answer it.
+		return claimsLife
+	}
 	return m.ttl + time.Second
 }
 
@@ -127,6 +141,23 @@ func (m *meetings) count(ev lifecycle.Event, act lifecycle.Act) {
 	m.s.metrics.DecisionEvents.WithLabelValues(ev.String(), r).Inc()
 }
 
+// parkID names a park as a note operation: the attempt and its start, so
+// that the same park sent again gets the answer it got (Note.Claims), and a
+// replayed token's attempt (another start) does not.
+func parkID(p *lifecycle.Park) string {
+	return "p" + strconv.Itoa(p.N) + "." + strconv.FormatInt(p.Start, 36)
+}
+
+// newOpID names one event's note operation (an entry, an arrival): 64
+// random bits after its kind.
+func newOpID(kind byte) string {
+	var b [8]byte
+	src := idSources.Get().(*mrand.ChaCha8)
+	_, _ = src.Read(b[:])
+	idSources.Put(src)
+	return string(kind) + hex.EncodeToString(b[:])
+}
+
 // park keeps st, which ended before any response headers, until its
 // request's next attempt, an access log entry or the park time.
 func (m *meetings) park(a *attemptStream) {
@@ -142,15 +173,16 @@ func (m *meetings) park(a *attemptStream) {
 		return
 	}
 	now := st.now()
+	id := st.decisionID
 	p := lifecycle.Park{N: a.n, Gateway: st.gw.ID, Route: st.chosen.Key, Cluster: st.chosen.Cluster,
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease,
 		Start: st.startNs, Elapsed: max((now-st.startNs)/1e6, 0), Expect: a.expect}
 	m.mu.Lock()
 	full := len(m.here) >= m.max
 	m.mu.Unlock()
-	act := m.run(st.decisionID, nil, lifecycle.Op{Park: &p})
+	act := m.run(id, nil, lifecycle.Op{ID: parkID(&p), Park: &p})
 	if act.Older != nil {
-		m.settle(st.decisionID, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
+		m.settle(id, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
 	}
 	switch {
 	case full && act.How == lifecycle.HowParked:
@@ -160,152 +192,184 @@ func (m *meetings) park(a *attemptStream) {
 		// turned the genuine connection errors after it into neithers.
 		st.s.metrics.DecisionEvents.WithLabelValues("park", "not_held").Inc()
 		return
-	case full && act.How == lifecycle.HowUnreachable:
+	case full && unknownAnswer(act.How):
 		// Neither in the note nor here: the bound holds during a blip.
 		st.recordNeither()
 		return
 	}
-	switch act.How {
-	case lifecycle.HowParked:
-		m.keep(st, p, false)
-	case lifecycle.HowUnreachable:
-		m.repark(st.decisionID, m.keep(st, p, true))
-	case lifecycle.HowConnErr:
-		st.recordRetried(p)
-	case lifecycle.HowEntry:
-		st.recordEntry(fromEntry(act.Res))
-		st.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-	case lifecycle.HowDuplicate:
-		// A replayed token's attempt: recorded already.
-	default:
-		st.recordNeither()
-	}
-}
-
-// reparkEvery is how often an attempt parked here alone (the meeting place
-// did not answer) tries again to write its note.
-const reparkEvery = 250 * time.Millisecond
-
-// repark writes h's note once the meeting place answers again, off the
-// request path, every reparkEvery until it is answered or h's park ends:
-// an attempt parked during a blip must meet the retry, the entry or the
-// expiry that come after it on any replica (R-DL12). Before, it waited on
-// this replica alone for its whole park, and Envoy's retry arriving after
-// the blip on any replica turned its connection error into a neither.
-func (m *meetings) repark(id string, h *parkedHere) {
-	var try func()
-	try = func() {
-		m.mu.Lock()
-		live := m.here[id] == h && h.local
-		m.mu.Unlock()
-		if !live {
-			return
-		}
-		act := m.run(id, nil, lifecycle.Op{Park: &h.note})
-		if act.How == lifecycle.HowUnreachable {
-			m.mu.Lock()
-			if m.here[id] == h {
-				h.retry = breaker.AfterFunc(m.s.clock, reparkEvery, try)
-			}
-			m.mu.Unlock()
-			return
-		}
-		if act.Older != nil {
-			m.settle(id, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
-		}
-		if act.How == lifecycle.HowParked || act.How == lifecycle.HowDuplicate {
-			// Parked now, or parked already: the write whose answer was
-			// lost had run (or a claim recorded it since, which the note's
-			// expiry then finds).
-			m.mu.Lock()
-			if m.here[id] == h {
-				h.local = false // in the note now: claimed there, like any park
-				m.mu.Unlock()
-				return
-			}
-			m.mu.Unlock()
-			// Claimed here meanwhile (an arrival or an entry on this
-			// replica during the blip): the note's park is a leftover its
-			// expiry settles; a second record of the attempt is a repeat
-			// its key turns away (R-DL11).
-			return
-		}
-		// The note answered with the attempt's outcome (a retry or an
-		// entry came first, on any replica): it is recorded here, once.
-		m.mu.Lock()
-		mine := m.here[id] == h
-		if mine {
-			delete(m.here, id)
-			h.timer.Stop()
-		}
-		m.mu.Unlock()
-		if !mine {
-			return
-		}
-		switch act.How {
-		case lifecycle.HowConnErr:
-			h.st.recordRetried(h.note)
-		case lifecycle.HowEntry:
-			h.st.recordEntry(fromEntry(act.Res))
-			m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
-		default:
-			h.st.recordNeither()
-		}
-	}
+	h := &parkedHere{st: st, note: p, w: lifecycle.WaitParking, rewrite: parkRewrite{unanswered: unknownAnswer(act.How)}}
 	m.mu.Lock()
-	if m.here[id] == h {
-		h.retry = breaker.AfterFunc(m.s.clock, reparkEvery, try)
-	}
-	m.mu.Unlock()
-}
-
-// keep holds a parked attempt's stream on this replica until its park
-// time ends (on the server's clock).
-func (m *meetings) keep(st *stream, p lifecycle.Park, local bool) *parkedHere {
-	h := &parkedHere{st: st, note: p, local: local}
-	id := st.decisionID
-	m.mu.Lock()
-	if old := m.here[id]; old != nil {
-		old.timer.Stop()
-	}
+	old := m.here[id]
 	m.here[id] = h
-	h.timer = breaker.AfterFunc(m.s.clock, m.ttl, func() { m.expire(id, h) })
 	m.mu.Unlock()
-	return h
+	if old != nil && old.note.N < p.N {
+		// An earlier attempt of the request held here: this one began, so
+		// Envoy retried it (its note's claim, if it was answered, went
+		// through Older above and settled it already).
+		m.local(id, old, func(p *lifecycle.Park) bool { return true }, func(st *stream, p lifecycle.Park) { st.recordRetried(p) })
+	}
+	m.answer(id, h, act)
 }
 
-// expire ends h's park: a neither that frees its slot, unless another
-// attempt or an entry claimed it first (on any replica). An expiry that
-// cannot reach the note records nothing (R-DL7).
-func (m *meetings) expire(id string, h *parkedHere) {
-	m.mu.Lock()
-	if m.here[id] == h {
-		delete(m.here, id)
+// answer applies the note's answer to a park (the first, or one written
+// again) of h.
+func (m *meetings) answer(id string, h *parkedHere, act lifecycle.Act) {
+	wa := m.step(id, h, lifecycle.WAnswer, act.How)
+	if wa.Rec == lifecycle.RecClaim && act.How == lifecycle.HowEntry {
+		m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 	}
-	m.mu.Unlock()
-	if h.local {
-		h.st.recordNeitherExpired() // it never reached the note
-		return
-	}
-	cur := lifecycle.Note{Parked: &h.note}
-	if act := m.run(id, cur.Encode(), lifecycle.Op{Park: &h.note, Expire: true}); act.How == lifecycle.HowNeither {
-		h.st.recordNeitherExpired()
-	}
+	m.do(id, h, wa, act.How, act.Res, act.Late, nil)
 }
 
-// claimHere takes an attempt parked on this replica alone (the meeting
-// place did not answer when it parked) when match says the event claims
-// it.
-func (m *meetings) claimHere(decision string, match func(p *lifecycle.Park) bool) *parkedHere {
+// step moves h by the replica-local table; a party that is done leaves
+// the parked map.
+func (m *meetings) step(id string, h *parkedHere, ev lifecycle.WaitEvent, how lifecycle.How) lifecycle.WaitAct {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	h := m.here[decision]
-	if h == nil || !h.local || !match(&h.note) {
-		return nil
+	act := lifecycle.WaitStep(h.w, ev, how)
+	h.w = act.Next
+	if act.Next == lifecycle.WaitDone {
+		if m.here[id] == h {
+			delete(m.here, id)
+		}
+		if h.timer != nil {
+			h.timer.Stop()
+		}
 	}
-	delete(m.here, decision)
-	h.timer.Stop()
-	return h
+	return act
+}
+
+// do does what the replica-local table said for h: record (the note's
+// claim how/res, or what reached this replica, local), hold it, write its
+// park again, apply its expiry. noteLate: the note's claim was of an
+// expired park.
+func (m *meetings) do(id string, h *parkedHere, act lifecycle.WaitAct, how lifecycle.How, res lifecycle.Entry, noteLate bool, local func(*stream, lifecycle.Park)) {
+	st := h.st
+	if act.Rec == lifecycle.RecClaim || act.Rec == lifecycle.RecLocal {
+		if act.Late || noteLate || st.recorded {
+			// Its neither was recorded (its slot freed): the real outcome
+			// is recorded without the slot, on a stream of its own.
+			if st = m.s.streamFromNote(id, &h.note); st == nil {
+				return // its route is gone (a reload since)
+			}
+			st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
+		}
+	}
+	switch act.Rec {
+	case lifecycle.RecClaim:
+		switch how {
+		case lifecycle.HowConnErr:
+			st.recordRetried(h.note)
+		case lifecycle.HowEntry:
+			st.recordEntry(fromEntry(res))
+		}
+	case lifecycle.RecLocal:
+		if local != nil {
+			local(st, h.note)
+		}
+	case lifecycle.RecNeither:
+		st.recordNeitherExpired()
+	}
+	m.mu.Lock()
+	if act.Hold && h.w != lifecycle.WaitDone {
+		h.timer = breaker.AfterFunc(m.s.clock, m.ttl, func() { m.expire(id, h) })
+	}
+	repark := act.Repark || h.rewrite.unanswered
+	m.mu.Unlock()
+	if repark {
+		m.repark(id, h)
+	}
+	if act.AskExpire {
+		m.askExpire(id, h)
+	}
+}
+
+// reparkEvery is how often a park whose answer was unknown is written
+// again.
+const reparkEvery = 250 * time.Millisecond
+
+// repark writes h's park again once the meeting place answers, off the
+// request path, every reparkEvery while h waits here alone or its park's
+// answer is unknown (R-DL12): an attempt parked during a blip must meet
+// the retry, the entry or the expiry that come after it on any replica,
+// and a park whose reply was lost learns what it claimed (its id gets the
+// answer it got). It gives up when the attempt's record key ends.
+func (m *meetings) repark(id string, h *parkedHere) {
+	m.mu.Lock()
+	start := h.rewrite.start(m.s.clock.Now().UnixNano(), h.st.keyLife())
+	m.mu.Unlock()
+	if !start {
+		return
+	}
+	breaker.AfterFunc(m.s.clock, reparkEvery, func() {
+		m.mu.Lock()
+		write, giveUp := h.rewrite.fire(m.s.clock.Now().UnixNano(), h.w == lifecycle.WaitAlone || h.w == lifecycle.WaitGone)
+		m.mu.Unlock()
+		switch {
+		case giveUp:
+			m.do(id, h, m.step(id, h, lifecycle.WGiveUp, lifecycle.HowNone), lifecycle.HowNone, lifecycle.Entry{}, false, nil)
+		case write:
+			act := m.run(id, nil, lifecycle.Op{ID: parkID(&h.note), Park: &h.note})
+			m.mu.Lock()
+			h.rewrite.unanswered = unknownAnswer(act.How)
+			m.mu.Unlock()
+			if act.Older != nil {
+				m.settle(id, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
+			}
+			m.answer(id, h, act)
+		}
+	})
+}
+
+// expire ends h's park time (its timer).
+func (m *meetings) expire(id string, h *parkedHere) {
+	m.do(id, h, m.step(id, h, lifecycle.WExpire, lifecycle.HowNone), lifecycle.HowNone, lifecycle.Entry{}, false, nil)
+}
+
+// askExpire applies h's expiry to its note: a neither that frees its slot,
+// unless another attempt or an entry claimed it first (on any replica).
+func (m *meetings) askExpire(id string, h *parkedHere) {
+	m.mu.Lock()
+	w := h.w
+	m.mu.Unlock()
+	how, ok := m.expireOp(id, w, &h.note)
+	if !ok {
+		return
+	}
+	act := m.step(id, h, lifecycle.WExpired, how)
+	if act.AskExpire {
+		// Unknown: applied again after a while.
+		act.AskExpire = false
+		breaker.AfterFunc(m.s.clock, reparkEvery, func() { m.askExpire(id, h) })
+	}
+	m.do(id, h, act, how, lifecycle.Entry{}, false, nil)
+}
+
+// expireOp applies the expiry of p, held in state w, to its note, and
+// gives the answer; false when w applies none (not expiring).
+func (m *meetings) expireOp(decision string, w lifecycle.Wait, p *lifecycle.Park) (lifecycle.How, bool) {
+	if w != lifecycle.WaitExpiring && w != lifecycle.WaitLate {
+		return lifecycle.HowNone, false
+	}
+	cur := lifecycle.Note{Parked: p}
+	return m.run(decision, cur.Encode(), lifecycle.Op{Park: p, Expire: true}).How, true
+}
+
+// local has the attempt held here that match picks be settled by what
+// reached this replica while the meeting place did not answer (record):
+// false when none is held, or the table says it is not to be.
+func (m *meetings) local(decision string, h *parkedHere, match func(p *lifecycle.Park) bool, record func(*stream, lifecycle.Park)) bool {
+	m.mu.Lock()
+	if h == nil {
+		h = m.here[decision]
+	}
+	if h == nil || !match(&h.note) || lifecycle.WaitStep(h.w, lifecycle.WLocal, lifecycle.HowNone).Rec != lifecycle.RecLocal {
+		m.mu.Unlock()
+		return false
+	}
+	m.mu.Unlock()
+	m.do(decision, h, m.step(decision, h, lifecycle.WLocal, lifecycle.HowNone), lifecycle.HowNone, lifecycle.Entry{}, false, record)
+	return true
 }
 
 // arrived tells the note that attempt n of decision began: a parked
@@ -318,17 +382,68 @@ func (m *meetings) arrived(decision string, n int, g *arrivalGate) {
 		return
 	}
 	go func() {
-		act := m.run(decision, nil, lifecycle.Op{Arrive: n})
-		g.open(act.How == lifecycle.HowDuplicate)
-		switch act.How {
-		case lifecycle.HowConnErr:
-			m.settle(decision, act.Claim, lifecycle.HowConnErr, entryOutcome{}, act.Late)
-		case lifecycle.HowUnreachable:
-			if h := m.claimHere(decision, func(p *lifecycle.Park) bool { return p.N < n }); h != nil {
-				h.st.recordRetried(h.note)
-			}
-		}
+		op := lifecycle.Op{ID: newOpID('a'), Arrive: n}
+		act := m.run(decision, nil, op)
+		g.open(act.How == lifecycle.HowDuplicate && !act.Again)
+		m.arrivalAct(decision, n, op, act)
 	}()
+}
+
+// arrivalAct does what the note answered an arrival.
+func (m *meetings) arrivalAct(decision string, n int, op lifecycle.Op, act lifecycle.Act) {
+	switch {
+	case act.How == lifecycle.HowConnErr:
+		m.settle(decision, act.Claim, lifecycle.HowConnErr, entryOutcome{}, act.Late)
+	case unknownAnswer(act.How):
+		if m.local(decision, nil, func(p *lifecycle.Park) bool { return p.N < n }, func(st *stream, p lifecycle.Park) { st.recordRetried(p) }) {
+			return
+		}
+		m.resend(decision, "arrive", op, func(act lifecycle.Act) { m.arrivalAct(decision, n, op, act) })
+	}
+}
+
+// maxResends bounds the operations a replica sends again at once (an
+// entry or an arrival whose answer was unknown); past it they are dropped
+// and counted (decision_events{result="resend_dropped"}).
+const maxResends = 8192
+
+// resend sends op again, off the request path, every reparkEvery (up to
+// 5 s apart) until the note answers or the record key's life ends, and
+// hands the answer to then (R-DL12). An unknown answer is never read as
+// "not applied": the note may have taken the operation and claimed a
+// party with it, which only its answer to the same id says.
+func (m *meetings) resend(decision, event string, op lifecycle.Op, then func(lifecycle.Act)) {
+	m.mu.Lock()
+	if m.resending >= maxResends {
+		m.mu.Unlock()
+		m.s.metrics.DecisionEvents.WithLabelValues(event, "resend_dropped").Inc()
+		return
+	}
+	m.resending++
+	m.mu.Unlock()
+	m.s.metrics.DecisionEvents.WithLabelValues(event, "resent").Inc()
+	life := time.Duration(breaker.DefaultRecordKeyLife) * time.Millisecond
+	if rt := m.s.cfg.Load(); rt != nil {
+		life = max(2*(rt.DecisionWait+rt.AccessLogWait), life)
+	}
+	until := m.s.clock.Now().Add(life)
+	every := reparkEvery
+	var try func()
+	try = func() {
+		act := m.run(decision, nil, op)
+		if unknownAnswer(act.How) && m.s.clock.Now().Before(until) {
+			every = min(2*every, 5*time.Second)
+			breaker.AfterFunc(m.s.clock, every, try)
+			return
+		}
+		m.mu.Lock()
+		m.resending--
+		m.mu.Unlock()
+		if !unknownAnswer(act.How) {
+			then(act)
+		}
+	}
+	breaker.AfterFunc(m.s.clock, every, try)
 }
 
 // arrivalGate is what the note said of an attempt's arrival: a replayed
@@ -413,13 +528,13 @@ func (m *meetings) entry(decision string, out entryOutcome) (string, bool) {
 		// An entry for a decision this replica does not hold may only
 		// wait in a note within the budget: an existing note (a parked
 		// attempt, a waiting decision) still takes it.
-		if act := m.runExisting(decision, lifecycle.Op{Entry: out.op()}); act.How != lifecycle.HowNone {
+		if act := m.runExisting(decision, out.noteOp()); act.How != lifecycle.HowNone {
 			return m.entryAct(decision, out, act)
 		}
 		m.s.metrics.DecisionEvents.WithLabelValues("entry", "dropped").Inc()
 		return EntryUnknown, true
 	}
-	return m.entryAct(decision, out, m.run(decision, nil, lifecycle.Op{Entry: out.op()}))
+	return m.entryAct(decision, out, m.run(decision, nil, out.noteOp()))
 }
 
 // runExisting applies op only to a note that exists (it creates none).
@@ -450,32 +565,40 @@ func (m *meetings) entryAct(decision string, out entryOutcome, act lifecycle.Act
 		return EntryClusterMismatch, true
 	case lifecycle.HowDuplicate, lifecycle.HowByObserver:
 		return EntryDuplicate, true
-	case lifecycle.HowUnreachable:
-		if h := m.claimHere(decision, out.matchesNote); h != nil {
-			h.st.recordEntry(out)
+	case lifecycle.HowUnreachable, lifecycle.HowFailed:
+		if m.local(decision, nil, out.matchesNote, func(st *stream, _ lifecycle.Park) { st.recordEntry(out) }) {
 			return EntryRecorded, true
 		}
+		// The note may have taken it, or not: sent again with its id
+		// until it answers (R-DL12).
+		m.resend(decision, "entry", out.noteOp(), func(act lifecycle.Act) {
+			if r, _ := m.entryAct(decision, out, act); r == EntryRecorded {
+				m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
+			}
+		})
+		return EntryResent, true
 	}
 	return "", false
 }
 
-// settle records a claimed attempt: with its own stream when it is parked
-// on this replica, else with one rebuilt from the note. A late claim (its
+// settle records a claimed attempt: with its own stream when it is held
+// on this replica (through the replica-local table: the note's claim is
+// the authority), else with one rebuilt from the note. A late claim (its
 // park time had ended and freed its slot) is recorded without the slot.
 func (m *meetings) settle(decision string, p *lifecycle.Park, how lifecycle.How, out entryOutcome, late bool) {
 	m.mu.Lock()
 	h := m.here[decision]
-	var st *stream
-	if h != nil && h.note == *p && !late {
-		delete(m.here, decision)
-		h.timer.Stop()
-		st = h.st
+	if h != nil && h.note != *p {
+		h = nil
 	}
 	m.mu.Unlock()
+	if h != nil {
+		m.do(decision, h, m.step(decision, h, lifecycle.WClaim, how), how, lifecycle.Entry{Res: out.res, Cluster: out.cluster, Attempt: out.attempt}, late, nil)
+		return
+	}
+	st := m.s.streamFromNote(decision, p)
 	if st == nil {
-		if st = m.s.streamFromNote(decision, p); st == nil {
-			return // its route is gone (a reload since)
-		}
+		return // its route is gone (a reload since)
 	}
 	if late {
 		st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0

@@ -267,10 +267,7 @@ func (s *Server) observedHere(id string) {
 	if p == nil {
 		return
 	}
-	p.mu.Lock()
-	waiting := p.state == pendingWaiting
-	p.mu.Unlock()
-	if waiting && p.end() {
+	if _, settled := p.step(lifecycle.WClaim, lifecycle.HowObserved); settled {
 		s.forgetDecision(id, true, true)
 	}
 }

@@ -270,6 +270,10 @@ func (r flushingReader) Read(p []byte) (int, error) {
 }
 
 // readLoop reads frames until the connection fails or ends.
+// peerAwayGrace is how long a connection whose peer sent GOAWAY with
+// nothing open is still read.
+const peerAwayGrace = 500 * time.Millisecond
+
 func (c *conn) readLoop() error {
 	for {
 		if ok, err := c.readData(); ok {
@@ -390,7 +394,12 @@ func (c *conn) handle(f http2.Frame) error {
 		n := len(c.streams)
 		c.mu.Unlock()
 		if n == 0 {
-			return io.EOF
+			// Nothing open: the peer is done with the connection. What it
+			// sent after its GOAWAY (a PING, h2spec http2/7/1) is still
+			// answered for a moment; then the read ends the connection.
+			// Before, it ended at once, and a PING that followed was met by
+			// a closed socket (or a reset) on a loaded machine.
+			_ = c.nc.SetReadDeadline(time.Now().Add(peerAwayGrace))
 		}
 	case *http2.PushPromiseFrame:
 		err = errConn{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
