@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -72,6 +73,9 @@ func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 	} else {
 		raw, err = s.Backend.Load(ctx)
 	}
+	if errors.Is(err, ErrStoreEmpty) && s.firstLoad() {
+		raw, revs, err = s.askRestore(ctx, raw, revs, err)
+	}
 	var bad []string
 	var be *BadOverlaysError
 	empty := errors.Is(err, ErrStoreEmpty)
@@ -119,6 +123,52 @@ func (s *SharedOverlays) Load(ctx context.Context) (map[string]Overlay, error) {
 		return out, ErrStoreEmpty
 	}
 	return out, nil
+}
+
+// RestoreAsker is a backend that can ask the other replicas to put back
+// the admin changes they knew into an emptied store (AskRestore reports
+// whether any listens).
+type RestoreAsker interface {
+	AskRestore(ctx context.Context) bool
+}
+
+// askRestoreWait bounds how long a replica that starts on an emptied store
+// waits for the others to put their admin changes back.
+const askRestoreWait = 500 * time.Millisecond
+
+// firstLoad: no load has read the store yet.
+func (s *SharedOverlays) firstLoad() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.revs == nil
+}
+
+// askRestore: this replica starts on a store that holds no admin change,
+// while other replicas run (#49). Redis was emptied (FLUSHALL, a restart
+// without persistence) and what they knew goes back at their next read:
+// they are asked to read now, and the store is read again until it holds
+// something, within askRestoreWait. Before, a replica that started then ran
+// on the file's settings until the others' periodic read: a fresh trip it
+// judged at the file's threshold was lost.
+func (s *SharedOverlays) askRestore(ctx context.Context, raw map[string][]byte, revs map[string]int64, err error) (map[string][]byte, map[string]int64, error) {
+	asker, ok := s.Backend.(RestoreAsker)
+	rb, ok2 := s.Backend.(RevisionedBackend)
+	if !ok || !ok2 || !asker.AskRestore(ctx) {
+		return raw, revs, err
+	}
+	deadline := time.Now().Add(askRestoreWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return raw, revs, err
+		case <-time.After(25 * time.Millisecond):
+		}
+		r2, v2, e2 := rb.LoadRevisions(ctx)
+		if !errors.Is(e2, ErrStoreEmpty) {
+			return r2, v2, e2
+		}
+	}
+	return raw, revs, err
 }
 
 // Save implements OverlayStore: with revisions, a compare-and-set on the

@@ -129,14 +129,7 @@ func newWorldConfig(t *testing.T, config string, opts ...func(*world)) *world {
 	for _, o := range opts {
 		o(w)
 	}
-	for _, n := range providerNames {
-		p, err := fakeprovider.Start(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.providers[n] = p
-		t.Cleanup(p.Close)
-	}
+	w.startProviders()
 	w.cfgPath = filepath.Join(t.TempDir(), "fusebox.yaml")
 	switch w.profile.File {
 	case "":
@@ -164,6 +157,20 @@ func newWorldConfig(t *testing.T, config string, opts ...func(*world)) *world {
 		}
 	})
 	return w
+}
+
+// startProviders starts one fake provider per cluster, closed with the
+// test.
+func (w *world) startProviders() {
+	w.t.Helper()
+	for _, n := range providerNames {
+		p, err := fakeprovider.Start(n)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.providers[n] = p
+		w.t.Cleanup(p.Close)
+	}
 }
 
 func (w *world) startFusebox() {

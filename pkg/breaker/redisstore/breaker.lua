@@ -403,6 +403,14 @@ if op == "rec" then
     s.saturated_until = 0
     emit_sat(2)
   end
+  if op == "rec" and agen > s.generation and s.generation == 1 and s.state == 0 and s.seq == 0 then
+    -- Generations only grow: an outcome admitted under a later one than
+    -- the stored state's means the state was lost and made again since
+    -- (FLUSHALL; an acquire made it at generation 1 before this record
+    -- came). It counts, under its own generation, as after a vanished key
+    -- (#49: the first failure after a flush must open the route again).
+    s.generation = agen
+  end
   if agen ~= s.generation then
     res.stale = 1
   elseif s.state == 0 then

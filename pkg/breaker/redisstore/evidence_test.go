@@ -156,3 +156,42 @@ func failOnce(t *testing.T, r *replica, clk *breaker.FakeClock) {
 		t.Fatal(err)
 	}
 }
+
+// TestARecordAdmittedBeforeAFlushStillTrips (#49, R-ST8): a request is
+// admitted under the breaker's generation, Redis is emptied, another call
+// makes the breaker's state again (at generation 1) before the request's
+// outcome is recorded. Before, the record was stale under the fresh
+// state's generation: its key was taken, its failure counted nowhere, and
+// the route stayed closed (the flush case measured from outside, 5 of 20
+// runs). A generation later than the stored one says the state was lost:
+// the record counts under its own.
+func TestARecordAdmittedBeforeAFlushStillTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	clk := breaker.NewFakeClock(time.Now())
+	rs := replicas(t, client, "flushrec:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
+	ctx := context.Background()
+	episode(t, rs, clk, 2) // the generation grows past a fresh state's
+	adm, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
+	if adm.Gen <= 1 {
+		t.Fatalf("admitted at generation %d, want past 1", adm.Gen)
+	}
+	if err := client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Another call makes the state again, at generation 1.
+	if _, err := rs[1].st.Status(ctx, rs[1].key, clk.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	res := fail503
+	res.Key = "d-flush:1"
+	if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), adm, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		eventually(t, "the failure admitted before FLUSHALL opens the breaker", func() bool {
+			s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+			return err == nil && s.State == "open"
+		})
+	}
+}

@@ -88,3 +88,47 @@ func TestRestoreNeverOverwritesANewerChange(t *testing.T) {
 func itoa(n int) string {
 	return string(rune('0' + n))
 }
+
+// TestAReplicaStartingOnAFlushedRedisMeetsTheFleetsChanges (#49, R-ST15):
+// replica A runs with an acknowledged change; Redis is emptied (FLUSHALL);
+// replica B starts with no cache file. B asks the running replicas, over
+// the feed, to put back what they knew, and reads the store again until it
+// holds it. Before, B ran on the file's settings until A's periodic read
+// (up to 5 s): a fresh trip B judged at the file's threshold was lost (the
+// flush case measured from outside, 1 run in 30).
+func TestAReplicaStartingOnAFlushedRedisMeetsTheFleetsChanges(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var a *routes.Manager
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: srv.Client(t), KeyPrefix: "cas:", OpTimeout: time.Second,
+		Clock: breaker.NewFakeClock(time.Now()), OnOverlay: func(string) {
+			go func() { _ = a.Refresh(ctx) }()
+		}})
+	a = &routes.Manager{Store: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}}, SharedStore: true}
+	rt, err := a.Open(ctx, []byte(casConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Holder = routes.NewHolder(rt)
+	wg := st.Start(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	if _, err := a.Patch(ctx, "default", []byte(`{"circuit_breaker":{"failure_threshold":8}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A listens on the feed (its subscription may take a moment).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, _ := srv.Client(t).PubSubNumSub(ctx, "cas:feed").Result()
+		if n["cas:feed"] > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if th := policyField(t, managerOn(t, srv), "failure_threshold"); th != float64(8) {
+		t.Fatalf("a replica started on the flushed Redis: failure_threshold %v, want the acknowledged 8", th)
+	}
+}

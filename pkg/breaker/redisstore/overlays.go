@@ -223,6 +223,24 @@ func newEpoch() int64 {
 	return int64(binary.BigEndian.Uint64(b[:])>>1) | 1
 }
 
+// AskRestore tells the other replicas, if any are listening, that this one
+// found Redis holding no admin changes: each reads the overlays now and
+// puts back what it knew (R-ST15), rather than at its next periodic read.
+// It reports whether another replica listens (false: nobody to wait for).
+func (o *Overlays) AskRestore(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, o.Store.timeout)
+	defer cancel()
+	subs, err := o.Store.rdb.PubSubNumSub(cctx, o.Store.feed).Result()
+	if err != nil || subs[o.Store.feed] == 0 {
+		return false
+	}
+	if err := o.Store.PublishOverlay(ctx, ""); err != nil {
+		o.Store.count("publish")
+		return false
+	}
+	return true
+}
+
 // RestoreIfAbsent implements breaker.RevisionedBackend: Redis was emptied,
 // and this replica puts back the change it knew where no replica has
 // written one since.

@@ -52,6 +52,16 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 		return
 	}
 	if inc != e.inc {
+		if e.inc != "" && s.opts.OnOverlay != nil {
+			// The key was made again: Redis was emptied (FLUSHALL, a
+			// restart without persistence) or lost it, and the admin
+			// overlays went with it. They are read now, and put back
+			// (R-ST15), rather than at the next periodic read: a replica
+			// that starts on the emptied Redis meanwhile runs without an
+			// acknowledged change (#49: a fresh trip judged at the file's
+			// threshold was lost).
+			s.opts.OnOverlay("")
+		}
 		e.inc, e.seq = inc, 0
 	}
 	if seq < e.seq {
