@@ -48,6 +48,12 @@ type epStream struct {
 	// sendMu serialises Send and CloseSend, which gRPC forbids running
 	// concurrently (the body reader sends while the forwarder may close).
 	sendMu sync.Mutex
+	// entry is the request's access log entry (timeouts.go), lastSent the
+	// phase of the last message sent, timeout its stream's timeout event.
+	entry    *Entry
+	lastSent string
+	lastEOS  bool
+	timeout  *TimeoutEvent
 }
 
 type recvd struct {
@@ -139,6 +145,7 @@ func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
 		e.first = false
 	}
 	e.p.stats.add("stream_msgs_sent")
+	e.lastSent, e.lastEOS = phaseOf(req), endOf(req)
 	err := e.s.Send(req)
 	e.sentOnce.Do(func() { close(e.sent) })
 	return err
@@ -263,6 +270,11 @@ func (e *epStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.Proces
 func (e *epStream) fail(err error) (allowed bool) {
 	e.p.stats.add("streams_failed")
 	e.failed.Store(true)
+	if errors.Is(err, errMessageTimeout) {
+		e.sendMu.Lock()
+		e.timedOut()
+		e.sendMu.Unlock()
+	}
 	e.close()
 	if errors.Is(err, io.EOF) {
 		return true // closed with OK: continue without processing
@@ -292,6 +304,7 @@ func (e *epStream) close() {
 					cancel()
 					return
 				}
+				e.lateReply(r.resp)
 			case <-t.C:
 				cancel()
 				return

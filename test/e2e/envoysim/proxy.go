@@ -35,9 +35,11 @@ type Proxy struct {
 	ln         net.Listener
 	reqSeq     atomic.Uint64
 
-	mu     sync.Mutex
-	log    []Entry
-	active map[string]*atomic.Int64
+	mu  sync.Mutex
+	log []Entry
+	// timeouts: every message timeout (timeouts.go), never reset.
+	timeouts []*TimeoutEvent
+	active   map[string]*atomic.Int64
 
 	attemptMu sync.Mutex
 	attempts  []AttemptLog
@@ -148,6 +150,7 @@ func (p *Proxy) ResetLog() {
 // http_grpc logger configured, sent to it.
 func (p *Proxy) record(e *Entry) {
 	e.Duration = time.Since(e.Start)
+	p.endTimeout(e)
 	if e.Gateway == "" {
 		e.Gateway = p.cfg.Gateway
 	}
@@ -252,6 +255,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ep := newEPStream(p)
+	ep.entry = entry
 	defer ep.close()
 
 	// ext_proc: request headers.

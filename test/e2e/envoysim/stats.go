@@ -157,6 +157,9 @@ type Entry struct {
 	// of the response (%RESP(A?B)%: header A, else B; "" when neither):
 	// remaining requests, their reset, remaining tokens, their reset.
 	RateLimit [4]string
+	// timeout is the request's ext_proc message timeout, if any
+	// (timeouts.go).
+	timeout *TimeoutEvent
 }
 
 // rateLimitHeaders are the ratelimit_* fields' %RESP(A?B)% pairs, in

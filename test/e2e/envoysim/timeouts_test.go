@@ -1,0 +1,46 @@
+package envoysim
+
+import (
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// A message timeout is an event with a known outcome (R-DL14): envoysim
+// keeps where it timed out, what became of the request, and the cluster a
+// reply that came too late named (Envoy reads and ignores it). A soak
+// counts with them exactly, with no allowance.
+func TestMessageTimeoutEvents(t *testing.T) {
+	late := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestBody() != nil {
+			time.Sleep(400 * time.Millisecond)
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+				Response: &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+					{Header: &corev3.HeaderValue{Key: "x-fusebox-cluster", RawValue: []byte("chosen")}}}}}}}}
+		}
+		return plain(req)
+	}
+	r := newRig(t, late, func(c *Config) { c.ExtProc.FailureModeAllow = true })
+	if resp, _ := r.post(`{}`); resp.StatusCode != 200 {
+		t.Fatalf("%d", resp.StatusCode)
+	}
+	var got []TimeoutEvent
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got = r.proxy.Timeouts()
+		if len(got) == 1 && got[0].LateCluster != "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := TimeoutEvent{Phase: "request_body", EndOfStream: true, Role: "route", Cluster: "default", Status: 200, Completed: true, LateCluster: "chosen", ended: true}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("timeouts %+v, want [%+v]", got, want)
+	}
+	r.proxy.ResetLog()
+	if len(r.proxy.Timeouts()) != 1 {
+		t.Fatal("ResetLog dropped the timeouts")
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
+)
+
+// What fusebox counts for a request Envoy stopped waiting for (R-DL14).
+// Envoy goes on without the processor after a message timeout
+// (failure_mode_allow) and half-closes its stream, so:
+//   - a request that reached a route's provider and was answered whole,
+//     but whose timed-out message was not the response's last (its headers
+//     before a body, a chunk before the end), is a neither to fusebox, not a
+//     success: fusebox never saw it end (R-O9), and Envoy's access log entry
+//     carries no body (a 2xx entry is a neither). When the timed-out message
+//     was the last, fusebox had the whole response and judged it: a success.
+//     Any other answer (a 503, a 429, a cut) counts as the provider's tally
+//     says, from the response or the entry;
+//   - a request whose headers' reply timed out, its body still to come,
+//     was never decided (fusebox decides on the body's model): nothing;
+//   - a request Envoy sent elsewhere (it timed out before the route was
+//     set: the default route serves it) is a neither on the route fusebox
+//     had decided, at its wait's end: the reply that named it came too
+//     late, and envoysim read it (LateCluster). When even that reply never
+//     came within Envoy's drain (fusebox stalled), Envoy never heard of
+//     the route: the request is unplaced, and its neither may fall on any
+//     route (or on none, when fusebox had not decided yet). In the
+//     observer profile that neither comes at decision_wait_sec (300 s),
+//     after the run: nothing is counted for it within it.
+type timeoutAdjust struct{ success, neither float64 }
+
+func timeoutOutcomes(events []envoysim.TimeoutEvent, observer bool) (map[string]timeoutAdjust, int) {
+	out := map[string]timeoutAdjust{}
+	unplaced := 0
+	for _, ev := range events {
+		if route, ok := routeOf[ev.Cluster]; ok {
+			if ev.Completed && !(ev.EndOfStream && strings.HasPrefix(ev.Phase, "response_")) {
+				a := out[route]
+				a.success--
+				a.neither++
+				out[route] = a
+			}
+			continue
+		}
+		if ev.Phase == "request_headers" && !ev.EndOfStream || observer {
+			// The body (the model) never reached fusebox: it decided
+			// nothing, and counts nothing. In the observer profile the
+			// decision waits decision_wait_sec (300 s: R-DL3) for an
+			// observer that never comes, past the end of the run.
+			continue
+		}
+		if route, ok := routeOf[ev.LateCluster]; ok {
+			a := out[route]
+			a.neither++
+			out[route] = a
+			continue
+		}
+		unplaced++
+	}
+	return out, unplaced
+}
