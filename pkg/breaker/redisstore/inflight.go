@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -129,7 +130,21 @@ func (e *view) answeredUpTo(tok uint64) {
 	for n < len(e.fl.pending) && e.fl.pending[n].tok <= tok {
 		n++
 	}
-	e.fl.pending = append(e.fl.pending[:0], e.fl.pending[n:]...)
+	e.fl.pending = dropRange(e.fl.pending, 0, n)
+}
+
+// dropRange removes s[i:j], zeroing the slots it vacates, and lets a
+// backing array go once the slice is empty. Before, the vacated slots kept
+// the outcomes they held (their keys, their calls' arguments, their
+// breakers) alive, and a burst's backing array stayed at its peak after
+// the backlog drained: the fleet soak's memory check found owe,
+// sendUnsent and recordJob's allocations grown while every backlog was 0.
+func dropRange[T any](s []T, i, j int) []T {
+	s = slices.Delete(s, i, j) // zeroes s[len(s):old len]
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // notTaken keeps a record Redis did not take, to write before the resync
@@ -150,13 +165,13 @@ func (s *Store) owe(e *entry, j recJob) {
 	if j.tok != 0 {
 		for i, o := range e.fl.pending {
 			if o.tok == j.tok {
-				e.fl.pending = append(e.fl.pending[:i], e.fl.pending[i+1:]...)
+				e.fl.pending = dropRange(e.fl.pending, i, i+1)
 				break
 			}
 		}
 	}
 	if len(e.fl.unsent) >= maxUnsent {
-		e.fl.unsent = append(e.fl.unsent[:0], e.fl.unsent[1:]...)
+		e.fl.unsent = dropRange(e.fl.unsent, 0, 1)
 		s.count("unsent_dropped")
 	}
 	j.tok = 0
@@ -183,7 +198,9 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 		e.emitMu.Unlock()
 		if err != nil {
 			e.viewMu.Lock()
-			e.fl.unsent = append(jobs[i:len(jobs):len(jobs)], e.fl.unsent...)
+			// A copy: jobs' backing array (the calls already sent in its
+			// first i slots) goes.
+			e.fl.unsent = append(slices.Clone(jobs[i:]), e.fl.unsent...)
 			e.viewMu.Unlock()
 			return err
 		}
