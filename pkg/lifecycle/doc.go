@@ -17,8 +17,14 @@
 // remembers its claims by id, so an operation sent again after an unknown
 // answer gets the answer it got.
 //
-// It imports only the breaker: the roles that receive the channels' events
-// and run the timers and resends live in the processor, which calls both
+// It also owns what a decision hands from one stream to another and how
+// its outcomes are named: the sealer (seal.go, AES-GCM with the fleet key),
+// the attempt token and the observe note (handoff.go, read strictly), and
+// the record key with its life (key.go, R-DL11).
+//
+// It imports only the breaker (TestLifecycleImportsOnlyTheBreaker): the
+// roles that receive the channels' events and run the timers and resends
+// live in the processor (decision_wait.go, meet.go), which calls both
 // tables. docs/decisions.md's tables are RenderTable's and RenderWaitTable's
 // output (TestDecisionsDocMatchesTable, TestDecisionsDocMatchesWaitTable);
 // TestNoteLifecycleOrders enumerates every order of each deployment's events

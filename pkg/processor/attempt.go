@@ -1,10 +1,7 @@
 package processor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -36,75 +33,24 @@ const AttemptHeader = "x-fusebox-attempt"
 const (
 	attemptCountHeader = "x-envoy-attempt-count"
 	expectedHeader     = "x-envoy-expected-rq-timeout-ms"
-	// maxTokenBytes bounds what the attempt role decodes: ten groups of
-	// route keys fit many times over.
-	maxTokenBytes = 8 << 10
 )
 
-// attemptToken is the chain as the route role wrote it.
-type attemptToken struct {
-	V int `json:"v"`
-	// Decision is the route role's decision id: attempts of one request
-	// are tied together by it, and the access log entry names it.
-	Decision string         `json:"d,omitempty"`
-	Gateway  string         `json:"g"`
-	Model    string         `json:"m"` // the client's model name
-	Path     string         `json:"p"` // the client's :path
-	Chain    []attemptGroup `json:"c"`
-}
-
-// attemptGroup is one route of the chain with the admission the route role
-// took for it: generations, and the probe slot of the first group.
-type attemptGroup struct {
-	Route      string `json:"r"`
-	RouteGen   uint64 `json:"rg"`
-	RouteLease uint64 `json:"rl,omitempty"`
-	FleetGen   uint64 `json:"fg,omitempty"`
-	FleetLease uint64 `json:"fl,omitempty"`
-}
-
-// payload is the token's plaintext (sealed by tokenSealer, token.go).
-func (t *attemptToken) payload() []byte {
-	b, _ := json.Marshal(t) // plain strings and numbers always marshal
-	return b
-}
-
-var errToken = errors.New("not a fusebox attempt token")
+// The attempt token and its groups are the lifecycle's hand-off
+// (lifecycle/handoff.go).
+type (
+	attemptToken = lifecycle.AttemptToken
+	attemptGroup = lifecycle.AttemptGroup
+)
 
 // parseAttemptToken opens the header value with the fleet's key and reads
 // it; anything else than what a route role of this fleet sealed is
 // refused.
 func (s *Server) parseAttemptToken(tok string) (attemptToken, error) {
-	b, err := s.tokens.open(tok)
+	b, err := s.tokens.Open(tok)
 	if err != nil {
-		return attemptToken{}, errToken
+		return attemptToken{}, lifecycle.ErrToken
 	}
-	return parseAttemptPayload(b)
-}
-
-// parseAttemptPayload reads an opened token strictly.
-func parseAttemptPayload(b []byte) (attemptToken, error) {
-	var t attemptToken
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&t); err != nil || dec.More() {
-		return t, errToken
-	}
-	if t.V != 1 || len(t.Chain) == 0 || len(t.Chain) > 10 || t.Gateway == "" {
-		return attemptToken{}, errToken
-	}
-	for _, g := range t.Chain {
-		if g.Route == "" {
-			return attemptToken{}, errToken
-		}
-	}
-	return t, nil
-}
-
-// group returns the chain group of attempt n (1-based): Envoy's
-// priority_group specifier picks min(n-1, groups-1).
-func (t *attemptToken) group(n int) int {
-	return min(max(n, 1)-1, len(t.Chain)-1)
+	return lifecycle.ParseAttemptPayload(b)
 }
 
 // chainToken builds the route role's token for the chain idx of cands; the
@@ -116,7 +62,7 @@ func (st *stream) chainToken(groups []chainGroup) string {
 		t.Chain = append(t.Chain, attemptGroup{Route: g.route.Key, RouteGen: g.adm.Route.Gen, RouteLease: g.adm.Route.Lease,
 			FleetGen: g.adm.Fleet.Gen, FleetLease: g.adm.Fleet.Lease})
 	}
-	return st.s.tokens.seal(t.payload())
+	return st.s.tokens.Seal(t.Payload())
 }
 
 // attemptStream is the attempt role's stream: its own request path (the
@@ -190,7 +136,7 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if !ok {
 		return attemptPassthrough()
 	}
-	g := t.Chain[t.group(n)]
+	g := t.Chain[t.Group(n)]
 	route, ok := gw.Routes[g.Route]
 	if !ok {
 		return attemptPassthrough() // removed by a reload since the chain was made

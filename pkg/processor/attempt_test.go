@@ -10,6 +10,7 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -207,26 +208,26 @@ func TestAttemptWithoutToken(t *testing.T) {
 // panics, a token not sealed with the fleet's key is refused, and what it
 // accepts round-trips.
 func FuzzAttemptToken(f *testing.F) {
-	seal := newTokenSealer([]byte("fuzz key"))
-	f.Add(seal.seal((&attemptToken{V: 1, Gateway: "default", Model: "m", Path: "/v1", Chain: []attemptGroup{{Route: "a:b:c", RouteGen: 3, RouteLease: 1}}}).payload()))
+	seal := lifecycle.NewSealer([]byte("fuzz key"))
+	f.Add(seal.Seal((&attemptToken{V: 1, Gateway: "default", Model: "m", Path: "/v1", Chain: []attemptGroup{{Route: "a:b:c", RouteGen: 3, RouteLease: 1}}}).Payload()))
 	f.Add("")
 	f.Add("e30")
 	f.Fuzz(func(t *testing.T, s string) {
-		_, _ = seal.open(s) // never panics on any header value
+		_, _ = seal.Open(s) // never panics on any header value
 		// The plaintext parser, on the same bytes as if they were opened.
-		tok, err := parseAttemptPayload([]byte(s))
+		tok, err := lifecycle.ParseAttemptPayload([]byte(s))
 		if err != nil {
 			return
 		}
-		b, err := seal.open(seal.seal(tok.payload()))
+		b, err := seal.Open(seal.Seal(tok.Payload()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := parseAttemptPayload(b)
+		again, err := lifecycle.ParseAttemptPayload(b)
 		if err != nil || again.Gateway != tok.Gateway || len(again.Chain) != len(tok.Chain) {
 			t.Fatalf("%q does not round-trip: %v", s, err)
 		}
-		if g := tok.group(1 << 30); g != len(tok.Chain)-1 {
+		if g := tok.Group(1 << 30); g != len(tok.Chain)-1 {
 			t.Fatalf("group of a late attempt: %d", g)
 		}
 	})
@@ -244,7 +245,7 @@ func TestAttemptTokenTellsProvidersNothing(t *testing.T) {
 			t.Fatalf("the token carries %q", secret)
 		}
 	}
-	if _, err := newTokenSealer([]byte("another fleet")).open(tok); err == nil {
+	if _, err := lifecycle.NewSealer([]byte("another fleet")).Open(tok); err == nil {
 		t.Fatal("another key opened the token")
 	}
 	if _, err := e.srv.parseAttemptToken(tok); err != nil {

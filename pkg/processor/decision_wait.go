@@ -411,11 +411,10 @@ func (st *stream) recheckDecision(p *pending) {
 // keyLife is how long the decision's record key lives (keyRecord): no
 // outcome can arrive after it.
 func (st *stream) keyLife() time.Duration {
-	life := time.Duration(breaker.DefaultRecordKeyLife) * time.Millisecond
-	if st.rt != nil {
-		life = max(2*(st.rt.DecisionWait+st.rt.AccessLogWait), life)
+	if st.rt == nil {
+		return lifecycle.RecordKeyLife(0, 0)
 	}
-	return life
+	return lifecycle.RecordKeyLife(st.rt.DecisionWait, st.rt.AccessLogWait)
 }
 
 // unknownAnswer: the note did not answer (the operation may or may not

@@ -103,7 +103,7 @@ func TestForgedObserverNoteRecordsNothing(t *testing.T) {
 	forged := func(e *env) *corev3.Metadata {
 		n := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us", RouteGen: 1, Start: e.clk.Now().UnixNano()}}
 		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
-			observeKey: structpb.NewStringValue(n.encode())}}}}
+			observeKey: structpb.NewStringValue(n.Encode())}}}}
 	}
 	t.Run("forged", func(t *testing.T) {
 		e := newObserverEnv(t)
@@ -344,7 +344,7 @@ func TestOldObserveNoteIsRefused(t *testing.T) {
 	old := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us",
 		RouteGen: 1, Start: e.clk.Now().Add(-400 * time.Second).UnixNano()}}
 	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
-		observeKey: structpb.NewStringValue(e.srv.tokens.sealFor(observeAAD, []byte(old.encode())))}}}}
+		observeKey: structpb.NewStringValue(e.srv.tokens.SealFor(lifecycle.ObserveAAD, []byte(old.Encode())))}}}}
 	e.observe(md, "503", `{"error":{}}`)
 	eventually(t, "refused", func() bool { return e.decisionEvents("observe", "duplicate") == 1 })
 	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {

@@ -422,9 +422,9 @@ func (m *meetings) resend(decision, event string, op lifecycle.Op, then func(lif
 	m.resending++
 	m.mu.Unlock()
 	m.s.metrics.DecisionEvents.WithLabelValues(event, "resent").Inc()
-	life := time.Duration(breaker.DefaultRecordKeyLife) * time.Millisecond
+	life := lifecycle.RecordKeyLife(0, 0)
 	if rt := m.s.cfg.Load(); rt != nil {
-		life = max(2*(rt.DecisionWait+rt.AccessLogWait), life)
+		life = lifecycle.RecordKeyLife(rt.DecisionWait, rt.AccessLogWait)
 	}
 	until := m.s.clock.Now().Add(life)
 	every := reparkEvery

@@ -1,9 +1,6 @@
 package processor
 
 import (
-	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -54,91 +51,11 @@ func (st *stream) observeNote() string {
 		RouteGen: st.adm.Route.Gen, RouteLease: st.adm.Route.Lease, FleetGen: st.adm.Fleet.Gen, FleetLease: st.adm.Fleet.Lease, Start: st.startNs},
 		ReqNs: max(st.now()-st.startNs, 0), Replica: st.s.replica}
 	var buf [192]byte
-	return st.s.tokens.sealFor(observeAAD, n.appendTo(buf[:0]))
+	return st.s.tokens.SealFor(lifecycle.ObserveAAD, n.AppendTo(buf[:0]))
 }
 
-// observeAAD binds a sealed observe note to its use (never an attempt
-// token's).
-var observeAAD = []byte("fusebox observe note v2")
-
-// observeNote is the one field the observer is forwarded. Envoy sends the
-// forwarding namespaces' metadata on every observed message (every chunk
-// of a stream), and decoding it is most of an observed message's cost, so
-// the observer forwards this namespace alone: one string, the decision id
-// included (not the fusebox namespace's many fields).
-type observeNote struct {
-	Decision string
-	Parked   lifecycle.Park
-	// ReqNs is the request phase as the route role measured it (its own
-	// clock), and Replica the process that measured it: the observer
-	// times from its own first message plus ReqNs unless it is that
-	// process (R-DL6: one clock per measurement).
-	ReqNs   int64
-	Replica uint64
-}
-
-// The note's encoding: its fields in order, each a decimal length, a
-// colon, the bytes (no escaping, any byte allowed in a name); version
-// first. A tenth of JSON's cost on both sides (pprof under bench-wire).
-const observeNoteVersion = "o2"
-
-func (n observeNote) encode() string { return string(n.appendTo(make([]byte, 0, 192))) }
-
-// appendTo appends the note's encoding to b.
-func (n observeNote) appendTo(b []byte) []byte {
-	p := n.Parked
-	for _, f := range []string{observeNoteVersion, n.Decision, p.Gateway, p.Route, p.Cluster} {
-		b = strconv.AppendInt(b, int64(len(f)), 10)
-		b = append(b, ':')
-		b = append(b, f...)
-	}
-	for _, v := range []uint64{p.RouteGen, p.RouteLease, p.FleetGen, p.FleetLease, uint64(p.Start), uint64(n.ReqNs), n.Replica} {
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, v, 10)
-	}
-	return b
-}
-
-// parseObserveNote reads an encoded note strictly; ok is false for
-// anything else.
-func parseObserveNote(s string) (n observeNote, ok bool) {
-	var strs [5]string
-	for i := range strs {
-		c := strings.IndexByte(s, ':')
-		if c <= 0 || c > 4 {
-			return n, false
-		}
-		l, err := strconv.Atoi(s[:c])
-		if err != nil || l < 0 || l > len(s)-c-1 {
-			return n, false
-		}
-		strs[i], s = s[c+1:c+1+l], s[c+1+l:]
-	}
-	var nums [7]uint64
-	for i := range nums {
-		if len(s) == 0 || s[0] != ' ' {
-			return n, false
-		}
-		s = s[1:]
-		e := strings.IndexByte(s, ' ')
-		if e < 0 {
-			e = len(s)
-		}
-		v, err := strconv.ParseUint(s[:e], 10, 64)
-		if err != nil {
-			return n, false
-		}
-		nums[i], s = v, s[e:]
-	}
-	if s != "" || strs[0] != observeNoteVersion || nums[4] > math.MaxInt64 || nums[5] > math.MaxInt64 {
-		return n, false
-	}
-	n.Decision = strs[1]
-	n.Parked = lifecycle.Park{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
-		FleetGen: nums[2], FleetLease: nums[3], Start: int64(nums[4])}
-	n.ReqNs, n.Replica = int64(nums[5]), nums[6]
-	return n, true
-}
+// The observe note is the lifecycle's hand-off (lifecycle/handoff.go).
+type observeNote = lifecycle.ObserveNote
 
 // withObserve adds the observer's note to the decision's metadata, and the
 // chosen route to the fusebox namespace: with no response phase the route
@@ -197,10 +114,10 @@ func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
 	}
 	first := s.clock.Now().UnixNano()
 	var n observeNote
-	plain, err := s.tokens.openFor(observeAAD, raw)
+	plain, err := s.tokens.OpenFor(lifecycle.ObserveAAD, raw)
 	ok := err == nil
 	if ok {
-		n, ok = parseObserveNote(string(plain))
+		n, ok = lifecycle.ParseObserveNote(string(plain))
 	}
 	if !ok || n.Decision == "" || len(n.Decision) > 64 {
 		// Not sealed by this fleet: forged, or from another one.

@@ -156,12 +156,12 @@ func FuzzObserveNote(f *testing.F) {
 		}
 		n := observeNote{Decision: d, Parked: lifecycle.Park{Gateway: g, Route: r, Cluster: c, RouteGen: gen, RouteLease: lease, FleetGen: gen / 2, Start: start},
 			ReqNs: start / 3, Replica: lease ^ gen}
-		got, ok := parseObserveNote(n.encode())
+		got, ok := lifecycle.ParseObserveNote(n.Encode())
 		if !ok || got != n {
-			t.Fatalf("%+v -> %q -> %+v %v", n, n.encode(), got, ok)
+			t.Fatalf("%+v -> %q -> %+v %v", n, n.Encode(), got, ok)
 		}
-		if m, ok := parseObserveNote(junk); ok {
-			if again, ok2 := parseObserveNote(m.encode()); !ok2 || again != m {
+		if m, ok := lifecycle.ParseObserveNote(junk); ok {
+			if again, ok2 := lifecycle.ParseObserveNote(m.Encode()); !ok2 || again != m {
 				t.Fatalf("%q parsed to %+v, which does not round-trip", junk, m)
 			}
 		}
@@ -176,33 +176,33 @@ func FuzzSealedNotes(f *testing.F) {
 	f.Add([]byte("o2 note"), "junk", 3)
 	f.Add([]byte{}, "", 0)
 	f.Add([]byte(`{"v":1}`), "AAAA", 40)
-	ours, theirs := newTokenSealer([]byte("fleet a")), newTokenSealer([]byte("fleet b"))
+	ours, theirs := lifecycle.NewSealer([]byte("fleet a")), lifecycle.NewSealer([]byte("fleet b"))
 	f.Fuzz(func(t *testing.T, plain []byte, junk string, flip int) {
-		for _, aad := range [][]byte{observeAAD, tokenAAD} {
-			sealed := ours.sealFor(aad, plain)
-			got, err := ours.openFor(aad, sealed)
+		for _, aad := range [][]byte{lifecycle.ObserveAAD, lifecycle.TokenAAD} {
+			sealed := ours.SealFor(aad, plain)
+			got, err := ours.OpenFor(aad, sealed)
 			if err != nil || string(got) != string(plain) {
 				t.Fatalf("round trip: %q -> %q %v", plain, got, err)
 			}
-			if _, err := theirs.openFor(aad, sealed); err == nil {
+			if _, err := theirs.OpenFor(aad, sealed); err == nil {
 				t.Fatal("another fleet's key opened it")
 			}
-			other := tokenAAD
-			if string(aad) == string(tokenAAD) {
-				other = observeAAD
+			other := lifecycle.TokenAAD
+			if string(aad) == string(lifecycle.TokenAAD) {
+				other = lifecycle.ObserveAAD
 			}
-			if _, err := ours.openFor(other, sealed); err == nil {
+			if _, err := ours.OpenFor(other, sealed); err == nil {
 				t.Fatal("sealed for one use, opened for the other")
 			}
 			b := []byte(sealed)
 			i := (flip%len(b) + len(b)) % len(b)
 			b[i] ^= 0x01
-			if g, err := ours.openFor(aad, string(b)); err == nil && string(g) != string(plain) {
+			if g, err := ours.OpenFor(aad, string(b)); err == nil && string(g) != string(plain) {
 				t.Fatalf("a changed byte opened to %q", g)
 			}
 		}
-		if _, err := ours.openFor(observeAAD, junk); err == nil {
-			if _, err2 := ours.openFor(tokenAAD, junk); err2 == nil {
+		if _, err := ours.OpenFor(lifecycle.ObserveAAD, junk); err == nil {
+			if _, err2 := ours.OpenFor(lifecycle.TokenAAD, junk); err2 == nil {
 				t.Fatal("junk opened for both uses")
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/fusebox-llm/fusebox/pkg/processor/classify"
 )
 
@@ -257,19 +258,15 @@ func (st *stream) record(res breaker.Result, now int64) {
 	st.apply(res, now, true)
 }
 
-// keyRecord keys a real outcome by its decision and attempt (R-DL11), so
-// that whichever channel, replica or resend delivers it, a store applies it
-// once. The key lives twice the longest an outcome may still arrive
-// (decision_wait_sec + access_log.wait_ms). A neither goes unkeyed: it
-// counts nothing, and an expiry's neither must not make the real outcome
-// that follows it a repeat (R-DL2).
+// keyRecord keys a real outcome by its decision and attempt
+// (lifecycle.RecordKey, R-DL11).
 func (st *stream) keyRecord(res *breaker.Result) {
 	if st.decisionID == "" || res.Kind == breaker.KindNeither {
 		return
 	}
-	res.Key = st.decisionID + ":" + strconv.Itoa(max(st.attempt, 1))
+	res.Key = lifecycle.RecordKey(st.decisionID, st.attempt)
 	if st.rt != nil {
-		res.KeyLifeMs = max(2*(st.rt.DecisionWait+st.rt.AccessLogWait).Milliseconds(), breaker.DefaultRecordKeyLife)
+		res.KeyLifeMs = lifecycle.RecordKeyLife(st.rt.DecisionWait, st.rt.AccessLogWait).Milliseconds()
 	}
 }
 

@@ -9,16 +9,16 @@ import (
 // BenchmarkObserveNoteSeal is the observer profile's per-decision cost of
 // the sealed note: the route role seals it, the observer opens it.
 func BenchmarkObserveNoteSeal(b *testing.B) {
-	s := newTokenSealer([]byte("fleet"))
+	s := lifecycle.NewSealer([]byte("fleet"))
 	n := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us-east:gpt-4o-mini", Cluster: "openai_us_east", RouteGen: 3, Start: 1796000000000000000}, ReqNs: 41000, Replica: 77}
 	b.ReportAllocs()
 	for b.Loop() {
-		sealed := s.sealFor(observeAAD, []byte(n.encode()))
-		plain, err := s.openFor(observeAAD, sealed)
+		sealed := s.SealFor(lifecycle.ObserveAAD, []byte(n.Encode()))
+		plain, err := s.OpenFor(lifecycle.ObserveAAD, sealed)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, ok := parseObserveNote(string(plain)); !ok {
+		if _, ok := lifecycle.ParseObserveNote(string(plain)); !ok {
 			b.Fatal("parse")
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,8 +36,8 @@ type Server struct {
 	// meet is where the attempts of one request meet, on any replica
 	// (meet.go).
 	meet *meetings
-	// tokens seals the attempt token (token.go).
-	tokens tokenSealer
+	// tokens seals the hand-offs between streams (lifecycle/seal.go).
+	tokens lifecycle.Sealer
 	// journal, when set, keeps the recent transitions and what handled
 	// the request after each (the dashboard's timeline).
 	journal *breaker.Journal
@@ -147,7 +148,7 @@ func NewServer(o Options) *Server {
 	}
 	s.entryWorkers = make(chan struct{}, maxEntryWorkers)
 	s.replica = mrand.Uint64() | 1
-	s.tokens = newTokenSealer(o.TokenKey)
+	s.tokens = lifecycle.NewSealer(o.TokenKey)
 	s.journal = o.Journal
 	// Registered once per registry: a second Server on the same metrics
 	// (tests) shares the first's gauge.

@@ -1,4 +1,4 @@
-package processor
+package lifecycle
 
 import (
 	"crypto/aes"
@@ -18,16 +18,17 @@ import (
 // not the other routes. Every replica that may see an attempt must open
 // what another replica sealed, so a fleet shares the key (TokenKey).
 
-// tokenAAD binds a sealed token to its use.
-var tokenAAD = []byte("fusebox attempt token v1")
+// TokenAAD binds a sealed token to its use.
+var TokenAAD = []byte("fusebox attempt token v1")
 
-// tokenSealer seals and opens attempt tokens.
-type tokenSealer struct{ aead cipher.AEAD }
+// Sealer seals and opens the hand-offs between streams (R-DL4): attempt
+// tokens and observe notes.
+type Sealer struct{ aead cipher.AEAD }
 
-// newTokenSealer returns a sealer keyed by key (any length: the AES key is
+// NewSealer returns a sealer keyed by key (any length: the AES key is
 // derived from it, so a fleet key file can serve), or by a random key when
 // key is empty (one process: nothing else must open its tokens).
-func newTokenSealer(key []byte) tokenSealer {
+func NewSealer(key []byte) Sealer {
 	var k [32]byte
 	if len(key) == 0 {
 		_, _ = crand.Read(k[:])
@@ -38,13 +39,14 @@ func newTokenSealer(key []byte) tokenSealer {
 	}
 	block, _ := aes.NewCipher(k[:]) // a 32-byte key is always valid
 	aead, _ := cipher.NewGCM(block)
-	return tokenSealer{aead: aead}
+	return Sealer{aead: aead}
 }
 
-func (s tokenSealer) seal(plain []byte) string { return s.sealFor(tokenAAD, plain) }
+// Seal seals an attempt token.
+func (s Sealer) Seal(plain []byte) string { return s.SealFor(TokenAAD, plain) }
 
-// sealFor seals plain for the use aad names.
-func (s tokenSealer) sealFor(aad, plain []byte) string {
+// SealFor seals plain for the use aad names.
+func (s Sealer) SealFor(aad, plain []byte) string {
 	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(plain)+s.aead.Overhead())
 	_, _ = crand.Read(nonce)
 	return base64.RawURLEncoding.EncodeToString(s.aead.Seal(nonce, nonce, plain, aad))
@@ -52,11 +54,12 @@ func (s tokenSealer) sealFor(aad, plain []byte) string {
 
 var errSealed = errors.New("not a token sealed with this key")
 
-func (s tokenSealer) open(tok string) ([]byte, error) { return s.openFor(tokenAAD, tok) }
+// Open opens an attempt token.
+func (s Sealer) Open(tok string) ([]byte, error) { return s.OpenFor(TokenAAD, tok) }
 
-// openFor opens what sealFor sealed for aad.
-func (s tokenSealer) openFor(aad []byte, tok string) ([]byte, error) {
-	if len(tok) == 0 || len(tok) > maxTokenBytes {
+// OpenFor opens what SealFor sealed for aad.
+func (s Sealer) OpenFor(aad []byte, tok string) ([]byte, error) {
+	if len(tok) == 0 || len(tok) > MaxTokenBytes {
 		return nil, errSealed
 	}
 	b, err := base64.RawURLEncoding.DecodeString(tok)
