@@ -41,3 +41,26 @@ func TestADrainedBacklogHoldsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A worker's overflow, once taken, keeps no job alive in its vacated
+// slots (#49, the fleet soak's memory check).
+func TestATakenOverflowHoldsNothing(t *testing.T) {
+	s := &Store{over: make([]overflow, 1)}
+	for i := range 300 {
+		s.over[0].jobs = append(s.over[0].jobs, recJob{op: "rec", res: breaker.Result{Key: strconv.Itoa(i)}})
+	}
+	batch := s.takeOverflow(0, nil)
+	if len(batch) != maxBatch {
+		t.Fatalf("took %d, want %d", len(batch), maxBatch)
+	}
+	left := s.over[0].jobs
+	for _, j := range left[len(left):cap(left)] {
+		if j.res.Key != "" {
+			t.Fatalf("a taken job is still held by the overflow (%s)", j.res.Key)
+		}
+	}
+	s.takeOverflow(0, nil)
+	if cap(s.over[0].jobs) != 0 {
+		t.Fatalf("an empty overflow keeps a %d-slot array", cap(s.over[0].jobs))
+	}
+}

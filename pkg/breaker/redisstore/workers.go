@@ -76,7 +76,7 @@ func (s *Store) takeOverflow(i int, batch []recJob) []recJob {
 	defer o.mu.Unlock()
 	n := min(maxBatch-len(batch), len(o.jobs))
 	batch = append(batch, o.jobs[:n]...)
-	o.jobs = append(o.jobs[:0], o.jobs[n:]...)
+	o.jobs = dropRange(o.jobs, 0, n)
 	return batch
 }
 
@@ -103,6 +103,13 @@ func (s *Store) recordLoop(ctx context.Context, i int) {
 			}
 		}
 		s.runBatch(batch)
+		// The batch's array is reused: its slots must not keep the jobs
+		// just run (their breakers, keys and call arguments) alive while
+		// the worker idles. Before, after a config reload the last batch
+		// kept the replaced breakers alive with every outcome they still
+		// owed Redis: the fleet soak's memory check saw owe and recordJob
+		// grow while every backlog read 0 (#49).
+		clear(batch)
 	}
 }
 
@@ -187,5 +194,12 @@ func (s *Store) drain(i int) {
 			return
 		}
 		s.runBatch(batch)
+		// The batch's array is reused: its slots must not keep the jobs
+		// just run (their breakers, keys and call arguments) alive while
+		// the worker idles. Before, after a config reload the last batch
+		// kept the replaced breakers alive with every outcome they still
+		// owed Redis: the fleet soak's memory check saw owe and recordJob
+		// grow while every backlog read 0 (#49).
+		clear(batch)
 	}
 }
