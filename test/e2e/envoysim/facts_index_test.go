@@ -63,3 +63,31 @@ func TestFactsIndexNamesRealTests(t *testing.T) {
 		t.Fatalf("the facts index has %d rows naming %d tests", rows, named)
 	}
 }
+
+// TestTheFactsIndexCanBeRead: docs/envoy.md is the index (under 15 KB,
+// no table row over 300 characters), the facts in full in the pages of
+// docs/envoy/ it lists, each of which exists (#51). Before, the one file
+// was 55 KB with rows up to 2,260 characters.
+func TestTheFactsIndexCanBeRead(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) >= 15<<10 {
+		t.Errorf("docs/envoy.md is %d bytes: the index must stay under 15 KB", len(doc))
+	}
+	for i, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "|") && len(line) > 300 {
+			t.Errorf("docs/envoy.md:%d: a table row of %d characters (at most 300)", i+1, len(line))
+		}
+	}
+	pages := regexp.MustCompile(`\]\((envoy/[a-z0-9-]+\.md)\)`).FindAllStringSubmatch(string(doc), -1)
+	if len(pages) < 10 {
+		t.Fatalf("docs/envoy.md links %d pages", len(pages))
+	}
+	for _, m := range pages {
+		if _, err := os.Stat("../../../docs/" + m[1]); err != nil {
+			t.Errorf("docs/envoy.md links %s: %v", m[1], err)
+		}
+	}
+}
