@@ -342,32 +342,28 @@ func decisionWorld(t *testing.T, rng *rand.Rand, run int) {
 
 // docs/decisions.md holds the note's table as the code has it.
 func TestDecisionsDocMatchesTable(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/decisions.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "<!-- table: generated from the lifecycle table (lifecycle.RenderTable) -->\n")
-	table, _, ok2 := strings.Cut(rest, "<!-- end of table -->")
-	if !ok || !ok2 {
-		t.Fatal("docs/decisions.md has no table markers")
-	}
-	if table != RenderTable() {
-		t.Fatalf("docs/decisions.md's table differs from the code's; it should read:\n%s", RenderTable())
-	}
+	docMatches(t, "table: generated from the lifecycle table (lifecycle.RenderTable)", "end of table", RenderTable())
 }
 
 // docs/decisions.md holds the replica-local table as the code has it.
 func TestDecisionsDocMatchesWaitTable(t *testing.T) {
+	docMatches(t, "wait table: generated from the replica-local table (lifecycle.RenderWaitTable)", "end of wait table", RenderWaitTable())
+}
+
+// docMatches checks that docs/decisions.md holds want between the
+// comments <!-- start --> and <!-- end -->.
+func docMatches(t *testing.T, start, end, want string) {
+	t.Helper()
 	doc, err := os.ReadFile("../../docs/decisions.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(doc), "<!-- wait table: generated from the replica-local table (lifecycle.RenderWaitTable) -->\n")
-	table, _, ok2 := strings.Cut(rest, "<!-- end of wait table -->")
+	_, rest, ok := strings.Cut(string(doc), "<!-- "+start+" -->\n")
+	table, _, ok2 := strings.Cut(rest, "<!-- "+end+" -->")
 	if !ok || !ok2 {
-		t.Fatal("docs/decisions.md has no wait table markers")
+		t.Fatalf("docs/decisions.md has no %q markers", start)
 	}
-	if table != RenderWaitTable() {
-		t.Fatalf("docs/decisions.md's wait table differs from the code's; it should read:\n%s", RenderWaitTable())
+	if table != want {
+		t.Fatalf("docs/decisions.md's table (%s) differs from the code's; it should read:\n%s", start, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
@@ -58,9 +59,7 @@ func TestALostParkAnswerCountsOnce(t *testing.T) {
 	defer c2.end()
 	b.waitOutcomes(route, "failure", "connection_error", 1)
 	lost.Store(false)
-	cluster := map[string]string{"openai:us:gpt": "c_openai_us", "azure:eu:gpt": "c_azure_eu", "openai:eu:gpt": "c_openai_eu"}[route]
-	a.srv.onAccessLogEntry(logEntry{decision: pt.Decision, cluster: cluster, code: 503, attempt: 1,
-		details: "upstream_reset_before_response_started{connection_failure}", flags: uf}.proto())
+	a.srv.onAccessLogEntry(connectFailureEntry(pt.Decision, route, 1))
 	if s := a.status("default", route); s.Failures != 1 {
 		t.Fatalf("one connect failure, claimed from the note and from the local copy: %d failures", s.Failures)
 	}
@@ -183,4 +182,12 @@ func TestADecisionParkedDuringABlipMeetsTheEntry(t *testing.T) {
 	if n := a.outcomes("openai:us:gpt", "neither", "no_outcome"); n != 0 {
 		t.Fatal("the decision also became a neither")
 	}
+}
+
+// connectFailureEntry is Envoy's access log entry for attempt n of
+// decision, refused on route's cluster (the failover env's clusters).
+func connectFailureEntry(decision, route string, n uint32) *accesslogdatav3.HTTPAccessLogEntry {
+	cluster := map[string]string{"openai:us:gpt": "c_openai_us", "azure:eu:gpt": "c_azure_eu", "openai:eu:gpt": "c_openai_eu"}[route]
+	return logEntry{decision: decision, cluster: cluster, code: 503, attempt: n,
+		details: "upstream_reset_before_response_started{connection_failure}", flags: uf}.proto()
 }

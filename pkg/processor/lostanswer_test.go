@@ -31,9 +31,7 @@ func TestALostClaimAnswerIsRecordedWhenSentAgain(t *testing.T) {
 	eventually(t, "attempt 1 parked", func() bool { return a.srv.meet.len() == 1 })
 	down.Store(true)
 	lost.Store(true)
-	cluster := map[string]string{"openai:us:gpt": "c_openai_us", "azure:eu:gpt": "c_azure_eu", "openai:eu:gpt": "c_openai_eu"}[route]
-	b.srv.onAccessLogEntry(logEntry{decision: pt.Decision, cluster: cluster, code: 503, attempt: 1,
-		details: "upstream_reset_before_response_started{connection_failure}", flags: uf}.proto())
+	b.srv.onAccessLogEntry(connectFailureEntry(pt.Decision, route, 1))
 	down.Store(false)
 	lost.Store(false)
 	a.clk.Advance(reparkEvery)
@@ -73,9 +71,7 @@ func TestAParkThatEndedAloneStillMeetsItsEntry(t *testing.T) {
 	a.clk.Advance(parkFor)
 	eventually(t, "its wait ended: a neither", func() bool { return a.outcomes(route, "neither", "no_outcome") == 1 })
 	down.Store(false)
-	cluster := map[string]string{"openai:us:gpt": "c_openai_us", "azure:eu:gpt": "c_azure_eu", "openai:eu:gpt": "c_openai_eu"}[route]
-	b.srv.onAccessLogEntry(logEntry{decision: pt.Decision, cluster: cluster, code: 503, attempt: 1,
-		details: "upstream_reset_before_response_started{connection_failure}", flags: uf}.proto())
+	b.srv.onAccessLogEntry(connectFailureEntry(pt.Decision, route, 1))
 	for range 8 {
 		a.clk.Advance(reparkEvery)
 	}

@@ -133,8 +133,10 @@ type RestoreAsker interface {
 }
 
 // askRestoreWait bounds how long a replica that starts on an emptied store
-// waits for the others to put their admin changes back.
-const askRestoreWait = 500 * time.Millisecond
+// waits for the others to put their admin changes back: a read, a script
+// and a publish on each side, with room for a loaded machine. It is paid
+// only when the store is empty and other replicas listen.
+const askRestoreWait = 2 * time.Second
 
 // firstLoad: no load has read the store yet.
 func (s *SharedOverlays) firstLoad() bool {
