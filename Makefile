@@ -40,7 +40,7 @@ test:
 	# The poison build (#50): buffers given back to fusebox's transport are
 	# overwritten, and the processor's harness serves on that transport, so
 	# a handler that keeps a message past its next receive fails its test.
-	set -o pipefail; $(GO) test -race -tags poison -count=1 -timeout 10m -skip TestH2spec -json ./pkg/processor/... ./test/e2e/ | $(GO) run ./test/skipreport
+	set -o pipefail; $(GO) test -race -tags poison -count=1 -timeout 10m -skip TestH2spec -json ./pkg/processor/... ./pkg/grpcwire/ ./pkg/extproc/ ./test/e2e/ | $(GO) run ./test/skipreport
 	# The e2e suite again on the observer profile (envoy/envoy-observer.yaml, #28).
 	set -o pipefail; FUSEBOX_E2E_PROFILE=observer $(GO) test -race -count=1 -timeout 10m -json ./test/e2e/ | $(GO) run ./test/skipreport
 	cd test/compose && $(GO) test -count=1 ./...

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/processor"
+	"github.com/fusebox-llm/fusebox/pkg/plan"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -26,7 +26,7 @@ type ModelSummary struct {
 	// Retry-After-blocked, forced open.
 	Unhealthy []string `json:"unhealthy"`
 	// Skipped lists the routes a request passes over now: routing's own
-	// choice (processor.Select), after the floor and when_all_open.
+	// choice (plan.Select), after the floor and when_all_open.
 	Skipped []string `json:"skipped"`
 	// WouldSkip lists the routes a shadow breaker would skip: they take
 	// traffic as usual (R-M2).
@@ -47,7 +47,7 @@ type ModelSummary struct {
 
 // Summary computes every gateway's model summaries at now, from the same
 // verdicts and the same selection a decision makes (each route's and its
-// fleet's breaker, breaker.Target; processor.Select). Before, it read the
+// fleet's breaker, breaker.Target; plan.Select). Before, it read the
 // routes' own breakers only, through Status: a fleet's open showed 2 of 2
 // healthy, a model skipping a route read "routing as usual", and every
 // route forced open read try_all while routing failed fast.
@@ -79,7 +79,7 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 					}
 				}
 			}
-			sel := processor.Select(now, v, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen, nil, nil)
+			sel := plan.Select(now, v, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen, nil, nil)
 			for _, i := range sel.Skipped {
 				s.Skipped = append(s.Skipped, cands[i].Key)
 			}

@@ -27,7 +27,7 @@ gateways:
 
 // TestSummaryTellsTheTruth (#37): the incident summary says what routing
 // does, from the same verdicts (each route's breaker and its fleet's) and
-// the same selection (processor.Select). Before, a model passing over an
+// the same selection (plan.Select). Before, a model passing over an
 // open route read "routing as usual", an open fleet left its routes
 // counted healthy (3 of 3), and every route forced open read try_all while
 // routing failed fast. Summary had no test.

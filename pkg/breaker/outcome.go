@@ -59,6 +59,10 @@ const (
 	ReasonClientError          = "client_error"
 	ReasonStatusNotListed      = "status_not_listed"
 	ReasonClientCancel         = "client_cancel"
+	// ReasonCutMidAnswer: one of Envoy's timers (the route timeout, the
+	// stream idle timeout, a max duration) cut an answer that had begun
+	// (R-AL4): a stream broken mid-flight counts neither way.
+	ReasonCutMidAnswer = "cut_mid_answer"
 	// ReasonNoOutcome: no channel said what became of a decision or a
 	// parked attempt within its wait (an expiry, R-DL2).
 	ReasonNoOutcome       = "no_outcome"

@@ -9,7 +9,7 @@ import (
 // The shared store of admin changes (overlay documents, R-API2a) is
 // reached through these interfaces, which the store side owns: a remote
 // store (redisstore.Overlays) keeps documents as bytes by gateway id and
-// knows nothing of the config; pkg/routes decodes them (SharedOverlays).
+// knows nothing of the config; pkg/routes/shared decodes them (shared.Overlays).
 // So the arrows point down: routes and redisstore both import breaker,
 // neither imports the other.
 

@@ -19,54 +19,68 @@ func (n *Note) Encode() []byte {
 	if n.empty() {
 		return nil
 	}
-	if n.Entry != nil || n.More != nil || n.Claims != nil || n.Expired || n.Rec != 0 || n.Arr != 0 || (n.Parked != nil && n.Parked.Elapsed != 0) || (n.Parked != nil && !(plainJSON(n.Parked.Gateway) && plainJSON(n.Parked.Route) && plainJSON(n.Parked.Cluster))) {
+	if !n.fastShape() {
 		b, _ := json.Marshal(n) // plain fields always marshal
 		return b
 	}
 	b := make([]byte, 0, 160)
 	b = append(b, '{')
-	sep := func() {
+	if p := n.Parked; p != nil {
+		b = appendPark(b, p)
+	}
+	for _, f := range []struct {
+		on, isNum bool
+		key       string
+		num       int
+	}{{n.Later != 0, true, `"l":`, n.Later}, {n.Obs, false, `"o":true`, 0}, {n.Done, false, `"x":true`, 0}} {
+		if !f.on {
+			continue
+		}
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-	}
-	if p := n.Parked; p != nil {
-		b = append(b, `"p":{"n":`...)
-		b = strconv.AppendInt(b, int64(p.N), 10)
-		b = append(b, `,"g":"`...)
-		b = append(b, p.Gateway...)
-		b = append(b, `","r":"`...)
-		b = append(b, p.Route...)
-		b = append(b, `","c":"`...)
-		b = append(b, p.Cluster...)
-		b = append(b, `","rg":`...)
-		b = strconv.AppendUint(b, p.RouteGen, 10)
-		for _, f := range []struct {
-			k string
-			v uint64
-		}{{`,"rl":`, p.RouteLease}, {`,"fg":`, p.FleetGen}, {`,"fl":`, p.FleetLease}} {
-			if f.v != 0 {
-				b = append(b, f.k...)
-				b = strconv.AppendUint(b, f.v, 10)
-			}
+		b = append(b, f.key...)
+		if f.isNum {
+			b = strconv.AppendInt(b, int64(f.num), 10)
 		}
-		b = append(b, `,"s":`...)
-		b = strconv.AppendInt(b, p.Start, 10)
-		b = append(b, '}')
 	}
-	if n.Later != 0 {
-		sep()
-		b = append(b, `"l":`...)
-		b = strconv.AppendInt(b, int64(n.Later), 10)
+	return append(b, '}')
+}
+
+// fastShape reports whether Encode writes the note by hand: only the
+// common shapes (a park with plain names, the later count, the observer's
+// and done marks); anything else goes through encoding/json.
+func (n *Note) fastShape() bool {
+	if n.Entry != nil || n.More != nil || n.Claims != nil || n.Expired || n.Rec != 0 || n.Arr != 0 {
+		return false
 	}
-	if n.Obs {
-		sep()
-		b = append(b, `"o":true`...)
+	p := n.Parked
+	return p == nil || p.Elapsed == 0 && plainJSON(p.Gateway) && plainJSON(p.Route) && plainJSON(p.Cluster)
+}
+
+// appendPark writes a park whose names are plain JSON.
+func appendPark(b []byte, p *Park) []byte {
+	b = append(b, `"p":{"n":`...)
+	b = strconv.AppendInt(b, int64(p.N), 10)
+	b = append(b, `,"g":"`...)
+	b = append(b, p.Gateway...)
+	b = append(b, `","r":"`...)
+	b = append(b, p.Route...)
+	b = append(b, `","c":"`...)
+	b = append(b, p.Cluster...)
+	b = append(b, `","rg":`...)
+	b = strconv.AppendUint(b, p.RouteGen, 10)
+	for _, f := range []struct {
+		k string
+		v uint64
+	}{{`,"rl":`, p.RouteLease}, {`,"fg":`, p.FleetGen}, {`,"fl":`, p.FleetLease}} {
+		if f.v != 0 {
+			b = append(b, f.k...)
+			b = strconv.AppendUint(b, f.v, 10)
+		}
 	}
-	if n.Done {
-		sep()
-		b = append(b, `"x":true`...)
-	}
+	b = append(b, `,"s":`...)
+	b = strconv.AppendInt(b, p.Start, 10)
 	return append(b, '}')
 }
 
@@ -218,31 +232,7 @@ func readAttemptNote(b []byte, n *Note) bool {
 			if n.Parked == nil {
 				n.Parked = &Park{}
 			}
-			p := n.Parked
-			r.object(func(k string) {
-				switch k {
-				case "n":
-					p.N = int(r.int(strconv.IntSize))
-				case "g":
-					p.Gateway = r.str()
-				case "r":
-					p.Route = r.str()
-				case "c":
-					p.Cluster = r.str()
-				case "rg":
-					p.RouteGen = r.uint()
-				case "rl":
-					p.RouteLease = r.uint()
-				case "fg":
-					p.FleetGen = r.uint()
-				case "fl":
-					p.FleetLease = r.uint()
-				case "s":
-					p.Start = r.int(64)
-				default:
-					r.ok = false
-				}
-			})
+			r.object(func(k string) { r.parkField(n.Parked, k) })
 		case "l":
 			n.Later = int(r.int(strconv.IntSize))
 		case "o":
@@ -254,4 +244,42 @@ func readAttemptNote(b []byte, n *Note) bool {
 		}
 	})
 	return r.ok && len(r.b) == 0
+}
+
+// parkField reads field k of a park.
+func (r *noteReader) parkField(p *Park, k string) {
+	switch k {
+	case "n":
+		p.N = int(r.int(strconv.IntSize))
+	case "g":
+		p.Gateway = r.str()
+	case "r":
+		p.Route = r.str()
+	case "c":
+		p.Cluster = r.str()
+	case "s":
+		p.Start = r.int(64)
+	default:
+		if u := r.parkUint(p, k); u != nil {
+			*u = r.uint()
+			return
+		}
+		r.ok = false
+	}
+}
+
+// parkUint is the park's generation or lease field named k, nil for any
+// other name.
+func (r *noteReader) parkUint(p *Park, k string) *uint64 {
+	switch k {
+	case "rg":
+		return &p.RouteGen
+	case "rl":
+		return &p.RouteLease
+	case "fg":
+		return &p.FleetGen
+	case "fl":
+		return &p.FleetLease
+	}
+	return nil
 }

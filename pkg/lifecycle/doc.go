@@ -22,9 +22,15 @@
 // the attempt token and the observe note (handoff.go, read strictly), and
 // the record key with its life (key.go, R-DL11).
 //
+// It also runs the note operations against the store (notes.go, Notes):
+// the compare-and-set from a guess, the operation sent again until the
+// note answers (R-DL12), the budget of early-entry notes (R-DL5), and the
+// ids that name decisions and operations (ids.go); and the gate an
+// attempt's record waits at for its arrival's answer (gate.go).
+//
 // It imports only the breaker (TestLifecycleImportsOnlyTheBreaker): the
-// roles that receive the channels' events and run the timers and resends
-// live in the processor (decision_wait.go, meet.go), which calls both
+// roles that receive the channels' events, hold the parties and run their
+// timers live in the processor (decision_wait.go, meet.go), which calls both
 // tables. docs/decisions.md's tables are RenderTable's and RenderWaitTable's
 // output (TestDecisionsDocMatchesTable, TestDecisionsDocMatchesWaitTable);
 // TestNoteLifecycleOrders enumerates every order of each deployment's events

@@ -111,67 +111,73 @@ type deployment struct {
 	real map[int]int
 }
 
+// routeDeployment is the route role's decision, on the route profile or
+// the observer's, with or without its entry and its expiry.
+func routeDeployment(observer, entry, expire bool) deployment {
+	conn := breaker.Result{Kind: breaker.KindConnError}
+	p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
+	ops := []Op{{Park: p}}
+	real := map[int]int{}
+	name := "route"
+	if observer {
+		ops = append(ops, Op{Observe: true})
+		real[0], name = 1, "observer"
+	}
+	if entry {
+		ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "c"}})
+		real[0] = 1
+	}
+	if expire {
+		ops = append(ops, Op{Park: p, Expire: true})
+	}
+	return deployment{fmt.Sprintf("%s entry=%v expire=%v", name, entry, expire), ops, real}
+}
+
+// failoverDeployment is failover with k attempts: attempts 1..k-1 ended
+// before headers and were retried (attempt n+1 arrived); attempt k ended
+// before headers too and parked: Envoy's entry says what happened to it,
+// or nothing does. Each park may expire.
+func failoverDeployment(k int, entry, expire bool) deployment {
+	conn := breaker.Result{Kind: breaker.KindConnError}
+	var ops []Op
+	real := map[int]int{}
+	for n := 1; n <= k; n++ {
+		p := &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n), RouteGen: uint64(n)}
+		ops = append(ops, Op{Park: p})
+		if n > 1 {
+			ops = append(ops, Op{Arrive: n})
+			real[n-1] = 1
+		}
+		if expire {
+			ops = append(ops, Op{Park: p, Expire: true})
+		}
+	}
+	if entry {
+		ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: fmt.Sprint("c", k), Attempt: uint32(k)}})
+		real[k] = 1
+	}
+	return deployment{fmt.Sprintf("failover k=%d entry=%v expire=%v", k, entry, expire), ops, real}
+}
+
 func deployments() []deployment {
 	var out []deployment
 	conn := breaker.Result{Kind: breaker.KindConnError}
 	// The route role (envoy.yaml): its stream ended with no response and
 	// parked the decision; Envoy's entry may come (any replica), the wait
-	// may end.
-	for _, entry := range []bool{false, true} {
-		for _, expire := range []bool{false, true} {
-			p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
-			ops := []Op{{Park: p}}
-			real := map[int]int{}
-			if entry {
-				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "c"}})
-				real[0] = 1
+	// may end. The observer profile: the observer always sees the
+	// response; the entry and the expiry may come too.
+	for _, observer := range []bool{false, true} {
+		for _, entry := range []bool{false, true} {
+			for _, expire := range []bool{false, true} {
+				out = append(out, routeDeployment(observer, entry, expire))
 			}
-			if expire {
-				ops = append(ops, Op{Park: p, Expire: true})
-			}
-			out = append(out, deployment{fmt.Sprintf("route entry=%v expire=%v", entry, expire), ops, real})
 		}
 	}
-	// The observer profile: the observer always sees the response; the
-	// entry and the expiry may come too.
-	for _, entry := range []bool{false, true} {
-		for _, expire := range []bool{false, true} {
-			p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
-			ops := []Op{{Park: p}, {Observe: true}}
-			if entry {
-				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "c"}})
-			}
-			if expire {
-				ops = append(ops, Op{Park: p, Expire: true})
-			}
-			out = append(out, deployment{fmt.Sprintf("observer entry=%v expire=%v", entry, expire), ops, map[int]int{0: 1}})
-		}
-	}
-	// Failover with k attempts: attempts 1..k-1 ended before headers and
-	// were retried (attempt n+1 arrived); attempt k ended before headers
-	// too and parked: Envoy's entry says what happened to it, or nothing
-	// does. Each park may expire.
+	// Failover with k attempts (failoverDeployment).
 	for k := 1; k <= 3; k++ {
 		for _, entry := range []bool{false, true} {
 			for _, expire := range []bool{false, true} {
-				var ops []Op
-				real := map[int]int{}
-				for n := 1; n <= k; n++ {
-					p := &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n), RouteGen: uint64(n)}
-					ops = append(ops, Op{Park: p})
-					if n > 1 {
-						ops = append(ops, Op{Arrive: n})
-						real[n-1] = 1
-					}
-					if expire {
-						ops = append(ops, Op{Park: p, Expire: true})
-					}
-				}
-				if entry {
-					ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: fmt.Sprint("c", k), Attempt: uint32(k)}})
-					real[k] = 1
-				}
-				out = append(out, deployment{fmt.Sprintf("failover k=%d entry=%v expire=%v", k, entry, expire), ops, real})
+				out = append(out, failoverDeployment(k, entry, expire))
 			}
 		}
 	}
@@ -230,81 +236,115 @@ func TestNoteLifecycleModel(t *testing.T) {
 		fmt.Sscan(s, &seed)
 	}
 	rng := rand.New(rand.NewPCG(seed, 34))
-	conn := breaker.Result{Kind: breaker.KindConnError}
 	for run := range 20000 {
 		if run%4 == 0 {
 			decisionWorld(t, rng, run)
 			continue
 		}
-		k := 1 + rng.IntN(3)
-		parks := make([]*Park, k+1)
-		for n := 1; n <= k; n++ {
-			parks[n] = &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n)}
+		attemptWorld(t, rng, run)
+	}
+}
+
+// attemptWorld is the model for the attempts of a failover decision: up
+// to three, each parked, expired, arrived after, or named by an entry
+// (its own, or a forged one), in any order.
+func attemptWorld(t *testing.T, rng *rand.Rand, run int) {
+	t.Helper()
+	k := 1 + rng.IntN(3)
+	ops, parked := randomAttemptOps(rng, k)
+	realFor := attemptsWithRealOutcome(ops, parked, k)
+	got := play(ops)
+	for n := 0; n <= k; n++ {
+		if got.real[n] > 1 {
+			t.Fatalf("run %d [%s]: attempt %d recorded %d times", run, describe(ops), n, got.real[n])
 		}
-		var ops []Op
-		parked := map[int]bool{}
-		realFor := map[int]bool{} // the reference model: who has a real outcome
-		for range 2 + rng.IntN(10) {
-			n := 1 + rng.IntN(k)
-			switch rng.IntN(5) {
-			case 0:
-				ops = append(ops, Op{Park: parks[n]})
-				parked[n] = true
-			case 1:
-				if parked[n] {
-					ops = append(ops, Op{Park: parks[n], Expire: true})
-				}
-			case 2:
-				if n > 1 {
-					ops = append(ops, Op{Arrive: n})
-				}
-			case 3:
-				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: fmt.Sprint("c", n), Attempt: uint32(n)}})
-			case 4:
-				// A forged Entry: another cluster, or an attempt never made.
-				ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "forged", Attempt: uint32(n)}})
-			}
+		if !parked[n] && got.real[n] != 0 {
+			t.Fatalf("run %d [%s]: attempt %d recorded with no park of its own", run, describe(ops), n)
 		}
-		// The model: attempt n has a real outcome when it parked and a later
-		// attempt arrived or parked, or an entry of its own came after...
-		// any order: the note meets them whatever comes first.
-		for n := 1; n <= k; n++ {
-			if !parked[n] {
-				continue
-			}
-			for _, op := range ops {
-				if op.Arrive > n || op.Park != nil && !op.Expire && op.Park.N > n ||
-					op.Entry != nil && op.Entry.Cluster == fmt.Sprint("c", n) && int(op.Entry.Attempt) == n {
-					realFor[n] = true
-				}
-			}
+		if realFor[n] && got.real[n] != 1 {
+			t.Fatalf("run %d [%s]: attempt %d had a real outcome, recorded %d times", run, describe(ops), n, got.real[n])
 		}
-		got := play(ops)
-		for n := 0; n <= k; n++ {
-			if got.real[n] > 1 {
-				t.Fatalf("run %d [%s]: attempt %d recorded %d times", run, describe(ops), n, got.real[n])
+		if got.neither[n] > 1 {
+			t.Fatalf("run %d [%s]: attempt %d: %d neithers", run, describe(ops), n, got.neither[n])
+		}
+	}
+}
+
+// randomAttemptOps draws the events of k attempts, and which parked.
+func randomAttemptOps(rng *rand.Rand, k int) ([]Op, map[int]bool) {
+	conn := breaker.Result{Kind: breaker.KindConnError}
+	parks := make([]*Park, k+1)
+	for n := 1; n <= k; n++ {
+		parks[n] = &Park{N: n, Gateway: "g", Route: fmt.Sprint("r", n), Cluster: fmt.Sprint("c", n)}
+	}
+	var ops []Op
+	parked := map[int]bool{}
+	for range 2 + rng.IntN(10) {
+		n := 1 + rng.IntN(k)
+		switch rng.IntN(5) {
+		case 0:
+			ops = append(ops, Op{Park: parks[n]})
+			parked[n] = true
+		case 1:
+			if parked[n] {
+				ops = append(ops, Op{Park: parks[n], Expire: true})
 			}
-			if !parked[n] && got.real[n] != 0 {
-				t.Fatalf("run %d [%s]: attempt %d recorded with no park of its own", run, describe(ops), n)
+		case 2:
+			if n > 1 {
+				ops = append(ops, Op{Arrive: n})
 			}
-			if realFor[n] && got.real[n] != 1 {
-				t.Fatalf("run %d [%s]: attempt %d had a real outcome, recorded %d times", run, describe(ops), n, got.real[n])
-			}
-			if got.neither[n] > 1 {
-				t.Fatalf("run %d [%s]: attempt %d: %d neithers", run, describe(ops), n, got.neither[n])
+		case 3:
+			ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: fmt.Sprint("c", n), Attempt: uint32(n)}})
+		case 4:
+			// A forged Entry: another cluster, or an attempt never made.
+			ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "forged", Attempt: uint32(n)}})
+		}
+	}
+	return ops, parked
+}
+
+// attemptsWithRealOutcome is the reference model: attempt n has a real
+// outcome when it parked and a later attempt arrived or parked, or an
+// entry of its own came, in any order: the note meets them whatever comes
+// first.
+func attemptsWithRealOutcome(ops []Op, parked map[int]bool, k int) map[int]bool {
+	realFor := map[int]bool{}
+	for n := 1; n <= k; n++ {
+		if !parked[n] {
+			continue
+		}
+		for _, op := range ops {
+			if op.Arrive > n || op.Park != nil && !op.Expire && op.Park.N > n ||
+				op.Entry != nil && op.Entry.Cluster == fmt.Sprint("c", n) && int(op.Entry.Attempt) == n {
+				realFor[n] = true
 			}
 		}
 	}
+	return realFor
 }
 
 // decisionWorld is the model for a route-role decision (N 0) in the
 // route and observer profiles: the park, its expiry, the observer and
 // entries, each possibly more than once.
 func decisionWorld(t *testing.T, rng *rand.Rand, run int) {
+	t.Helper()
+	ops, real := randomDecisionOps(rng)
+	got := play(ops)
+	if got.real[0] > 1 || real && got.real[0] != 1 {
+		t.Fatalf("run %d [%s]: the decision recorded %d times (a real outcome: %v)", run, describe(ops), got.real[0], real)
+	}
+	if got.neither[0] > 1 {
+		t.Fatalf("run %d [%s]: %d neithers", run, describe(ops), got.neither[0])
+	}
+}
+
+// randomDecisionOps draws a decision's events and says whether it has a
+// real outcome: the observer saw it, or an entry of its own came and a
+// park came at all (an entry before any park waits for it).
+func randomDecisionOps(rng *rand.Rand) (ops []Op, real bool) {
 	p := &Park{Gateway: "g", Route: "r", Cluster: "c"}
 	conn := breaker.Result{Kind: breaker.KindConnError}
-	var ops []Op
-	parked, real := false, false
+	parked := false
 	for range 2 + rng.IntN(8) {
 		switch rng.IntN(5) {
 		case 0:
@@ -324,20 +364,12 @@ func decisionWorld(t *testing.T, rng *rand.Rand, run int) {
 			ops = append(ops, Op{Entry: &Entry{Res: conn, Cluster: "forged"}})
 		}
 	}
-	// An entry before any park waits for it; the model counts it real
-	// once a park came at all.
 	for _, op := range ops {
 		if op.Entry != nil && op.Entry.Cluster == "c" && parked {
 			real = true
 		}
 	}
-	got := play(ops)
-	if got.real[0] > 1 || real && got.real[0] != 1 {
-		t.Fatalf("run %d [%s]: the decision recorded %d times (a real outcome: %v)", run, describe(ops), got.real[0], real)
-	}
-	if got.neither[0] > 1 {
-		t.Fatalf("run %d [%s]: %d neithers", run, describe(ops), got.neither[0])
-	}
+	return ops, real
 }
 
 // docs/decisions.md holds the note's table as the code has it.

@@ -122,21 +122,45 @@ func (n ObserveNote) AppendTo(b []byte) []byte {
 // anything else.
 func ParseObserveNote(s string) (n ObserveNote, ok bool) {
 	var strs [5]string
+	var nums [7]uint64
+	s, ok = lengthPrefixed(s, strs[:])
+	if !ok {
+		return n, false
+	}
+	s, ok = spacedUints(s, nums[:])
+	if !ok || s != "" || strs[0] != ObserveNoteVersion || nums[4] > math.MaxInt64 || nums[5] > math.MaxInt64 {
+		return n, false
+	}
+	n.Decision = strs[1]
+	n.Parked = Park{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
+		FleetGen: nums[2], FleetLease: nums[3], Start: int64(nums[4])}
+	n.ReqNs, n.Replica = int64(nums[5]), nums[6]
+	return n, true
+}
+
+// lengthPrefixed reads len(strs) strings, each "<len>:<bytes>" with a
+// length of at most four digits, and returns the rest of s.
+func lengthPrefixed(s string, strs []string) (string, bool) {
 	for i := range strs {
 		c := strings.IndexByte(s, ':')
 		if c <= 0 || c > 4 {
-			return n, false
+			return s, false
 		}
 		l, err := strconv.Atoi(s[:c])
 		if err != nil || l < 0 || l > len(s)-c-1 {
-			return n, false
+			return s, false
 		}
 		strs[i], s = s[c+1:c+1+l], s[c+1+l:]
 	}
-	var nums [7]uint64
+	return s, true
+}
+
+// spacedUints reads len(nums) decimal numbers, each after one space, and
+// returns the rest of s.
+func spacedUints(s string, nums []uint64) (string, bool) {
 	for i := range nums {
 		if len(s) == 0 || s[0] != ' ' {
-			return n, false
+			return s, false
 		}
 		s = s[1:]
 		e := strings.IndexByte(s, ' ')
@@ -145,16 +169,9 @@ func ParseObserveNote(s string) (n ObserveNote, ok bool) {
 		}
 		v, err := strconv.ParseUint(s[:e], 10, 64)
 		if err != nil {
-			return n, false
+			return s, false
 		}
 		nums[i], s = v, s[e:]
 	}
-	if s != "" || strs[0] != ObserveNoteVersion || nums[4] > math.MaxInt64 || nums[5] > math.MaxInt64 {
-		return n, false
-	}
-	n.Decision = strs[1]
-	n.Parked = Park{Gateway: strs[2], Route: strs[3], Cluster: strs[4], RouteGen: nums[0], RouteLease: nums[1],
-		FleetGen: nums[2], FleetLease: nums[3], Start: int64(nums[4])}
-	n.ReqNs, n.Replica = int64(nums[5]), nums[6]
-	return n, true
+	return s, true
 }

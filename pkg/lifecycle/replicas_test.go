@@ -431,93 +431,128 @@ func (w *world) settle(rep, n int) {
 
 func (w *world) run(e event) {
 	w.log(histItem{what: 'e', kind: e.kind, rep: e.rep, n: e.n})
-	d := w.d
 	switch e.kind {
 	case evEnd:
-		h := &held{w: WaitLive}
-		if old := w.held[0][0]; old != nil {
-			h.kept = old.kept
-		}
-		w.held[0][0] = h
-		if h.kept != nil && !d.observer {
-			// The route profile: an entry kept while live is recorded at
-			// the stream's end (finishDecision).
-			h.w = WaitDone
-			w.record(0)
-			return
-		}
-		w.step(0, 0, WEnd, HowNone)
-		how := w.swap(Op{ID: "p0", Park: d.parks[0]}).How
-		h.unanswered = unknown(how)
-		w.step(0, 0, WAnswer, how)
-		if h.kept != nil && w.held[0][0].w != WaitDone {
-			// The observer profile: the kept entry goes to the note now.
-			w.entryHeld(0, 0)
-		}
+		w.onEnd(e)
 	case evPark:
-		h := &held{w: WaitParking}
-		w.held[e.rep][e.n] = h
-		act := w.swap(Op{ID: fmt.Sprint("p", e.n), Park: d.parks[e.n]})
-		h.unanswered = unknown(act.How)
-		if act.Older != nil {
-			w.settle(e.rep, act.Older.N)
-		}
-		w.step(e.rep, e.n, WAnswer, act.How)
+		w.onPark(e)
 	case evEntry:
-		h := w.held[e.rep][e.n]
-		if e.n == 0 && e.rep == 0 && h == nil {
-			// Live on A: kept for the stream's end.
-			w.held[0][0] = &held{w: WaitLive, kept: &Entry{Cluster: "c"}}
-			return
-		}
-		if h != nil && h.w != WaitDone && e.n == 0 {
-			w.entryHeld(e.rep, e.n)
-			return
-		}
-		w.entryOp(e.rep, e.n, e.op)
+		w.onEntry(e)
 	case evResend:
-		switch e.op.Event() {
-		case EvEntry:
-			w.entryOp(e.rep, e.n, e.op)
-		case EvArrive:
-			w.arriveOp(e.rep, e.n)
-		}
+		w.onResend(e)
 	case evObserve:
-		switch act := w.swap(Op{Observe: true}); act.How {
-		case HowObserved:
-			w.record(0)
-			if h := w.held[e.rep][0]; h != nil && h.w != WaitDone {
-				h.w = WaitDone // observedHere: its wait ends, nothing to record
-			}
-		case HowObserveFirst, HowUnreachable, HowFailed:
-			w.record(0)
-		}
+		w.onObserve(e)
 	case evArrive:
 		w.arriveOp(e.rep, e.n)
 	case evExpire:
 		w.step(e.rep, e.n, WExpire, HowNone)
 	case evRepark:
-		if h := w.held[e.rep][e.n]; h != nil && (h.unanswered || h.w == WaitAlone || h.w == WaitGone) {
-			act := w.swap(Op{ID: fmt.Sprint("p", e.n), Park: d.parks[e.n]})
-			h.unanswered = unknown(act.How)
-			if h.unanswered && h.w == WaitDone {
-				w.pool = append(w.pool, event{kind: evRepark, rep: e.rep, n: e.n})
-			}
-			if act.Older != nil {
-				w.settle(e.rep, act.Older.N)
-			}
-			w.step(e.rep, e.n, WAnswer, act.How)
-		}
+		w.onRepark(e)
 	case evAskExpire:
-		if h := w.held[e.rep][e.n]; h != nil && (h.w == WaitExpiring || h.w == WaitLate) {
-			w.askExpire(e.rep, e.n)
-		}
+		w.onAskExpire(e)
 	case evRecheck:
-		if h := w.held[e.rep][e.n]; h != nil && h.w == WaitNote {
-			w.step(e.rep, e.n, WAnswer, w.existing(Op{ID: fmt.Sprint("p", e.n), Park: d.parks[e.n]}).How)
-		}
+		w.onRecheck(e)
 	case evRecord:
 		w.record(e.n)
+	}
+}
+
+func (w *world) onEnd(e event) {
+	d := w.d
+	h := &held{w: WaitLive}
+	if old := w.held[0][0]; old != nil {
+		h.kept = old.kept
+	}
+	w.held[0][0] = h
+	if h.kept != nil && !d.observer {
+		// The route profile: an entry kept while live is recorded at
+		// the stream's end (finishDecision).
+		h.w = WaitDone
+		w.record(0)
+		return
+	}
+	w.step(0, 0, WEnd, HowNone)
+	how := w.swap(Op{ID: "p0", Park: d.parks[0]}).How
+	h.unanswered = unknown(how)
+	w.step(0, 0, WAnswer, how)
+	if h.kept != nil && w.held[0][0].w != WaitDone {
+		// The observer profile: the kept entry goes to the note now.
+		w.entryHeld(0, 0)
+	}
+}
+
+func (w *world) onPark(e event) {
+	d := w.d
+	h := &held{w: WaitParking}
+	w.held[e.rep][e.n] = h
+	act := w.swap(Op{ID: fmt.Sprint("p", e.n), Park: d.parks[e.n]})
+	h.unanswered = unknown(act.How)
+	if act.Older != nil {
+		w.settle(e.rep, act.Older.N)
+	}
+	w.step(e.rep, e.n, WAnswer, act.How)
+}
+
+func (w *world) onEntry(e event) {
+	h := w.held[e.rep][e.n]
+	if e.n == 0 && e.rep == 0 && h == nil {
+		// Live on A: kept for the stream's end.
+		w.held[0][0] = &held{w: WaitLive, kept: &Entry{Cluster: "c"}}
+		return
+	}
+	if h != nil && h.w != WaitDone && e.n == 0 {
+		w.entryHeld(e.rep, e.n)
+		return
+	}
+	w.entryOp(e.rep, e.n, e.op)
+}
+
+func (w *world) onResend(e event) {
+	switch e.op.Event() {
+	case EvEntry:
+		w.entryOp(e.rep, e.n, e.op)
+	case EvArrive:
+		w.arriveOp(e.rep, e.n)
+	}
+}
+
+func (w *world) onObserve(e event) {
+	switch act := w.swap(Op{Observe: true}); act.How {
+	case HowObserved:
+		w.record(0)
+		if h := w.held[e.rep][0]; h != nil && h.w != WaitDone {
+			h.w = WaitDone // observedHere: its wait ends, nothing to record
+		}
+	case HowObserveFirst, HowUnreachable, HowFailed:
+		w.record(0)
+	}
+}
+
+func (w *world) onRepark(e event) {
+	d := w.d
+	if h := w.held[e.rep][e.n]; h != nil && (h.unanswered || h.w == WaitAlone || h.w == WaitGone) {
+		act := w.swap(Op{ID: fmt.Sprint("p", e.n), Park: d.parks[e.n]})
+		h.unanswered = unknown(act.How)
+		if h.unanswered && h.w == WaitDone {
+			w.pool = append(w.pool, event{kind: evRepark, rep: e.rep, n: e.n})
+		}
+		if act.Older != nil {
+			w.settle(e.rep, act.Older.N)
+		}
+		w.step(e.rep, e.n, WAnswer, act.How)
+	}
+}
+
+func (w *world) onAskExpire(e event) {
+	if h := w.held[e.rep][e.n]; h != nil && (h.w == WaitExpiring || h.w == WaitLate) {
+		w.askExpire(e.rep, e.n)
+	}
+}
+
+func (w *world) onRecheck(e event) {
+	d := w.d
+	if h := w.held[e.rep][e.n]; h != nil && h.w == WaitNote {
+		w.step(e.rep, e.n, WAnswer, w.existing(Op{ID: fmt.Sprint("p", e.n), Park: d.parks[e.n]}).How)
 	}
 }
 

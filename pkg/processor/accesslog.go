@@ -5,12 +5,16 @@ import (
 	"io"
 	"runtime/debug"
 
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+	"github.com/fusebox-llm/fusebox/pkg/streamlife"
+
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // The access log channel (SPEC §4a, R-AL1..R-AL6): Envoy's gRPC access log
@@ -91,18 +95,18 @@ type accessLogServer struct {
 // never on this receive loop (R-DL8: settling may take a store round trip).
 func (a accessLogServer) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
 	s := a.s
-	return s.bounded(stream.Context(), func(act *activity) error {
+	return s.bounded(stream.Context(), func(act *streamlife.Activity) error {
 		s.accessLogStreams(1)
 		defer s.accessLogStreams(-1)
 		return s.readAccessLogs(stream, act)
 	})
 }
 
-func (s *Server) readAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer, act *activity) error {
+func (s *Server) readAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer, act *streamlife.Activity) error {
 	for {
 		msg, err := stream.Recv()
 		if act != nil {
-			act.touch()
+			act.Touch()
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -167,7 +171,7 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 		return EntryNoDecision
 	}
 	out := entryResult(e)
-	out.id = newOpID('e')
+	out.id = lifecycle.NewOpID('e')
 	s.sealedChain(id, &out)
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
@@ -188,42 +192,28 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 
 // entryResult judges an entry as the route role judges response headers
 // (R-AL4): Envoy's flags first; a provider's own answer (via_upstream) by
-// the status list; a client that went away (DC) is a neither. An entry
+// the status list; a client that went away (DC, DR) is a neither. An entry
 // carries no body, so a 2xx cannot show an answer: a neither.
 func entryResult(e *accesslogdatav3.HTTPAccessLogEntry) entryOutcome {
 	cp := e.GetCommonProperties()
 	f := cp.GetResponseFlags()
-	var flags uint64
-	for _, b := range []struct {
-		on  bool
-		bit uint64
-	}{
-		{f.GetNoHealthyUpstream(), flagUH}, {f.GetUpstreamRequestTimeout(), flagUT}, {f.GetLocalReset(), flagLR},
-		{f.GetUpstreamRemoteReset(), flagUR}, {f.GetUpstreamConnectionFailure(), flagUF},
-		{f.GetUpstreamConnectionTermination(), flagUC}, {f.GetUpstreamOverflow(), flagUO},
-		{f.GetUpstreamRetryLimitExceeded(), flagURX}, {f.GetUpstreamProtocolError(), flagUPE}, {f.GetNoClusterFound(), flagNC},
-		{f.GetStreamIdleTimeout(), flagSI}, {f.GetUpstreamMaxStreamDurationReached(), flagUMSDR}, {f.GetDurationTimeout(), flagDT},
-	} {
-		if b.on {
-			flags |= b.bit
-		}
-	}
+	flags := judge.EntryFlags(f)
 	details := e.GetResponse().GetResponseCodeDetails()
-	h := respHead{status: int(e.GetResponse().GetResponseCode().GetValue()), flags: flags, hasFlags: true,
-		details: details, hasDetails: details != "", endOfStream: true}
-	res, _ := judgeHead(h)
+	h := judge.Head{Status: int(e.GetResponse().GetResponseCode().GetValue()), Flags: flags, HasFlags: true,
+		Details: details, HasDetails: details != "", EndOfStream: true}
+	res, _ := judge.JudgeHead(h)
 	if d := cp.GetDuration(); d != nil {
 		res.ElapsedMs = d.AsDuration().Milliseconds()
 	}
 	switch res.Kind {
 	case breaker.KindConnError, breaker.KindTimeout, breaker.KindNeither:
 	default:
-		if f.GetDownstreamConnectionTermination() || f.GetDownstreamRemoteReset() || res.Kind == breaker.KindAnswered {
+		if flags&judge.ClientFlags != 0 || res.Kind == breaker.KindAnswered {
 			res = breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: res.ElapsedMs}
 		}
 	}
 	out := entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount()}
-	if out.cluster == "" && (flags&(flagNC|flagUH) != 0) {
+	if out.cluster == "" && (flags&(judge.FlagNC|judge.FlagUH) != 0) {
 		out.token = cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()[tokenKey].GetStringValue()
 	}
 	return out

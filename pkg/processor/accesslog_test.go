@@ -5,16 +5,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/metrics"
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 // decisionOf reads fusebox.decision from a decision reply.
@@ -103,6 +107,8 @@ var (
 	nc  = &accesslogdatav3.ResponseFlags{NoClusterFound: true}
 	uo  = &accesslogdatav3.ResponseFlags{UpstreamOverflow: true}
 	dc  = &accesslogdatav3.ResponseFlags{DownstreamConnectionTermination: true}
+	dr  = &accesslogdatav3.ResponseFlags{DownstreamRemoteReset: true}
+	si  = &accesslogdatav3.ResponseFlags{StreamIdleTimeout: true}
 	urx = &accesslogdatav3.ResponseFlags{UpstreamRetryLimitExceeded: true}
 )
 
@@ -126,7 +132,16 @@ func TestAccessLogEntryJudgesWhatTheRouteRoleNeverSaw(t *testing.T) {
 		{"no cluster", false, 503, "cluster_not_found", nc, true, "neither", "cluster_not_found"},
 		{"overflow", false, 503, "upstream_reset_before_response_started{overflow}", uo, true, "neither", "envoy_overflow"},
 		{"client went away", false, 0, "downstream_remote_disconnect", dc, false, "neither", "client_cancel"},
+		// R-AL4: an HTTP/2 client's reset (DR) is a client that went away.
+		{"HTTP/2 client reset", false, 200, "via_upstream", dr, false, "neither", "client_cancel"},
+		// R-AL4: Envoy's timer cut an answer that had begun. Before, the
+		// route timeout's 200 with UT was a client_cancel.
+		{"route timeout cut a flowing answer", false, 200, "via_upstream", ut, false, "neither", "cut_mid_answer"},
+		{"stream idle timeout mid-answer", false, 200, "via_upstream", si, false, "neither", "cut_mid_answer"},
 		{"provider 503 after retries (via_upstream)", false, 503, "via_upstream", urx, false, "failure", "provider_5xx"},
+		// The retry resource refused the retry of the provider's 503: UO
+		// on its own answer. Before, an envoy_overflow neither.
+		{"provider 503, retry refused (via_upstream)", false, 503, "via_upstream", uo, false, "failure", "provider_5xx"},
 		// R-O15: a refused connection whose retry the cluster's retry
 		// circuit breaker refused (UF|UO) is that connection failure.
 		// Before, UO was checked first: a neither.
@@ -178,7 +193,7 @@ func TestAccessLogNeverRecordsTwice(t *testing.T) {
 	al := e.accessLog()
 	c := e.open("")
 	id := decisionOf(t, c.chat("gpt"))
-	c.respHeaders("503", false, attrs(flagUF, "upstream_reset_before_response_started{connection_failure}"), "content-type", "text/plain")
+	c.respHeaders("503", false, attrs(judge.FlagUF, "upstream_reset_before_response_started{connection_failure}"), "content-type", "text/plain")
 	c.end()
 	al.send(logEntry{decision: id, cluster: "c_openai_us", code: 503, details: "upstream_reset_before_response_started{connection_failure}", flags: uf})
 	eventually(t, "the entry is read", func() bool { return e.entries(EntryDuplicate) == 1 })
@@ -313,7 +328,7 @@ func TestAnOversizedAccessLogMessageIsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := logEntry{decision: newDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto()
+	big := logEntry{decision: lifecycle.NewDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto()
 	big.Response.ResponseCodeDetails = strings.Repeat("x", 2<<20)
 	_ = s.Send(&accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{
 		HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{big}}}})

@@ -4,9 +4,12 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
@@ -99,7 +102,7 @@ func (a *attemptStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Proc
 // fallback after a panic: CONTINUE, never an immediate response (in the
 // upstream chain it would end the request without a retry).
 func (a *attemptStream) fallback(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-	return continueReply(req)
+	return extproc.ContinueReply(req)
 }
 
 // finish: an attempt that ended before any response headers is parked
@@ -156,7 +159,7 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	// headers was retried by Envoy: its connection failed or was reset.
 	// The note hears of every attempt's arrival: an attempt number seen
 	// twice is a replayed token, whose outcome is recorded nowhere.
-	st.gate = newArrivalGate(st.s.clock)
+	st.gate = lifecycle.NewArrivalGate(st.s.clock)
 	st.s.meet.arrived(st.decisionID, n, st.gate)
 
 	// Per-attempt rewrites (R-X2): the header map is shared by every
@@ -170,14 +173,14 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	var cr *extprocv3.CommonResponse
 	if want != "" && want != path {
 		cr = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-			SetHeaders: []*corev3.HeaderValueOption{setHeader(":path", want)}}}
+			SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader(":path", want)}}}
 	}
 	a.model = route.UpstreamModel
 	if a.model == "" {
 		a.model = t.Model
 	}
 	st.rewriteBody = !h.EndOfStream && a.model != ""
-	resp := headersReply(cr)
+	resp := extproc.HeadersReply(cr)
 	if !st.rewriteBody && !h.EndOfStream {
 		// Nothing to rewrite: Envoy need not send the body to fusebox.
 		resp.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_NONE,
@@ -193,17 +196,17 @@ func attemptHeaders(h *extprocv3.HttpHeaders) (token, path string, n int, expect
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.Key {
 		case AttemptHeader:
-			token = headerValue(hv)
+			token = extproc.HeaderValue(hv)
 		case attemptCountHeader:
-			if v, err := strconv.Atoi(headerValue(hv)); err == nil && v > 0 {
+			if v, err := strconv.Atoi(extproc.HeaderValue(hv)); err == nil && v > 0 {
 				n = v
 			}
 		case expectedHeader:
-			if v, err := strconv.ParseInt(headerValue(hv), 10, 64); err == nil && v > 0 {
+			if v, err := strconv.ParseInt(extproc.HeaderValue(hv), 10, 64); err == nil && v > 0 {
 				expect = v
 			}
 		case ":path":
-			path = headerValue(hv)
+			path = extproc.HeaderValue(hv)
 		}
 	}
 	return token, path, n, expect
@@ -214,7 +217,7 @@ func attemptHeaders(h *extprocv3.HttpHeaders) (token, path string, n int, expect
 // so Envoy is asked for no further phase of it (the attempt role's filter
 // allows mode overrides). It is never an immediate response.
 func attemptPassthrough() *extprocv3.ProcessingResponse {
-	resp := headersReply(nil)
+	resp := extproc.HeadersReply(nil)
 	resp.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_NONE,
 		ResponseHeaderMode: filterv3.ProcessingMode_SKIP, ResponseBodyMode: filterv3.ProcessingMode_NONE}
 	return resp
@@ -225,16 +228,16 @@ func attemptPassthrough() *extprocv3.ProcessingResponse {
 func (a *attemptStream) onBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	st := a.j
 	if !st.rewriteBody || !st.bodyComplete(b) {
-		return bodyReply(nil)
+		return extproc.BodyReply(nil)
 	}
 	st.rewriteBody = false
-	f, err := scanModel(b.Body)
+	f, err := extproc.ScanModel(b.Body)
 	if err != nil || !f.Found || f.Name == a.model {
-		return bodyReply(nil)
+		return extproc.BodyReply(nil)
 	}
-	nb := rewriteModel(b.Body, f, a.model)
-	return bodyReply(&extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(nb)))}},
+	nb := extproc.RewriteModel(b.Body, f, a.model)
+	return extproc.BodyReply(&extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader("content-length", strconv.Itoa(len(nb)))}},
 		BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: nb}},
 	})
 }

@@ -10,8 +10,9 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 const foBody = `{"model":"fo3","messages":[{"role":"user","content":"hi"}]}`
@@ -145,7 +146,7 @@ func TestAttemptEndedBeforeHeaders(t *testing.T) {
 	c, _, _ = e.attempt(tok, "r-2", 1, "/v1/chat/completions")
 	c.end()
 	eventually(t, "parked", func() bool { return e.srv.meet.len() == 1 })
-	e.clk.Advance(parkFor)
+	e.clk.Advance(lifecycle.ParkFor)
 	e.waitOutcomes("openai:us:gpt", "neither", "no_outcome", 1)
 	if e.srv.meet.len() != 0 {
 		t.Fatal("still parked")
@@ -274,6 +275,9 @@ func TestFailoverDeploymentWithOneAttempt(t *testing.T) {
 	a.reqBody(`{"model":"gpt","messages":[]}`)
 	a.respHeaders("503", true, attrs(0, "via_upstream"))
 	a.end()
+	// Recorded once the note heard of the attempt's arrival, off the
+	// reply path (CI, both cores busy, read 0 here before the wait).
+	e.waitOutcomes("openai:us:gpt", "failure", "provider_5xx", 1)
 	if got := e.outcomes("openai:us:gpt", "failure", "provider_5xx"); got != 1 {
 		t.Fatalf("the attempt role recorded %v", got)
 	}

@@ -52,7 +52,7 @@ func TestBodyOutcomes(t *testing.T) {
 	for _, profile := range []string{"synchronous", "observer", "observer-inline"} {
 		for _, tc := range cases {
 			t.Run(profile+"/"+tc.fixture+"/"+tc.model, func(t *testing.T) {
-				body, err := os.ReadFile(filepath.Join("classify", "testdata", tc.fixture))
+				body, err := os.ReadFile(filepath.Join("..", "judge", "classify", "testdata", tc.fixture))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -101,8 +101,8 @@ func TestBodyOutcomes(t *testing.T) {
 // R-O4 end to end: dead turns open a self-hosted route; a success then
 // closes it through half-open (R-O6).
 func TestDeadTurnsOpenSelfHostedRoute(t *testing.T) {
-	dead, _ := os.ReadFile("classify/testdata/chat_stream_dead_turn.sse")
-	answer, _ := os.ReadFile("classify/testdata/chat_stream_answer.sse")
+	dead, _ := os.ReadFile("../judge/classify/testdata/chat_stream_dead_turn.sse")
+	answer, _ := os.ReadFile("../judge/classify/testdata/chat_stream_answer.sse")
 	e := newEnv(t)
 	send := func(body []byte) {
 		c := e.open("")
@@ -128,7 +128,7 @@ func TestDeadTurnsOpenSelfHostedRoute(t *testing.T) {
 func TestSlowFirstTokenOpens(t *testing.T) {
 	e := newEnv(t)
 
-	answer, _ := os.ReadFile("classify/testdata/chat_stream_answer.sse")
+	answer, _ := os.ReadFile("../judge/classify/testdata/chat_stream_answer.sse")
 	events := strings.SplitAfter(string(answer), "\n\n")
 	for i := 0; i < 2; i++ {
 		c := e.open("")

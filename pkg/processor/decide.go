@@ -4,17 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/fusebox-llm/fusebox/pkg/plan"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // decision is the outcome of choosing a route for a request.
@@ -45,16 +49,16 @@ func (st *stream) decide() decision {
 	gw := st.gw
 	m, ok := gw.Model(st.modelName)
 	if !ok {
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, "", ActionRejected).Inc()
-		return decision{immediate: st.errorReply(404, typeInvalidRequest, codeModelUnknown,
-			fmt.Sprintf("model %q is not served by gateway %q", echoName(st.modelName), gw.ID))}
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, "", plan.ActionRejected).Inc()
+		return decision{immediate: st.errorReply(404, extproc.TypeInvalidRequest, extproc.CodeModelUnknown,
+			fmt.Sprintf("model %q is not served by gateway %q", extproc.EchoName(st.modelName), gw.ID))}
 	}
 	st.model = m
 	cands := m.Candidates(st.residency)
 	if len(cands) == 0 {
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionRejected).Inc()
-		return decision{immediate: immediate(404, typeInvalidRequest, codeModelUnknown,
-			fmt.Sprintf("model %q has no route with residency %q", m.Name, echoName(strings.Join(st.residency, ","))))}
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, plan.ActionRejected).Inc()
+		return decision{immediate: extproc.Immediate(404, extproc.TypeInvalidRequest, extproc.CodeModelUnknown,
+			fmt.Sprintf("model %q has no route with residency %q", m.Name, extproc.EchoName(strings.Join(st.residency, ","))))}
 	}
 	st.first = cands[0]
 	pol := m.Policy
@@ -69,38 +73,38 @@ func (st *stream) decide() decision {
 	if !pk.anyActive {
 		// R-M1: nothing consulted or recorded, still dispatched.
 		st.chosen = cands[0]
-		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, ActionRouted).Inc()
-		return decision{fallbacks: clusters(cands, nil, 0)}
+		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, plan.ActionRouted).Inc()
+		return decision{fallbacks: plan.Clusters(cands, nil, 0)}
 	}
-	var ramp Ramp
+	var ramp plan.Ramp
 	if pk.anyRamp {
 		ramp = &liveRamp{st: st, cands: cands, v: pk.verdicts, now: now}
 	}
-	plan := PlanRoutes(now, pk.verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, ramp, obuf[:0], sbuf[:0])
-	if plan.FailFast {
-		return st.failFast(m, cands, plan.Selection, now)
+	pl := plan.PlanRoutes(now, pk.verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, ramp, obuf[:0], sbuf[:0])
+	if pl.FailFast {
+		return st.failFast(m, cands, pl.Selection, now)
 	}
-	skipped, chosenAt := st.admit(cands, pk.verdicts, plan, now)
-	idx := plan.Order[chosenAt]
+	skipped, chosenAt := st.admit(cands, pk.verdicts, pl, now)
+	idx := pl.Order[chosenAt]
 	st.chosen = cands[idx]
 	st.target = st.comp.targets[st.chosen]
 	st.tracked = !pk.off[idx]
 	if st.tracked && st.decisionID == "" {
-		st.decisionID = newDecisionID()
+		st.decisionID = lifecycle.NewDecisionID()
 	}
-	d := decision{fallbacks: clusters(cands, plan.Order, chosenAt+1)}
+	d := decision{fallbacks: plan.Clusters(cands, pl.Order, chosenAt+1)}
 	var would string
 	if pk.anyWould {
-		would = keys(cands, flagged(pk.wouldSkip))
+		would = plan.Keys(cands, plan.Flagged(pk.wouldSkip))
 	}
 	if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		st.s.log.Debug("decision", "gateway", gw.ID, "model", m.Name, "route", st.chosen.Key,
-			"skipped", keys(cands, skipped), "would_skip", would, "try_all", plan.TryAll, "probe", st.adm.Route.Lease != 0)
+			"skipped", plan.Keys(cands, skipped), "would_skip", would, "try_all", pl.TryAll, "probe", st.adm.Route.Lease != 0)
 	}
-	action, stage := stageOfPlan(cands, pk, plan, skipped, would)
+	action, stage := stageOfPlan(cands, pk, pl, skipped, would)
 	d.stage = stage
 	if st.rt.Envoy.Failover {
-		st.withChainOf(&d, action, cands, pk.verdicts, plan.Order, chosenAt, m.MaxAttempts, now)
+		st.withChainOf(&d, action, cands, pk.verdicts, pl.Order, chosenAt, m.MaxAttempts, now)
 	}
 	if st.tracked {
 		st.keepDecision(&d, m)
@@ -112,32 +116,25 @@ func (st *stream) decide() decision {
 
 // stageOfPlan is the decision's action and the stage metadata that names
 // it (nil for a plain route).
-func stageOfPlan(cands []*routes.Route, pk peeked, plan Plan, skipped []int, would string) (string, *structpb.Struct) {
+func stageOfPlan(cands []*routes.Route, pk peeked, pl plan.Plan, skipped []int, would string) (string, *structpb.Struct) {
 	switch {
-	case plan.TryAll:
-		return ActionTryAll, stageMetadata(ActionTryAll, keys(cands, unhealthy(pk.verdicts)), would)
+	case pl.TryAll:
+		return plan.ActionTryAll, extproc.StageMetadata(plan.ActionTryAll, plan.Keys(cands, plan.Unhealthy(pk.verdicts)), would)
 	case len(skipped) > 0:
-		if len(plan.Saturated) > 0 {
-			skipped = mergeIndices(skipped, plan.Saturated)
+		if len(pl.Saturated) > 0 {
+			skipped = plan.MergeIndices(skipped, pl.Saturated)
 		}
-		return ActionSkipped, stageMetadata(ActionSkipped, keys(cands, skipped), would)
-	case len(plan.Saturated) > 0:
-		return ActionSaturated, stageMetadata(ActionSaturated, keys(cands, plan.Saturated), would)
-	case len(plan.Ramped) > 0:
-		return ActionRamped, stageMetadata(ActionRamped, keys(cands, plan.Ramped), would)
+		return plan.ActionSkipped, extproc.StageMetadata(plan.ActionSkipped, plan.Keys(cands, skipped), would)
+	case len(pl.Saturated) > 0:
+		return plan.ActionSaturated, extproc.StageMetadata(plan.ActionSaturated, plan.Keys(cands, pl.Saturated), would)
+	case len(pl.Ramped) > 0:
+		return plan.ActionRamped, extproc.StageMetadata(plan.ActionRamped, plan.Keys(cands, pl.Ramped), would)
 	case pk.anyWould:
 		// R-M2/R-M4: shadow breakers would have skipped these; they were
 		// not skipped.
-		return ActionWouldSkip, stageMetadata(ActionWouldSkip, would, "")
+		return plan.ActionWouldSkip, extproc.StageMetadata(plan.ActionWouldSkip, would, "")
 	}
-	return ActionRouted, nil
-}
-
-// mergeIndices is a and b in routing order (both sorted), each once.
-func mergeIndices(a, b []int) []int {
-	out := append(append(make([]int, 0, len(a)+len(b)), a...), b...)
-	sort.Ints(out)
-	return slices.Compact(out)
+	return plan.ActionRouted, nil
 }
 
 // peeked is what the candidates' breakers say now.
@@ -164,7 +161,7 @@ func (st *stream) peekAll(cands []*routes.Route, now int64, pk peeked) peeked {
 }
 
 // liveRamp is the ramp as a live decision sees it: the breaker's share,
-// held while the route is slow (baseline.go), and the draw of this
+// held while the route is slow (judge/baseline.go), and the draw of this
 // decision's id (deterministic for replay).
 type liveRamp struct {
 	st    *stream
@@ -176,43 +173,43 @@ type liveRamp struct {
 func (r *liveRamp) Share(i int) uint16 {
 	share := r.v[i].RampPermille
 	if base := r.st.comp.bases[r.cands[i]]; share > 0 && base != nil {
-		share = base.rampShare(share, r.cands[i].Policy.BaselineMultiplier, r.now)
+		share = base.RampShare(share, r.cands[i].Policy.BaselineMultiplier, r.now)
 	}
 	return share
 }
 
 func (r *liveRamp) Draw(i int) uint16 {
 	if r.st.decisionID == "" {
-		r.st.decisionID = newDecisionID()
+		r.st.decisionID = lifecycle.NewDecisionID()
 	}
-	return RampDraw(r.st.decisionID, r.cands[i].Key)
+	return plan.RampDraw(r.st.decisionID, r.cands[i].Key)
 }
 
 // failFast answers a model with no route left under fail_fast (R-F3).
-func (st *stream) failFast(m *routes.Model, cands []*routes.Route, sel Selection, now int64) decision {
-	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, m.Name, ActionFailFast).Inc()
-	st.journalDecided(m, cands, nil, ActionFailFast, now)
-	hdrs := []*corev3.HeaderValueOption{setHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
+func (st *stream) failFast(m *routes.Model, cands []*routes.Route, sel plan.Selection, now int64) decision {
+	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, m.Name, plan.ActionFailFast).Inc()
+	st.journalDecided(m, cands, nil, plan.ActionFailFast, now)
+	hdrs := []*corev3.HeaderValueOption{extproc.SetHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
 	if !m.Policy.FailFastClientRetry {
 		// The official SDKs otherwise sleep up to 60 s on retry-after
 		// and retry twice: a fast failure that takes two minutes (R-F3).
-		hdrs = append(hdrs, setHeader("x-should-retry", "false"))
+		hdrs = append(hdrs, extproc.SetHeader("x-should-retry", "false"))
 	}
-	resp := st.errorReply(503, typeUnavailable, codeAllOpen,
+	resp := st.errorReply(503, extproc.TypeUnavailable, extproc.CodeAllOpen,
 		fmt.Sprintf("every route of model %q is unavailable; retry after %d s", m.Name, sel.RetryAfterSec), hdrs...)
-	resp.DynamicMetadata = stageMetadata(ActionFailFast, keys(cands, sel.Skipped), "")
+	resp.DynamicMetadata = extproc.StageMetadata(plan.ActionFailFast, plan.Keys(cands, sel.Skipped), "")
 	return decision{immediate: resp}
 }
 
-// admit takes the plan's first route that admits, from plan.Start: a
+// admit takes the plan's first route that admits, from pl.Start: a
 // half-open route whose last slot a concurrent request took is passed over
-// (and listed as skipped). It sets st.adm and returns where in plan.Order
+// (and listed as skipped). It sets st.adm and returns where in pl.Order
 // the request goes.
-func (st *stream) admit(cands []*routes.Route, v []breaker.Verdict, plan Plan, now int64) (skipped []int, chosenAt int) {
+func (st *stream) admit(cands []*routes.Route, v []breaker.Verdict, pl plan.Plan, now int64) (skipped []int, chosenAt int) {
 	ctx := context.Background()
-	skipped = plan.Skipped
-	for i := plan.Start; i < len(plan.Order); i++ {
-		idx := plan.Order[i]
+	skipped = pl.Skipped
+	for i := pl.Start; i < len(pl.Order); i++ {
+		idx := pl.Order[i]
 		adm, ok := st.comp.targets[cands[idx]].Acquire(ctx, st.s.store, now, !v[idx].Allowed)
 		if ok {
 			st.adm = adm
@@ -222,7 +219,7 @@ func (st *stream) admit(cands []*routes.Route, v []breaker.Verdict, plan Plan, n
 	}
 	// Every admitting route lost its slot to a race: never fail the
 	// request for that; send it to the first one anyway.
-	st.adm, _ = st.comp.targets[cands[plan.Order[0]]].Acquire(ctx, st.s.store, now, true)
+	st.adm, _ = st.comp.targets[cands[pl.Order[0]]].Acquire(ctx, st.s.store, now, true)
 	return skipped, 0
 }
 
@@ -242,7 +239,7 @@ func (st *stream) admit(cands []*routes.Route, v []breaker.Verdict, plan Plan, n
 // the two agree.
 func (st *stream) withChainOf(d *decision, action string, cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, maxAttempts int, now int64) {
 	ctx := context.Background()
-	idx := chainOf(cands, v, order, chosenAt, max(maxAttempts, 1))
+	idx := plan.ChainOf(cands, v, order, chosenAt, max(maxAttempts, 1))
 	groups := make([]chainGroup, 0, len(idx))
 	groups = append(groups, chainGroup{route: st.chosen, adm: st.adm})
 	kept := idx[:1]
@@ -259,7 +256,7 @@ func (st *stream) withChainOf(d *decision, action string, cands []*routes.Route,
 		groups = append(groups, chainGroup{route: cands[i], adm: adm})
 		kept = append(kept, i)
 	}
-	d.stage = withChain(d.stage, action, cands, kept)
+	d.stage = plan.WithChain(d.stage, action, cands, kept)
 	d.attempt = st.chainToken(groups)
 	// The entry of a no-host reply names its routes only through this
 	// sealed copy (R-AL5): no attempt stream exists to record it.
@@ -272,7 +269,7 @@ func (st *stream) withChainOf(d *decision, action string, cands []*routes.Route,
 // the route role settles it (not handed to the attempt role), keeps it in
 // the decision table (decisions.go).
 func (st *stream) keepDecision(d *decision, m *routes.Model) {
-	d.stage = withDecision(d.stage, st.decisionID)
+	d.stage = extproc.WithDecision(d.stage, st.decisionID)
 	// The model and gateway, for the access log line a replay reads
 	// (R-R1, R-R8) and for an NC/UH entry of a chain (R-AL5).
 	ns := d.stage.Fields["fusebox"].GetStructValue().Fields
@@ -308,116 +305,4 @@ func (st *stream) journalDecided(m *routes.Model, cands []*routes.Route, chosen 
 		}
 		return false
 	}, now)
-}
-
-// chainOf is the failover chain (R-X1): the dispatched route first, then
-// the other remaining candidates in routing order that are closed and
-// unblocked, at most max groups.
-func chainOf(cands []*routes.Route, v []breaker.Verdict, order []int, chosenAt, max int) []int {
-	idx := []int{order[chosenAt]}
-	for _, i := range order[chosenAt+1:] {
-		if len(idx) == max {
-			break
-		}
-		// Only the first group may be a half-open route (its admitted
-		// probe); later ones must be healthy.
-		if v[i].Allowed && v[i].State == breaker.Closed {
-			idx = append(idx, i)
-		}
-	}
-	return idx
-}
-
-// withChain writes the chain idx of cands as Envoy's
-// PriorityGroupsOverride in namespace fusebox.failover; the stage gains
-// chain.
-func withChain(stage *structpb.Struct, action string, cands []*routes.Route, idx []int) *structpb.Struct {
-	groups := make([]any, 0, len(idx))
-	for _, i := range idx {
-		groups = append(groups, map[string]any{
-			"name":     cands[i].Key,
-			"clusters": []any{map[string]any{"cluster_name": cands[i].Cluster, "weight": 1}},
-		})
-	}
-	if stage == nil {
-		stage = stageMetadata(action, "", "")
-	}
-	chain := keys(cands, idx)
-	stage.Fields["fusebox"].GetStructValue().Fields["chain"] = structpb.NewStringValue(chain)
-	override, err := structpb.NewStruct(map[string]any{"priority_groups": groups})
-	if err == nil {
-		stage.Fields[failoverNamespace] = structpb.NewStructValue(override)
-	}
-	return stage
-}
-
-// failoverNamespace is the dynamic metadata namespace of the chain, read
-// by Envoy's priority_group specifier (override_metadata_namespace).
-const failoverNamespace = "fusebox.failover"
-
-func flagged(f []bool) []int {
-	var out []int
-	for i, v := range f {
-		if v {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// clusters joins the clusters of cands[order[from:]] (order nil = all).
-func clusters(cands []*routes.Route, order []int, from int) string {
-	var b strings.Builder
-	if order == nil {
-		for i := from + 1; i < len(cands); i++ {
-			if b.Len() > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(cands[i].Cluster)
-		}
-		return b.String()
-	}
-	for _, idx := range order[from:] {
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(cands[idx].Cluster)
-	}
-	return b.String()
-}
-
-func keys(cands []*routes.Route, idx []int) string {
-	var b strings.Builder
-	for i, x := range idx {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(cands[x].Key)
-	}
-	return b.String()
-}
-
-func unhealthy(v []breaker.Verdict) []int {
-	var out []int
-	for i := range v {
-		if !v[i].Allowed {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// RampDraw maps a decision to 0..999 for route key (FNV-1a): the same
-// decision always draws the same, and routes draw independently.
-func RampDraw(decision, key string) uint16 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(decision); i++ {
-		h ^= uint64(decision[i])
-		h *= 1099511628211
-	}
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	return uint16(h % 1000)
 }

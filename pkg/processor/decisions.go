@@ -1,9 +1,6 @@
 package processor
 
 import (
-	crand "crypto/rand"
-	"encoding/hex"
-	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -33,24 +30,6 @@ import (
 //
 // Decisions handed to the attempt role (failover) are not kept here: the
 // attempt role's parked attempts answer for them (attempt.go).
-
-// idSources are ChaCha8 generators, each seeded from crypto/rand: a
-// cryptographically secure stream (unguessable while the seed is secret) at
-// a fraction of a getrandom call per decision.
-var idSources = sync.Pool{New: func() any {
-	var seed [32]byte
-	_, _ = crand.Read(seed[:])
-	return mrand.NewChaCha8(seed)
-}}
-
-// newDecisionID returns 128 random bits in hex (R-AL2: at least 96).
-func newDecisionID() string {
-	var b [16]byte
-	src := idSources.Get().(*mrand.ChaCha8)
-	_, _ = src.Read(b[:])
-	idSources.Put(src)
-	return hex.EncodeToString(b[:])
-}
 
 // pending is a route-role decision on the replica that made it. Its lock
 // guards these fields only: no store call is made while it is held

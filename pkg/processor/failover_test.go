@@ -9,8 +9,9 @@ import (
 	"testing"
 
 	prioritygroupv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/priority_group/v3"
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
 // R-X1: with failover.max_attempts > 1 the decision carries the chain in

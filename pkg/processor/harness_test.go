@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"io"
 	"log/slog"
 	"net"
@@ -10,17 +9,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+	"github.com/fusebox-llm/fusebox/pkg/grpcwire"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/metrics"
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 var testT0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -167,7 +170,7 @@ func newEnvOn(t *testing.T, config string, wire bool, opts ...func(*Options)) *e
 		Stop()
 	} = grpc.NewServer()
 	if wire || allOnWire {
-		gs = grpcwire.NewServer(grpcwire.Options{Codec: Codec{}, MaxRecvMsgSizeFor: RecvBounds()})
+		gs = grpcwire.NewServer(grpcwire.Options{Codec: extproc.Codec{}, MaxRecvMsgSizeFor: extproc.RecvBounds()})
 	}
 	extprocv3.RegisterExternalProcessorServer(gs, e.srv)
 	accesslogv3.RegisterAccessLogServiceServer(gs, e.srv.AccessLogService())
@@ -277,7 +280,7 @@ func attrs(flags int, details string) map[string]*structpb.Struct {
 	if details != "" {
 		f["response.code_details"] = structpb.NewStringValue(details)
 	}
-	return map[string]*structpb.Struct{attrKey: {Fields: f}}
+	return map[string]*structpb.Struct{extproc.AttrKey: {Fields: f}}
 }
 
 func (c *call) respHeaders(status string, eos bool, a map[string]*structpb.Struct, kv ...string) *extprocv3.ProcessingResponse {

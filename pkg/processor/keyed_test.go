@@ -7,6 +7,7 @@ import (
 	"time"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
@@ -119,9 +120,9 @@ func TestAParkMadeDuringABlipMeetsTheRetry(t *testing.T) {
 	c.end() // refused: Envoy resets attempt 1 and retries it
 	eventually(t, "attempt 1 parked here alone", func() bool { return a.srv.meet.len() == 1 })
 	down.Store(false)
-	a.clk.Advance(reparkEvery)
+	a.clk.Advance(lifecycle.ResendEvery)
 	eventually(t, "the park written to the note", func() bool {
-		got, _, _ := a.store.SwapNote(context.Background(), noteName(decisionOfToken(t, a, tok)), nil, nil, time.Second)
+		got, _, _ := a.store.SwapNote(context.Background(), lifecycle.NoteName(decisionOfToken(t, a, tok)), nil, nil, time.Second)
 		return got != nil
 	})
 	c2, _, _ := b.attempt(tok, "r-1", 2, "/v1/chat/completions")
@@ -129,7 +130,7 @@ func TestAParkMadeDuringABlipMeetsTheRetry(t *testing.T) {
 	eventually(t, "attempt 1 recorded as a connection error", func() bool {
 		return a.outcomes("openai:us:gpt", "failure", "connection_error")+b.outcomes("openai:us:gpt", "failure", "connection_error") == 1
 	})
-	a.clk.Advance(parkFor)
+	a.clk.Advance(lifecycle.ParkFor)
 	if n := a.outcomes("openai:us:gpt", "neither", "no_outcome"); n != 0 {
 		t.Fatal("attempt 1 also became a neither")
 	}
@@ -168,9 +169,9 @@ func TestADecisionParkedDuringABlipMeetsTheEntry(t *testing.T) {
 		return p.w == lifecycle.WaitAlone
 	})
 	down.Store(false)
-	a.clk.Advance(reparkEvery)
+	a.clk.Advance(lifecycle.ResendEvery)
 	eventually(t, "the park written to the note", func() bool {
-		got, _, _ := a.store.SwapNote(context.Background(), noteName(id), nil, nil, time.Second)
+		got, _, _ := a.store.SwapNote(context.Background(), lifecycle.NoteName(id), nil, nil, time.Second)
 		return got != nil
 	})
 	bl := b.accessLog()

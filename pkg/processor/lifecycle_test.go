@@ -9,11 +9,12 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The findings of #34, each as the operator met it.
@@ -101,7 +102,7 @@ func TestReplayedObserverNoteRecordsOnce(t *testing.T) {
 // breaker without a probe.
 func TestForgedObserverNoteRecordsNothing(t *testing.T) {
 	forged := func(e *env) *corev3.Metadata {
-		n := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us", RouteGen: 1, Start: e.clk.Now().UnixNano()}}
+		n := observeNote{Decision: lifecycle.NewDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us", RouteGen: 1, Start: e.clk.Now().UnixNano()}}
 		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
 			observeKey: structpb.NewStringValue(n.Encode())}}}}
 	}
@@ -234,7 +235,7 @@ func TestNoHostEntriesSettleByAttempt(t *testing.T) {
 	e.srv.onAccessLogEntry(chainEntry(pt.Decision, chain, tok, 2, uh))
 	e.waitOutcomes(pt.Chain[0].Route, "failure", "connection_error", 1)
 	e.waitOutcomes(pt.Chain[1].Route, "failure", "connection_error", 1)
-	e.clk.Advance(parkFor)
+	e.clk.Advance(lifecycle.ParkFor)
 	if n := e.outcomes(pt.Chain[0].Route, "neither", "no_outcome"); n != 0 {
 		t.Fatal("attempt 1 also became a neither")
 	}
@@ -252,7 +253,7 @@ func TestNoHostEntriesSettleByAttempt(t *testing.T) {
 func TestEntryFloodKeepsRealEvidence(t *testing.T) {
 	e := newEnv(t)
 	for range 140000 { // 2–4 s of sending from a client that reaches the port
-		e.srv.onAccessLogEntry(logEntry{decision: newDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
+		e.srv.onAccessLogEntry(logEntry{decision: lifecycle.NewDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
 	}
 	for range 2 {
 		c := e.open("")
@@ -264,7 +265,7 @@ func TestEntryFloodKeepsRealEvidence(t *testing.T) {
 	if s := e.status("default", "openai:us:gpt"); s.State != "open" {
 		t.Fatalf("two genuine connect failures after a flood: %+v", s)
 	}
-	if n := e.store.NoteCount(); n > maxEarly+10 {
+	if n := e.store.NoteCount(); n > lifecycle.MaxEarly+10 {
 		t.Fatalf("the flood made %d notes", n)
 	}
 }
@@ -276,7 +277,7 @@ func TestEntryFloodKeepsRealEvidence(t *testing.T) {
 func TestEntryFloodKeepsParkedAttempts(t *testing.T) {
 	e := newFailoverEnv(t)
 	for range 140000 {
-		e.srv.onAccessLogEntry(logEntry{decision: newDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
+		e.srv.onAccessLogEntry(logEntry{decision: lifecycle.NewDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
 	}
 	tok := e.routeRole()
 	c, _, _ := e.attempt(tok, "r-1", 1, "/v1/chat/completions")
@@ -285,7 +286,7 @@ func TestEntryFloodKeepsParkedAttempts(t *testing.T) {
 	c, _, _ = e.attempt(tok, "r-1", 2, "/v1/chat/completions")
 	e.waitOutcomes("openai:us:gpt", "failure", "connection_error", 1)
 	c.end()
-	if v := e.decisionEvents("entry", "dropped"); v != 140000-maxEarly {
+	if v := e.decisionEvents("entry", "dropped"); v != 140000-lifecycle.MaxEarly {
 		t.Fatalf("dropped %v", v)
 	}
 }
@@ -341,7 +342,7 @@ func TestWaitingDecisionClaimedElsewhereRecordsOnce(t *testing.T) {
 // refused and counted, even where its note is gone from the store.
 func TestOldObserveNoteIsRefused(t *testing.T) {
 	e := newObserverEnv(t)
-	old := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us",
+	old := observeNote{Decision: lifecycle.NewDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us:gpt", Cluster: "c_openai_us",
 		RouteGen: 1, Start: e.clk.Now().Add(-400 * time.Second).UnixNano()}}
 	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{observeNS: {Fields: map[string]*structpb.Value{
 		observeKey: structpb.NewStringValue(e.srv.tokens.SealFor(lifecycle.ObserveAAD, []byte(old.Encode())))}}}}
@@ -355,7 +356,7 @@ func TestOldObserveNoteIsRefused(t *testing.T) {
 // TestFloodFigures prints (FUSEBOX_FIGURES=1) what the flood of #34 costs:
 // 140,000 entries for random decision ids, the notes they leave and the
 // live heap after a collection, against the heap before the flood (same
-// run). The bound itself is asserted: at most maxEarly notes.
+// run). The bound itself is asserted: at most lifecycle.MaxEarly notes.
 func TestFloodFigures(t *testing.T) {
 	e := newEnv(t)
 	heap := func() uint64 {
@@ -366,15 +367,15 @@ func TestFloodFigures(t *testing.T) {
 	}
 	before := heap()
 	for range 140000 {
-		e.srv.onAccessLogEntry(logEntry{decision: newDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
+		e.srv.onAccessLogEntry(logEntry{decision: lifecycle.NewDecisionID(), cluster: "c_openai_us", code: 503, flags: uf}.proto())
 	}
 	after := heap()
-	if n := e.store.NoteCount(); n > maxEarly {
-		t.Fatalf("%d notes after the flood, bound %d", n, maxEarly)
+	if n := e.store.NoteCount(); n > lifecycle.MaxEarly {
+		t.Fatalf("%d notes after the flood, bound %d", n, lifecycle.MaxEarly)
 	}
 	if os.Getenv("FUSEBOX_FIGURES") != "" {
 		t.Logf("flood_figures: 140000 entries: %d notes kept (bound %d), %d dropped; live heap %.1f MiB -> %.1f MiB",
-			e.store.NoteCount(), maxEarly, int(e.decisionEvents("entry", "dropped")), float64(before)/(1<<20), float64(after)/(1<<20))
+			e.store.NoteCount(), lifecycle.MaxEarly, int(e.decisionEvents("entry", "dropped")), float64(before)/(1<<20), float64(after)/(1<<20))
 	}
 }
 

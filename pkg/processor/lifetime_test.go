@@ -10,14 +10,17 @@ import (
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/metrics"
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/fusebox-llm/fusebox/pkg/streamlife"
 )
 
 // TestStreamLifetimeBounds (R-L13): a stream with no message for
@@ -135,17 +138,17 @@ func TestAccessLogStreamsObeyTheLimits(t *testing.T) {
 // An access log message over 1 MiB is refused before it is decoded.
 func TestCodecBoundsAccessLogMessages(t *testing.T) {
 	big := &accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{
-		LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{{Request: &accesslogdatav3.HTTPRequestProperties{Path: strings.Repeat("x", MaxAccessLogMessage)}}}}}}
+		LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{{Request: &accesslogdatav3.HTTPRequestProperties{Path: strings.Repeat("x", extproc.MaxAccessLogMessage)}}}}}}
 	raw, err := proto.Marshal(big)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var m accesslogv3.StreamAccessLogsMessage
-	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &m); status.Code(err) != codes.ResourceExhausted {
+	if err := (extproc.Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &m); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a %d-byte message: %v", len(raw), err)
 	}
 	small, _ := proto.Marshal(logEntryMessage())
-	if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(small)}, &m); err != nil {
+	if err := (extproc.Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(small)}, &m); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -169,7 +172,7 @@ func TestAServerIsNotKeptByItsStreamWorkers(t *testing.T) {
 		s := NewServer(Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), StreamIdle: time.Minute})
 		runtime.AddCleanup(s, func(struct{}) { close(collected) }, struct{}{})
 		done := make(chan struct{})
-		_ = s.bounded(context.Background(), func(*activity) error { close(done); return nil })
+		_ = s.bounded(context.Background(), func(*streamlife.Activity) error { close(done); return nil })
 		<-done
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {

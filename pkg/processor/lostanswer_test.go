@@ -3,6 +3,8 @@ package processor
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // R-DL12, R-DL13 (#49, found by lifecycle.TestTwoReplicasStoreAnswers): an
@@ -34,11 +36,11 @@ func TestALostClaimAnswerIsRecordedWhenSentAgain(t *testing.T) {
 	b.srv.onAccessLogEntry(connectFailureEntry(pt.Decision, route, 1))
 	down.Store(false)
 	lost.Store(false)
-	a.clk.Advance(reparkEvery)
+	a.clk.Advance(lifecycle.ResendEvery)
 	eventually(t, "the connect failure recorded", func() bool {
 		return a.outcomes(route, "failure", "connection_error")+b.outcomes(route, "failure", "connection_error") == 1
 	})
-	a.clk.Advance(parkFor)
+	a.clk.Advance(lifecycle.ParkFor)
 	if n := a.outcomes(route, "neither", "no_outcome"); n != 0 {
 		t.Fatal("attempt 1 also became a neither")
 	}
@@ -68,12 +70,12 @@ func TestAParkThatEndedAloneStillMeetsItsEntry(t *testing.T) {
 	c, _, _ := a.attempt(tok, "r-1", 1, "/v1/chat/completions")
 	c.end() // parks here alone
 	eventually(t, "attempt 1 parked here alone", func() bool { return a.srv.meet.len() == 1 })
-	a.clk.Advance(parkFor)
+	a.clk.Advance(lifecycle.ParkFor)
 	eventually(t, "its wait ended: a neither", func() bool { return a.outcomes(route, "neither", "no_outcome") == 1 })
 	down.Store(false)
 	b.srv.onAccessLogEntry(connectFailureEntry(pt.Decision, route, 1))
 	for range 8 {
-		a.clk.Advance(reparkEvery)
+		a.clk.Advance(lifecycle.ResendEvery)
 	}
 	eventually(t, "the connect failure recorded, late", func() bool {
 		return a.outcomes(route, "failure", "connection_error")+b.outcomes(route, "failure", "connection_error") == 1

@@ -2,12 +2,7 @@ package processor
 
 import (
 	"context"
-	"encoding/hex"
-	"errors"
-	mrand "math/rand/v2"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
@@ -19,7 +14,7 @@ import (
 // per-try timeout, or a client that went away; Envoy tells an upstream
 // filter nothing of which — is parked. Envoy then either retries (the next
 // attempt arrives: the parked one was a connection_error), writes an access
-// log entry that says what happened (R-AL5), or neither (after parkFor, a
+// log entry that says what happened (R-AL5), or neither (after lifecycle.ParkFor, a
 // neither that frees its probe slot, R-O8).
 //
 // Envoy spreads attempt streams and access log streams over every fusebox
@@ -31,26 +26,16 @@ import (
 // compare-and-set, so exactly one does. Notes expire by themselves: memory
 // is bounded by the store, and nothing is scanned per retry.
 
-const parkFor = 5 * time.Second
-
-// claimsLife is how long a note that made claims for operations with an
-// id lives (lifecycle.Note.Claims): a blip, a failover, a fork's pause.
-const claimsLife = time.Minute
-
-// meetings runs note operations and keeps this replica's parked attempts
-// (their streams and park timers).
+// meetings keeps this replica's parked attempts (their streams and park
+// timers); notes runs their note operations (lifecycle.Notes).
 type meetings struct {
-	s   *Server
-	ttl time.Duration
-	max int
+	s     *Server
+	notes *lifecycle.Notes
+	ttl   time.Duration
+	max   int
 
 	mu   sync.Mutex
 	here map[string]*parkedHere
-	// early counts the early-entry notes made since earlyFrom (R-DL5).
-	early     int
-	earlyFrom int64
-	// resending counts the operations being sent again (maxResends).
-	resending int
 }
 
 // parkedHere is an attempt held on this replica; its fields are guarded
@@ -65,97 +50,18 @@ type parkedHere struct {
 }
 
 func newMeetings(s *Server) *meetings {
-	return &meetings{s: s, ttl: parkFor, max: 10000, here: map[string]*parkedHere{}}
-}
-
-func noteName(decision string) string { return "a:" + decision }
-
-// run applies op to decision's note by compare-and-set, starting from the
-// guess prev (nil: no note), and returns what it did. A store that errs
-// reports lifecycle.HowUnreachable, never a swap on a private table (R-DL7).
-func (m *meetings) run(decision string, prev []byte, op lifecycle.Op) lifecycle.Act {
-	var cur lifecycle.Note
-	if prev != nil {
-		_ = lifecycle.Decode(prev, &cur)
-	}
-	for range 5 {
-		next, act := lifecycle.Step(cur, op)
-		raw := next.Encode()
-		got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), prev, raw, m.noteTTL(next))
-		if err != nil {
-			if errors.Is(err, breaker.ErrNotesFull) {
-				return lifecycle.Act{How: lifecycle.HowFailed}
+	notes := &lifecycle.Notes{
+		Store: s.store, Clock: s.clock,
+		Waits: func() (time.Duration, time.Duration) {
+			if rt := s.cfg.Load(); rt != nil {
+				return rt.DecisionWait, rt.AccessLogWait
 			}
-			m.s.metrics.DecisionEvents.WithLabelValues(op.Event().String(), "meet_unreachable").Inc()
-			return lifecycle.Act{How: lifecycle.HowUnreachable}
-		}
-		if ok {
-			m.count(op.Event(), act)
-			return act
-		}
-		prev, cur = got, lifecycle.Note{}
-		if got != nil && lifecycle.Decode(got, &cur) != nil {
-			cur = lifecycle.Note{} // not ours: overwritten by the next try
-		}
+			return 0, 0
+		},
+		Count:    func(event, result string) { s.metrics.DecisionEvents.WithLabelValues(event, result).Inc() },
+		Internal: func(where string) { s.metrics.InternalErrors.WithLabelValues(where).Inc() },
 	}
-	m.s.metrics.InternalErrors.WithLabelValues("attempt_note").Inc()
-	return lifecycle.Act{How: lifecycle.HowFailed}
-}
-
-// noteTTL: a note lives past the longest wait of what it holds. Only two
-// states wait for a response: a route-role decision (N 0) parked and not
-// yet expired, and an observer that came before the route role's park (on
-// Envoy 1.36 the route role's stream ends with the response); they live
-// decision_wait_sec. Anything else lives a park time: long enough for a
-// late or duplicate event to find it. (Every observed decision's note
-// living decision_wait_sec would hold 300 s of traffic in the store.)
-func (m *meetings) noteTTL(n lifecycle.Note) time.Duration {
-	waiting := n.Parked != nil && n.Parked.N == 0 && !n.Expired
-	if waiting || n.Obs && !n.Done {
-		return max(m.s.cfg.Load().DecisionWait, m.ttl) + time.Second
-	}
-	if len(n.Claims) > 0 {
-		// An operation whose answer was lost is sent again for as long as
-		// the store stays away: its claim must still be there to answer it.
-		return claimsLife
-	}
-	return m.ttl + time.Second
-}
-
-// count tells fusebox_decision_events_total what an event became.
-func (m *meetings) count(ev lifecycle.Event, act lifecycle.Act) {
-	var r string
-	switch act.How {
-	case lifecycle.HowDuplicate, lifecycle.HowByObserver:
-		r = "duplicate"
-	case lifecycle.HowMismatch:
-		r = "mismatch"
-	case lifecycle.HowConnErr, lifecycle.HowEntry, lifecycle.HowObserved, lifecycle.HowObserveFirst:
-		r = "recorded"
-		if act.Late {
-			r = "late"
-		}
-	default:
-		return
-	}
-	m.s.metrics.DecisionEvents.WithLabelValues(ev.String(), r).Inc()
-}
-
-// parkID names a park as a note operation: the attempt and its start, so
-// that the same park sent again gets the answer it got (Note.Claims), and a
-// replayed token's attempt (another start) does not.
-func parkID(p *lifecycle.Park) string {
-	return "p" + strconv.Itoa(p.N) + "." + strconv.FormatInt(p.Start, 36)
-}
-
-// newOpID names one event's note operation (an entry, an arrival): 64
-// random bits after its kind.
-func newOpID(kind byte) string {
-	var b [8]byte
-	src := idSources.Get().(*mrand.ChaCha8)
-	_, _ = src.Read(b[:])
-	idSources.Put(src)
-	return string(kind) + hex.EncodeToString(b[:])
+	return &meetings{s: s, notes: notes, ttl: lifecycle.ParkFor, max: 10000, here: map[string]*parkedHere{}}
 }
 
 // park keeps st, which ended before any response headers, until its
@@ -166,7 +72,7 @@ func (m *meetings) park(a *attemptStream) {
 		st.recordNeither()
 		return
 	}
-	if g := st.gate; g != nil && g.wait() {
+	if g := st.gate; g != nil && g.Wait() {
 		// A replayed token's attempt: nothing to park or record. (Parking
 		// is off the request path: the stream has ended.)
 		st.recorded = true
@@ -180,7 +86,7 @@ func (m *meetings) park(a *attemptStream) {
 	m.mu.Lock()
 	full := len(m.here) >= m.max
 	m.mu.Unlock()
-	act := m.run(id, nil, lifecycle.Op{ID: parkID(&p), Park: &p})
+	act := m.notes.Run(id, nil, lifecycle.Op{ID: lifecycle.ParkID(&p), Park: &p})
 	if act.Older != nil {
 		m.settle(id, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
 	}
@@ -192,12 +98,12 @@ func (m *meetings) park(a *attemptStream) {
 		// turned the genuine connection errors after it into neithers.
 		st.s.metrics.DecisionEvents.WithLabelValues("park", "not_held").Inc()
 		return
-	case full && unknownAnswer(act.How):
+	case full && lifecycle.Unknown(act.How):
 		// Neither in the note nor here: the bound holds during a blip.
 		st.recordNeither()
 		return
 	}
-	h := &parkedHere{st: st, note: p, w: lifecycle.WaitParking, rewrite: parkRewrite{unanswered: unknownAnswer(act.How)}}
+	h := &parkedHere{st: st, note: p, w: lifecycle.WaitParking, rewrite: parkRewrite{unanswered: lifecycle.Unknown(act.How)}}
 	m.mu.Lock()
 	old := m.here[id]
 	m.here[id] = h
@@ -284,12 +190,8 @@ func (m *meetings) do(id string, h *parkedHere, act lifecycle.WaitAct, how lifec
 	}
 }
 
-// reparkEvery is how often a park whose answer was unknown is written
-// again.
-const reparkEvery = 250 * time.Millisecond
-
 // repark writes h's park again once the meeting place answers, off the
-// request path, every reparkEvery while h waits here alone or its park's
+// request path, every lifecycle.ResendEvery while h waits here alone or its park's
 // answer is unknown (R-DL12): an attempt parked during a blip must meet
 // the retry, the entry or the expiry that come after it on any replica,
 // and a park whose reply was lost learns what it claimed (its id gets the
@@ -301,7 +203,7 @@ func (m *meetings) repark(id string, h *parkedHere) {
 	if !start {
 		return
 	}
-	breaker.AfterFunc(m.s.clock, reparkEvery, func() {
+	breaker.AfterFunc(m.s.clock, lifecycle.ResendEvery, func() {
 		m.mu.Lock()
 		write, giveUp := h.rewrite.fire(m.s.clock.Now().UnixNano(), h.w == lifecycle.WaitAlone || h.w == lifecycle.WaitGone)
 		m.mu.Unlock()
@@ -309,9 +211,9 @@ func (m *meetings) repark(id string, h *parkedHere) {
 		case giveUp:
 			m.do(id, h, m.step(id, h, lifecycle.WGiveUp, lifecycle.HowNone), lifecycle.HowNone, lifecycle.Entry{}, false, nil)
 		case write:
-			act := m.run(id, nil, lifecycle.Op{ID: parkID(&h.note), Park: &h.note})
+			act := m.notes.Run(id, nil, lifecycle.Op{ID: lifecycle.ParkID(&h.note), Park: &h.note})
 			m.mu.Lock()
-			h.rewrite.unanswered = unknownAnswer(act.How)
+			h.rewrite.unanswered = lifecycle.Unknown(act.How)
 			m.mu.Unlock()
 			if act.Older != nil {
 				m.settle(id, act.Older, lifecycle.HowConnErr, entryOutcome{}, act.OlderLate)
@@ -340,7 +242,7 @@ func (m *meetings) askExpire(id string, h *parkedHere) {
 	if act.AskExpire {
 		// Unknown: applied again after a while.
 		act.AskExpire = false
-		breaker.AfterFunc(m.s.clock, reparkEvery, func() { m.askExpire(id, h) })
+		breaker.AfterFunc(m.s.clock, lifecycle.ResendEvery, func() { m.askExpire(id, h) })
 	}
 	m.do(id, h, act, how, lifecycle.Entry{}, false, nil)
 }
@@ -352,7 +254,7 @@ func (m *meetings) expireOp(decision string, w lifecycle.Wait, p *lifecycle.Park
 		return lifecycle.HowNone, false
 	}
 	cur := lifecycle.Note{Parked: p}
-	return m.run(decision, cur.Encode(), lifecycle.Op{Park: p, Expire: true}).How, true
+	return m.notes.Run(decision, cur.Encode(), lifecycle.Op{Park: p, Expire: true}).How, true
 }
 
 // local has the attempt held here that match picks be settled by what
@@ -376,15 +278,15 @@ func (m *meetings) local(decision string, h *parkedHere, match func(p *lifecycle
 // earlier attempt was retried, and an attempt number that arrives a second
 // time is a replayed token (R-DL4): g hears which. It runs off the
 // attempt's request path (a slow store must not delay it).
-func (m *meetings) arrived(decision string, n int, g *arrivalGate) {
+func (m *meetings) arrived(decision string, n int, g *lifecycle.ArrivalGate) {
 	if decision == "" {
-		g.open(false)
+		g.Open(false)
 		return
 	}
 	go func() {
-		op := lifecycle.Op{ID: newOpID('a'), Arrive: n}
-		act := m.run(decision, nil, op)
-		g.open(act.How == lifecycle.HowDuplicate && !act.Again)
+		op := lifecycle.Op{ID: lifecycle.NewOpID('a'), Arrive: n}
+		act := m.notes.Run(decision, nil, op)
+		g.Open(act.How == lifecycle.HowDuplicate && !act.Again)
 		m.arrivalAct(decision, n, op, act)
 	}()
 }
@@ -394,157 +296,28 @@ func (m *meetings) arrivalAct(decision string, n int, op lifecycle.Op, act lifec
 	switch {
 	case act.How == lifecycle.HowConnErr:
 		m.settle(decision, act.Claim, lifecycle.HowConnErr, entryOutcome{}, act.Late)
-	case unknownAnswer(act.How):
+	case lifecycle.Unknown(act.How):
 		if m.local(decision, nil, func(p *lifecycle.Park) bool { return p.N < n }, func(st *stream, p lifecycle.Park) { st.recordRetried(p) }) {
 			return
 		}
-		m.resend(decision, "arrive", op, func(act lifecycle.Act) { m.arrivalAct(decision, n, op, act) })
+		m.notes.Resend(decision, "arrive", op, func(act lifecycle.Act) { m.arrivalAct(decision, n, op, act) })
 	}
-}
-
-// maxResends bounds the operations a replica sends again at once (an
-// entry or an arrival whose answer was unknown); past it they are dropped
-// and counted (decision_events{result="resend_dropped"}).
-const maxResends = 8192
-
-// resend sends op again, off the request path, every reparkEvery (up to
-// 5 s apart) until the note answers or the record key's life ends, and
-// hands the answer to then (R-DL12). An unknown answer is never read as
-// "not applied": the note may have taken the operation and claimed a
-// party with it, which only its answer to the same id says.
-func (m *meetings) resend(decision, event string, op lifecycle.Op, then func(lifecycle.Act)) {
-	m.mu.Lock()
-	if m.resending >= maxResends {
-		m.mu.Unlock()
-		m.s.metrics.DecisionEvents.WithLabelValues(event, "resend_dropped").Inc()
-		return
-	}
-	m.resending++
-	m.mu.Unlock()
-	m.s.metrics.DecisionEvents.WithLabelValues(event, "resent").Inc()
-	life := lifecycle.RecordKeyLife(0, 0)
-	if rt := m.s.cfg.Load(); rt != nil {
-		life = lifecycle.RecordKeyLife(rt.DecisionWait, rt.AccessLogWait)
-	}
-	until := m.s.clock.Now().Add(life)
-	every := reparkEvery
-	var try func()
-	try = func() {
-		act := m.run(decision, nil, op)
-		if unknownAnswer(act.How) && m.s.clock.Now().Before(until) {
-			every = min(2*every, 5*time.Second)
-			breaker.AfterFunc(m.s.clock, every, try)
-			return
-		}
-		m.mu.Lock()
-		m.resending--
-		m.mu.Unlock()
-		if !unknownAnswer(act.How) {
-			then(act)
-		}
-	}
-	breaker.AfterFunc(m.s.clock, every, try)
-}
-
-// arrivalGate is what the note said of an attempt's arrival: a replayed
-// token's attempt records nothing. The attempt's response may be judged
-// before the note answers; its record then waits for the answer off the
-// reply path (record), bounded by gateWait.
-type arrivalGate struct {
-	done   chan struct{}
-	replay atomic.Bool
-	clock  breaker.Clock // the server's: the wait's bound runs on it
-}
-
-// gateWait bounds how long a record waits for the arrival's answer; past
-// it the attempt is recorded (a meeting place that does not answer must
-// not lose an outcome, R-DL7).
-const gateWait = time.Second
-
-func newArrivalGate(c breaker.Clock) *arrivalGate {
-	return &arrivalGate{done: make(chan struct{}), clock: c}
-}
-
-func (g *arrivalGate) open(replay bool) {
-	g.replay.Store(replay)
-	close(g.done)
-}
-
-// known reports whether the answer came, and whether it was a replay.
-func (g *arrivalGate) known() (known, replay bool) {
-	select {
-	case <-g.done:
-		return true, g.replay.Load()
-	default:
-		return false, false
-	}
-}
-
-// wait waits for the answer (at most gateWait) and reports a replay.
-func (g *arrivalGate) wait() bool {
-	select {
-	case <-g.done:
-		return g.replay.Load()
-	default:
-	}
-	expired := make(chan struct{})
-	t := breaker.AfterFunc(g.clock, gateWait, func() { close(expired) })
-	defer t.Stop()
-	select {
-	case <-g.done:
-		return g.replay.Load()
-	case <-expired:
-		return false
-	}
-}
-
-// maxEarly bounds the notes this replica creates for entries that name no
-// decision it knows, per park time (R-DL5): such an entry may be early (the
-// decision's stream ends on another replica soon), or forged, or a flood
-// of random ids. Past the bound they are dropped and counted, so they never
-// fill the note table that real decisions and parked attempts wait in (on
-// memory 2^17 notes; on Redis, keys).
-const maxEarly = 8192
-
-// earlyAllowed takes one of this park time's early-entry notes.
-func (m *meetings) earlyAllowed() bool {
-	now := m.s.clock.Now().UnixNano()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if now-m.earlyFrom >= int64(m.ttl) {
-		m.earlyFrom, m.early = now, 0
-	}
-	if m.early >= maxEarly {
-		return false
-	}
-	m.early++
-	return true
 }
 
 // entry applies an access log entry to decision's note (R-AL5). ok is
 // false when no attempt was parked yet (the entry waits in the note).
 func (m *meetings) entry(decision string, out entryOutcome) (string, bool) {
-	if !out.chained() && !m.earlyAllowed() {
+	if !out.chained() && !m.notes.EarlyAllowed() {
 		// An entry for a decision this replica does not hold may only
 		// wait in a note within the budget: an existing note (a parked
 		// attempt, a waiting decision) still takes it.
-		if act := m.runExisting(decision, out.noteOp()); act.How != lifecycle.HowNone {
+		if act := m.notes.RunExisting(decision, out.noteOp()); act.How != lifecycle.HowNone {
 			return m.entryAct(decision, out, act)
 		}
 		m.s.metrics.DecisionEvents.WithLabelValues("entry", "dropped").Inc()
 		return EntryUnknown, true
 	}
-	return m.entryAct(decision, out, m.run(decision, nil, out.noteOp()))
-}
-
-// runExisting applies op only to a note that exists (it creates none).
-func (m *meetings) runExisting(decision string, op lifecycle.Op) lifecycle.Act {
-	got, ok, err := m.s.store.SwapNote(context.Background(), noteName(decision), nil, nil, time.Second)
-	if err != nil || ok || got == nil {
-		// ok: there was no note (deleting nothing succeeded).
-		return lifecycle.Act{}
-	}
-	return m.run(decision, got, op)
+	return m.entryAct(decision, out, m.notes.Run(decision, nil, out.noteOp()))
 }
 
 func (m *meetings) entryAct(decision string, out entryOutcome, act lifecycle.Act) (string, bool) {
@@ -571,7 +344,7 @@ func (m *meetings) entryAct(decision string, out entryOutcome, act lifecycle.Act
 		}
 		// The note may have taken it, or not: sent again with its id
 		// until it answers (R-DL12).
-		m.resend(decision, "entry", out.noteOp(), func(act lifecycle.Act) {
+		m.notes.Resend(decision, "entry", out.noteOp(), func(act lifecycle.Act) {
 			if r, _ := m.entryAct(decision, out, act); r == EntryRecorded {
 				m.s.metrics.AccessLogEntries.WithLabelValues(EntryRecorded).Inc()
 			}

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 // waitOutcomes waits for an asynchronous outcome (a retry's arrival is
@@ -34,7 +36,7 @@ func (e *env) waitNote(tok string) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok, _ := e.store.SwapNote(context.Background(), noteName(t.Decision), nil, nil, time.Second); !ok {
+		if _, ok, _ := e.store.SwapNote(context.Background(), lifecycle.NoteName(t.Decision), nil, nil, time.Second); !ok {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 var uh = &accesslogdatav3.ResponseFlags{NoHealthyUpstream: true}
@@ -27,7 +29,7 @@ func TestForgedNoHostEntriesChargeNothing(t *testing.T) {
 			e := c.env(t)
 			tok := c.tok(e)
 			for range 3 {
-				e.srv.onAccessLogEntry(chainEntry(newDecisionID(), "openai:us:gpt,azure:eu:gpt", tok, 1, uh))
+				e.srv.onAccessLogEntry(chainEntry(lifecycle.NewDecisionID(), "openai:us:gpt,azure:eu:gpt", tok, 1, uh))
 			}
 			if s := e.status("default", "openai:us:gpt"); s.State != "closed" || s.Failures != 0 {
 				t.Fatalf("three forged no-host entries: %s with %d failures", s.State, s.Failures)
@@ -69,7 +71,7 @@ func TestFirstAttemptNoHostIsCharged(t *testing.T) {
 func TestNoHostEntryFloodKeepsRealParks(t *testing.T) {
 	e := newFailoverEnv(t)
 	for range 140000 {
-		e.srv.onAccessLogEntry(chainEntry(newDecisionID(), "openai:us:gpt,azure:eu:gpt", "", 1, uh))
+		e.srv.onAccessLogEntry(chainEntry(lifecycle.NewDecisionID(), "openai:us:gpt,azure:eu:gpt", "", 1, uh))
 	}
 	tok := e.routeRole()
 	c, _, _ := e.attempt(tok, "r-1", 1, "/v1/chat/completions")

@@ -1,12 +1,19 @@
 package processor
 
 import (
+	"strings"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+	"github.com/fusebox-llm/fusebox/pkg/streamlife"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/fusebox-llm/fusebox/pkg/grpcwire"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // The observer role (#28; envoy/envoy-observer.yaml, envoy.observer): a
@@ -109,6 +116,23 @@ func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
 	s := o.s
 	raw := req.GetMetadataContext().GetFilterMetadata()[observeNS].GetFields()[observeKey].GetStringValue()
 	if raw == "" {
+		// fusebox's own immediate replies (a fail-fast 503, a 400) pass
+		// the encoder chain on Envoy 1.37+ and reach the observer with no
+		// note: no decision to record (R-OB, #52). Anything else with no
+		// note is a deployment that does not forward it.
+		_, _, details, _ := extproc.Attributes(req.GetAttributes())
+		switch {
+		case strings.HasPrefix(details, extproc.DetailsPrefix):
+			s.metrics.DecisionEvents.WithLabelValues("observe", "own_reply").Inc()
+			return nil
+		case details != "" && details != "via_upstream":
+			// One of Envoy's own local replies sent before the route
+			// role decided (a 413 for a body over the buffer limit comes
+			// after the request headers, before the body that names the
+			// model): no route was chosen, nothing to record.
+			s.metrics.DecisionEvents.WithLabelValues("observe", "envoy_reply").Inc()
+			return nil
+		}
 		s.metrics.Refused.WithLabelValues("observe_no_decision").Inc()
 		return nil
 	}
@@ -140,7 +164,7 @@ func (o *observerStream) begin(req *extprocv3.ProcessingRequest) *stream {
 	if n.Replica != s.replica {
 		st.startNs = first - n.ReqNs
 	}
-	switch act := s.meet.run(id, nil, lifecycle.Op{Observe: true}); act.How {
+	switch act := s.meet.notes.Run(id, nil, lifecycle.Op{Observe: true}); act.How {
 	case lifecycle.HowObserved:
 		if act.Late {
 			st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
@@ -197,14 +221,14 @@ func (s *Server) observedHere(id string) {
 // not take (the response's last one, one that may record, anything but a
 // chunk) goes to the stream's goroutine, in order, as before. On grpc-go's
 // server nothing changes.
-func (s *Server) observeInline(stream extprocv3.ExternalProcessor_ProcessServer, o *observerStream, act *activity) {
+func (s *Server) observeInline(stream extprocv3.ExternalProcessor_ProcessServer, o *observerStream, act *streamlife.Activity) {
 	// Its own message: the stream's goroutine keeps decoding into its own
 	// reused one, and the two never run at once.
 	req := new(extprocv3.ProcessingRequest)
 	grpcwire.SetInline(stream.Context(), func(b []byte) bool {
 		// The body points into the frame (valid during this call), as it
 		// points into the transport's buffer on the stream's goroutine.
-		if !decodeBodyMessage(b, req, true) {
+		if !extproc.DecodeBodyMessage(b, req, true) {
 			return false
 		}
 		rb, ok := req.Request.(*extprocv3.ProcessingRequest_ResponseBody)
@@ -212,7 +236,7 @@ func (s *Server) observeInline(stream extprocv3.ExternalProcessor_ProcessServer,
 			return false
 		}
 		if act != nil {
-			act.touch()
+			act.Touch()
 		}
 		if s.inlineHook != nil {
 			s.inlineHook()
@@ -227,5 +251,5 @@ func (s *Server) observeInline(stream extprocv3.ExternalProcessor_ProcessServer,
 // A sniffed body records once its sniff is full.
 func (o *observerStream) inlineable() bool {
 	j := o.j
-	return j == nil || o.done || !j.tracked || j.recorded || !j.respStarted || j.wait != needSniff
+	return j == nil || o.done || !j.tracked || j.recorded || !j.respStarted || j.wait != judge.NeedSniff
 }

@@ -6,8 +6,11 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
 // newObserverEnv is the observer deployment (envoy.observer: true): the
@@ -55,6 +58,12 @@ func (e *env) observeCT(md *corev3.Metadata, status, ct string, chunks ...string
 // observeWith is observe with the response's headers.
 func (e *env) observeWith(md *corev3.Metadata, headers []string, chunks ...string) {
 	e.t.Helper()
+	e.observeAttrs(md, attrs(0, "via_upstream"), headers, chunks...)
+}
+
+// observeAttrs is observeWith with the response's attributes.
+func (e *env) observeAttrs(md *corev3.Metadata, at map[string]*structpb.Struct, headers []string, chunks ...string) {
+	e.t.Helper()
 	c := e.open("observe")
 	send := func(r *extprocv3.ProcessingRequest) {
 		r.ObservabilityMode = true
@@ -64,7 +73,7 @@ func (e *env) observeWith(md *corev3.Metadata, headers []string, chunks ...strin
 	}
 	send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 		Headers: hdrs(headers...), EndOfStream: len(chunks) == 0}},
-		Attributes: attrs(0, "via_upstream")})
+		Attributes: at})
 	for i, ch := range chunks {
 		if e.pace > 0 {
 			time.Sleep(e.pace) // as an upstream streams them (not a wait for a state)
@@ -140,6 +149,42 @@ func TestObserverNeverCameIsANeither(t *testing.T) {
 func TestObserverWithoutADecision(t *testing.T) {
 	e := newObserverEnv(t)
 	e.observe(&corev3.Metadata{}, "503", "x")
+	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+// On Envoy 1.37+ fusebox's own immediate replies (a fail-fast 503, a 400)
+// pass the encoder chain and reach the observer with no note: there is no
+// decision to record, and they are counted as such, apart from a
+// deployment that forwards no note. Before, each counted
+// observe_no_decision, once per request in an outage; so did Envoy's 413
+// for a body over the buffer limit.
+func TestObserverSeesFuseboxsOwnReplies(t *testing.T) {
+	e := newObserverEnv(t)
+	ownReply := func() float64 {
+		return testutil.ToFloat64(e.metrics.DecisionEvents.WithLabelValues("observe", "own_reply"))
+	}
+	noDecision := func() float64 { return testutil.ToFloat64(e.metrics.Refused.WithLabelValues("observe_no_decision")) }
+	e.observeAttrs(&corev3.Metadata{}, attrs(0, extproc.DetailsPrefix+extproc.CodeAllOpen), []string{":status", "503", "content-type", "application/json"}, `{"error":{}}`)
+	eventually(t, "the own reply counted", func() bool { return ownReply() == 1 })
+	if v := noDecision(); v != 0 {
+		t.Fatalf("observe_no_decision %v for fusebox's own reply", v)
+	}
+	// Envoy's own local reply before any decision (the 413 of a body over
+	// the buffer limit, sent before the body that names the model): no
+	// route was chosen.
+	envoyReply := func() float64 {
+		return testutil.ToFloat64(e.metrics.DecisionEvents.WithLabelValues("observe", "envoy_reply"))
+	}
+	e.observeAttrs(&corev3.Metadata{}, attrs(0, "request_payload_too_large"), []string{":status", "413", "content-type", "text/plain"}, "Payload Too Large")
+	eventually(t, "Envoy's reply counted", func() bool { return envoyReply() == 1 })
+	if v := noDecision(); v != 0 {
+		t.Fatalf("observe_no_decision %v for Envoy's 413", v)
+	}
+	// A response with no note that fusebox did not write still counts.
+	e.observe(&corev3.Metadata{}, "200", "x")
+	eventually(t, "observe_no_decision counted", func() bool { return noDecision() == 1 })
 	if s := e.status("default", "openai:us:gpt"); s.Failures != 0 {
 		t.Fatalf("%+v", s)
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -34,18 +36,18 @@ func TestStatusOutcomes(t *testing.T) {
 		{"501 not listed", "gpt", "openai:us:gpt", "501", attrs(upstream, "via_upstream"), nil, "", false, "status_not_listed", "neither", 0},
 		{"429 not listed", "gpt", "openai:us:gpt", "429", attrs(upstream, "via_upstream"), nil, "", false, "client_error", "neither", 0},
 		{"400 is the request's fault", "gpt", "openai:us:gpt", "400", attrs(upstream, "via_upstream"), nil, "", false, "client_error", "neither", 0},
-		{"connect failure UF, list empty", "strict", "openai:us:st", "503", attrs(flagUF, "upstream_reset_before_response_started{connection_failure}"), nil, "", true, "connection_error", "failure", 0},
-		{"reset UR by flags alone", "strict", "openai:us:st", "503", attrs(flagUR, ""), nil, "", true, "connection_error", "failure", 0},
-		{"no healthy upstream UH", "strict", "openai:us:st", "503", attrs(flagUH, "no_healthy_upstream"), nil, "", true, "connection_error", "failure", 0},
-		{"URX with UF", "strict", "openai:us:st", "503", attrs(flagUF|flagURX, ""), nil, "", true, "connection_error", "failure", 0},
+		{"connect failure UF, list empty", "strict", "openai:us:st", "503", attrs(judge.FlagUF, "upstream_reset_before_response_started{connection_failure}"), nil, "", true, "connection_error", "failure", 0},
+		{"reset UR by flags alone", "strict", "openai:us:st", "503", attrs(judge.FlagUR, ""), nil, "", true, "connection_error", "failure", 0},
+		{"no healthy upstream UH", "strict", "openai:us:st", "503", attrs(judge.FlagUH, "no_healthy_upstream"), nil, "", true, "connection_error", "failure", 0},
+		{"URX with UF", "strict", "openai:us:st", "503", attrs(judge.FlagUF|judge.FlagURX, ""), nil, "", true, "connection_error", "failure", 0},
 		{"code details alone", "strict", "openai:us:st", "503", attrs(-1, "upstream_reset_before_response_started{remote_reset}"), nil, "", true, "connection_error", "failure", 0},
-		{"timeout UT", "strict", "openai:us:st", "504", attrs(flagUT, "upstream_response_timeout"), nil, "", true, "timeout", "failure", 0},
+		{"timeout UT", "strict", "openai:us:st", "504", attrs(judge.FlagUT, "upstream_response_timeout"), nil, "", true, "timeout", "failure", 0},
 		{"open_on_status 401", "strict", "openai:us:st", "401", attrs(upstream, "via_upstream"), nil, "", true, "open_status", "failure", 1},
 		{"strict list: provider 503 is neither", "strict", "openai:us:st", "503", attrs(upstream, "via_upstream"), nil, "", false, "status_not_listed", "neither", 0},
-		{"cluster not found NC", "gpt", "openai:us:gpt", "503", attrs(flagNC, "cluster_not_found"), nil, "", false, "cluster_not_found", "neither", 0},
-		{"overflow UO", "gpt", "openai:us:gpt", "503", attrs(flagUO, "upstream_reset_before_response_started{overflow}"), nil, "", false, "envoy_overflow", "neither", 0},
-		{"UF with UO: the retry overflowed (R-O15)", "strict", "openai:us:st", "503", attrs(flagUF|flagUO, "upstream_reset_before_response_started{remote_connection_failure}"), nil, "", true, "connection_error", "failure", 0},
-		{"stream idle timeout SI", "strict", "openai:us:st", "504", attrs(flagSI, "stream_idle_timeout"), nil, "", true, "timeout", "failure", 0},
+		{"cluster not found NC", "gpt", "openai:us:gpt", "503", attrs(judge.FlagNC, "cluster_not_found"), nil, "", false, "cluster_not_found", "neither", 0},
+		{"overflow UO", "gpt", "openai:us:gpt", "503", attrs(judge.FlagUO, "upstream_reset_before_response_started{overflow}"), nil, "", false, "envoy_overflow", "neither", 0},
+		{"UF with UO: the retry overflowed (R-O15)", "strict", "openai:us:st", "503", attrs(judge.FlagUF|judge.FlagUO, "upstream_reset_before_response_started{remote_connection_failure}"), nil, "", true, "connection_error", "failure", 0},
+		{"stream idle timeout SI", "strict", "openai:us:st", "504", attrs(judge.FlagSI, "stream_idle_timeout"), nil, "", true, "timeout", "failure", 0},
 		{"overloaded header", "gpt", "openai:us:gpt", "503", nil, []string{"x-envoy-overloaded", "true"}, "", false, "envoy_overflow", "neither", 0},
 		{"no attributes: connect text", "strict", "openai:us:st", "503", nil, []string{"content-type", "text/plain"}, "upstream connect error or disconnect/reset before headers. reset reason: connection failure", true, "connection_error", "failure", 0},
 		{"no attributes: timeout text", "strict", "openai:us:st", "504", nil, []string{"content-type", "text/plain"}, "upstream request timeout", true, "timeout", "failure", 0},
@@ -86,7 +88,7 @@ func TestStatusOutcomes(t *testing.T) {
 
 func TestClusterNotFoundCounted(t *testing.T) {
 	e := newEnv(t)
-	e.roundTrip("gpt", "503", attrs(flagNC, "cluster_not_found"))
+	e.roundTrip("gpt", "503", attrs(judge.FlagNC, "cluster_not_found"))
 	if v := testutil.ToFloat64(e.metrics.ClusterNotFound.WithLabelValues("default", "c_openai_us")); v != 1 {
 		t.Fatalf("cluster_not_found_total %v", v)
 	}

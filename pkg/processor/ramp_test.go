@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/plan"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -81,7 +82,7 @@ fusebox_route_ramp_ratio{gateway="default",route="openai:us:gpt"} 0.1
 		if first < tc.lo || first > tc.hi {
 			t.Fatalf("at +%v: %d of %d to the ramping route, want %d..%d", tc.at, first, n, tc.lo, tc.hi)
 		}
-		if tc.ramped && actions[ActionRamped] != n-first {
+		if tc.ramped && actions[plan.ActionRamped] != n-first {
 			t.Fatalf("at +%v: actions %v", tc.at, actions)
 		}
 	}
@@ -100,65 +101,12 @@ fusebox_route_ramp_ratio{gateway="default",route="openai:us:gpt"} 0.1
 	// The floor and when_all_open see a ramping route as healthy: with the
 	// other route open it is the last candidate left and takes everything.
 	e.openRoute("default", "azure:eu:gpt")
-	if first, actions := e.share("gpt", 50); first != 50 || actions[ActionRamped] != 0 {
+	if first, actions := e.share("gpt", 50); first != 50 || actions[plan.ActionRamped] != 0 {
 		t.Fatalf("with the other route open the ramping one took %d of 50 (%v)", first, actions)
 	}
 	e.openRoute("default", "openai:us:gpt")
 	if s := e.status("default", "openai:us:gpt"); s.RampPercent != nil || s.State != "open" {
 		t.Fatalf("an open did not end the ramp: %+v", s)
-	}
-}
-
-// The draw is a function of the decision id and the route: replay gets the
-// same answer for the same decision.
-func TestRampDrawIsDeterministic(t *testing.T) {
-	a, again := RampDraw("abc", "r"), RampDraw("a"+"bc", "r")
-	if a != again {
-		t.Fatal("the same decision drew differently")
-	}
-	seen := map[uint16]bool{}
-	for i := range 200 {
-		seen[RampDraw(string(rune('a'+i%26))+string(rune('a'+i/26)), "r")] = true
-	}
-	if len(seen) < 150 {
-		t.Fatalf("200 decisions drew only %d distinct values", len(seen))
-	}
-	if d := RampDraw("0123456789abcdef", "openai:us:gpt"); d >= 1000 {
-		t.Fatalf("draw %d out of 0..999", d)
-	}
-	_ = breaker.Closed
-}
-
-// R-D8 with slow_call_baseline_multiplier: while the route's recent p50 is
-// above its baseline × multiplier, the ramp's share stops growing; once it
-// is fast again the share is the breaker's.
-func TestRampHeldWhileSlow(t *testing.T) {
-	x := &baseline{}
-	t0 := testT0.UnixNano()
-	for m := int64(0); m < 14; m++ {
-		for range 30 {
-			x.add(100, t0+m*60e9) // the baseline: 100 ms
-		}
-	}
-	now := t0 + 14*60e9
-	if got := x.rampShare(300, 2, now); got != 300 {
-		t.Fatalf("fast: %d, want the breaker's 300", got)
-	}
-	for range 40 {
-		x.add(900, now) // recently 900 ms: more than 2 × the baseline
-	}
-	if got := x.rampShare(300, 2, now); got != 300 {
-		t.Fatalf("slow, first: %d", got)
-	}
-	if got := x.rampShare(600, 2, now+1e9); got != 300 {
-		t.Fatalf("slow: the share grew to %d, want held at 300", got)
-	}
-	later := now + 3*60e9 // the slow minutes are no longer recent
-	for range 20 {
-		x.add(100, later)
-	}
-	if got := x.rampShare(800, 2, later); got != 800 {
-		t.Fatalf("fast again: %d, want 800", got)
 	}
 }
 
@@ -182,45 +130,3 @@ func TestRampNeverHandsTrafficToAnOpenRoute(t *testing.T) {
 		t.Fatalf("%d of 100 went to the ramping route (actions %v); the rest went to an open route", first, actions)
 	}
 }
-
-// The plan is a pure function: the same verdicts and draws give the same
-// order, and the ramp passes over only to a candidate Allowed by its own
-// health (table of cases).
-func TestPlanRoutesRamp(t *testing.T) {
-	ok := breaker.Verdict{Allowed: true, State: breaker.Closed}
-	ramping := breaker.Verdict{Allowed: true, State: breaker.Closed, RampPermille: 100}
-	open := breaker.Verdict{State: breaker.Open, RecoveryAt: 5}
-	forced := breaker.Verdict{State: breaker.Open, Forced: true, RecoveryAt: breaker.Never}
-	cases := []struct {
-		name   string
-		v      []breaker.Verdict
-		eject  int
-		draw   uint16
-		start  int
-		ramped int
-	}{
-		{"draw above the share, a healthy next", []breaker.Verdict{ramping, ok}, 100, 500, 1, 1},
-		{"draw below the share", []breaker.Verdict{ramping, ok}, 100, 50, 0, 0},
-		{"the next re-admitted by the floor", []breaker.Verdict{ramping, open}, 0, 500, 0, 0},
-		{"a healthy one after a re-admitted one", []breaker.Verdict{ramping, open, ok}, 0, 500, 2, 1},
-		{"the last candidate", []breaker.Verdict{ramping}, 100, 999, 0, 0},
-		{"the next forced open", []breaker.Verdict{ramping, forced}, 100, 500, 0, 0},
-		{"two ramping, then healthy", []breaker.Verdict{ramping, ramping, ok}, 100, 500, 2, 2},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p := PlanRoutes(0, tc.v, tc.eject, "try_all", fixedRamp{v: tc.v, draw: tc.draw}, nil, nil)
-			if p.Start != tc.start || len(p.Ramped) != tc.ramped {
-				t.Fatalf("start %d ramped %v, want %d (order %v)", p.Start, p.Ramped, tc.start, p.Order)
-			}
-		})
-	}
-}
-
-type fixedRamp struct {
-	v    []breaker.Verdict
-	draw uint16
-}
-
-func (f fixedRamp) Share(i int) uint16 { return f.v[i].RampPermille }
-func (f fixedRamp) Draw(int) uint16    { return f.draw }

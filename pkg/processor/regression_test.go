@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 // Regressions found by the round-2 review, each held through the real gRPC

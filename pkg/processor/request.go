@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fusebox-llm/fusebox/pkg/plan"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -24,17 +29,17 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		for _, hv := range h.Headers.Headers {
 			switch hv.Key {
 			case hn.Gateway:
-				gateway = headerValue(hv)
+				gateway = extproc.HeaderValue(hv)
 			case hn.Model:
-				st.modelName = strings.TrimSpace(headerValue(hv))
+				st.modelName = strings.TrimSpace(extproc.HeaderValue(hv))
 			case hn.Residency:
-				residency = headerValue(hv)
+				residency = extproc.HeaderValue(hv)
 			case hn.Cluster:
 				st.clientCluster = true
 			case "content-type":
-				st.contentType = headerValue(hv)
+				st.contentType = extproc.HeaderValue(hv)
 			case ":path":
-				st.path = headerValue(hv)
+				st.path = extproc.HeaderValue(hv)
 			}
 		}
 	}
@@ -42,8 +47,8 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	st.residency = routes.ParseResidency(residency)
 	gw, ok := st.rt.Gateway(gateway)
 	if !ok {
-		st.s.metrics.Decisions.WithLabelValues("", "", ActionRejected).Inc()
-		return st.errorReply(404, typeInvalidRequest, codeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", echoName(gateway)))
+		st.s.metrics.Decisions.WithLabelValues("", "", plan.ActionRejected).Inc()
+		return st.errorReply(404, extproc.TypeInvalidRequest, extproc.CodeGatewayUnknown, fmt.Sprintf("gateway %q is not configured", extproc.EchoName(gateway)))
 	}
 	st.gw = gw
 	if st.modelName != "" {
@@ -53,7 +58,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 			return d.immediate
 		}
 		cr := st.dispatchMutation(d)
-		resp := headersReply(cr)
+		resp := extproc.HeadersReply(cr)
 		resp.DynamicMetadata = d.stage
 		if st.chosen.UpstreamModel != "" && !st.reqEOS {
 			st.rewriteBody = true // the buffered body comes next
@@ -65,7 +70,7 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	if st.reqEOS {
 		return st.passthroughHeaders()
 	}
-	if st.contentType != "" && !isJSONContentType(st.contentType) {
+	if st.contentType != "" && !extproc.IsJSONContentType(st.contentType) {
 		// Multipart audio and the like: no model to read, and no reason
 		// to have Envoy buffer it.
 		resp := st.passthroughHeaders()
@@ -73,18 +78,18 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		return resp
 	}
 	st.awaitingBody = true
-	return headersReply(nil)
+	return extproc.HeadersReply(nil)
 }
 
 // passthroughHeaders lets a request with no model go to Envoy's default
 // route. A client-sent cluster header is removed even though the shipped
 // Envoy config strips it first: a client never chooses the cluster.
 func (st *stream) passthroughHeaders() *extprocv3.ProcessingResponse {
-	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
+	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", plan.ActionPassthrough).Inc()
 	if st.clientCluster {
-		return headersReply(st.removeClusterHeader())
+		return extproc.HeadersReply(st.removeClusterHeader())
 	}
-	return headersReply(nil)
+	return extproc.HeadersReply(nil)
 }
 
 func (st *stream) removeClusterHeader() *extprocv3.CommonResponse {
@@ -110,32 +115,32 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	switch {
 	case st.rewriteBody && st.bodyComplete(b):
 		st.rewriteBody = false
-		f, err := scanModel(b.Body)
+		f, err := extproc.ScanModel(b.Body)
 		if err != nil || !f.Found {
-			return bodyReply(nil) // nothing to rewrite; the route was already chosen
+			return extproc.BodyReply(nil) // nothing to rewrite; the route was already chosen
 		}
-		return bodyReply(st.bodyRewrite(b.Body, f, &extprocv3.CommonResponse{}))
+		return extproc.BodyReply(st.bodyRewrite(b.Body, f, &extprocv3.CommonResponse{}))
 	case !st.awaitingBody || st.respStarted || st.gw == nil:
-		return bodyReply(nil)
+		return extproc.BodyReply(nil)
 	}
 	st.awaitingBody = false
 	if !st.bodyComplete(b) {
 		// A streamed request body cannot be read whole; let it through.
-		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
-		return bodyReply(nil)
+		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", plan.ActionPassthrough).Inc()
+		return extproc.BodyReply(nil)
 	}
-	f, err := scanModel(b.Body)
-	declaredJSON := isJSONContentType(st.contentType)
+	f, err := extproc.ScanModel(b.Body)
+	declaredJSON := extproc.IsJSONContentType(st.contentType)
 	switch {
-	case err != nil && (declaredJSON || errors.Is(err, errModelNotStr) || errors.Is(err, errModelTwice)):
-		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionRejected).Inc()
-		return st.errorReply(400, typeInvalidRequest, codeInvalid, "invalid JSON body: "+err.Error())
+	case err != nil && (declaredJSON || errors.Is(err, extproc.ErrModelNotStr) || errors.Is(err, extproc.ErrModelTwice)):
+		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", plan.ActionRejected).Inc()
+		return st.errorReply(400, extproc.TypeInvalidRequest, extproc.CodeInvalid, "invalid JSON body: "+err.Error())
 	case err != nil || !f.Found:
-		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", ActionPassthrough).Inc()
+		st.s.metrics.Decisions.WithLabelValues(st.gw.ID, "", plan.ActionPassthrough).Inc()
 		if st.clientCluster {
-			return bodyReply(st.removeClusterHeader())
+			return extproc.BodyReply(st.removeClusterHeader())
 		}
-		return bodyReply(nil)
+		return extproc.BodyReply(nil)
 	}
 	st.modelName = f.Name
 	d := st.decide()
@@ -146,7 +151,7 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 	if st.chosen.UpstreamModel != "" {
 		cr = st.bodyRewrite(b.Body, f, cr)
 	}
-	resp := bodyReply(cr)
+	resp := extproc.BodyReply(cr)
 	resp.DynamicMetadata = d.stage
 	return resp
 }

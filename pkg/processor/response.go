@@ -2,78 +2,46 @@ package processor
 
 import (
 	"context"
-	"strconv"
 	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/judge/classify"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
-	"github.com/fusebox-llm/fusebox/pkg/processor/classify"
 )
 
 // The response phase, in three steps per message: parse what Envoy sent,
 // judge it into the attempt's breaker.Result (recording it once it is
 // known), and reply.
 
-// respHeaders is what the response headers say, parsed.
-type respHeaders struct {
-	respHead
-	retryAfter, retryAfterMs, xmsRetryAfterMs string
-	hr                                        headroomRaw // the rate-limit headers (headroom.go)
-}
-
-func parseResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) respHeaders {
-	var p respHeaders
-	if h.Headers != nil {
-		for _, hv := range h.Headers.Headers {
-			switch hv.Key {
-			case ":status":
-				p.status, _ = strconv.Atoi(headerValue(hv))
-			case "retry-after":
-				p.retryAfter = headerValue(hv)
-			case "retry-after-ms":
-				p.retryAfterMs = headerValue(hv)
-			case "x-ms-retry-after-ms":
-				p.xmsRetryAfterMs = headerValue(hv)
-			case "x-envoy-overloaded":
-				p.overloaded = headerValue(hv) == "true"
-			case "content-type":
-				p.contentType = headerValue(hv)
-			default:
-				if slot := headroomHeader(hv.Key); slot >= 0 {
-					p.hr.add(slot, headerValue(hv))
-				}
-			}
-		}
-	}
-	p.endOfStream = h.EndOfStream
-	p.flags, p.hasFlags, p.details, p.hasDetails = attributes(req.Attributes)
-	return p
-}
-
 func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	st.respStarted = true
 	st.awaitingBody = false
 	if st.chosen == nil {
-		return responseHeadersReply(nil) // nothing was routed by fusebox: nothing to judge
+		return extproc.ResponseHeadersReply(nil) // nothing was routed by fusebox: nothing to judge
 	}
-	p := parseResponseHeaders(h, req)
-	st.envoyEnded = p.hasFlags && p.flags != 0
+	p := judge.ParseHeaders(h, req)
+	st.envoyEnded = p.HasFlags && p.Flags != 0
 	stopBody := st.judgeHead(p)
 	return st.replyResponseHeaders(stopBody)
 }
 
 // judgeHead judges the response headers; it reports whether the result is
 // known so that Envoy can stop sending the body.
-func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
-	res, wait := judgeHead(p.respHead)
+func (st *stream) judgeHead(p judge.Headers) (stopBody bool) {
+	res, wait := judge.JudgeHead(p.Head)
 	st.reportClusterNotFound(res)
-	if p.hr.seen != 0 {
-		h, at := st.noteHeadroom(&p.hr)
+	if p.Headroom.Any() {
+		h, at := st.noteHeadroom(&p.Headroom)
 		if hp := st.chosen.Policy.Headroom; hp != nil && st.tracked {
-			res.SaturateUntil, res.Unsaturate = saturation(h, hp, at)
+			res.SaturateUntil, res.Unsaturate = judge.Saturation(h, hp, at)
 		}
 	}
 	if !st.tracked {
@@ -81,14 +49,14 @@ func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 	}
 	now := st.now()
 	if res.Kind == breaker.KindStatus {
-		res.RetryAfterUnixNano = retryAfterDeadline(time.Unix(0, now), p.retryAfter, p.retryAfterMs, p.xmsRetryAfterMs)
+		res.RetryAfterUnixNano = judge.RetryAfterDeadline(time.Unix(0, now), p.RetryAfter, p.RetryAfterMs, p.XMSRetryAfterMs)
 	}
 	noBody := st.respBodyMode == filterv3.ProcessingMode_NONE
 	switch {
-	case wait == haveAll:
+	case wait == judge.HaveAll:
 		st.record(st.timed(res, now), now)
-		return !p.endOfStream && !noBody
-	case noBody && wait == needBody:
+		return !p.EndOfStream && !noBody
+	case noBody && wait == judge.NeedBody:
 		// Envoy is not configured to show us the body: the status is all
 		// there is to judge.
 		res.Kind = breaker.KindAnswered
@@ -98,8 +66,8 @@ func (st *stream) judgeHead(p respHeaders) (stopBody bool) {
 		st.record(st.timed(res, now), now)
 	default:
 		st.wait, st.head = wait, res
-		if wait == needBody {
-			st.classifier = classify.NewForRoute(st.chosen.API, p.contentType, st.chosen.SelfHosted)
+		if wait == judge.NeedBody {
+			st.classifier = classify.NewForRoute(st.chosen.API, p.ContentType, st.chosen.SelfHosted)
 			st.classifier.TrackGaps = st.chosen.Policy.StallMs > 0
 		}
 	}
@@ -119,9 +87,9 @@ func (st *stream) reportClusterNotFound(res breaker.Result) {
 
 // noteHeadroom shows what the chosen route's provider announced of its
 // quota (R-H4), and counts the values it did not trust (R-H6).
-func (st *stream) noteHeadroom(raw *headroomRaw) (Headroom, int64) {
+func (st *stream) noteHeadroom(raw *judge.HeadroomRaw) (judge.Headroom, int64) {
 	now := st.now()
-	h := raw.parse(time.Unix(0, now))
+	h := raw.Parse(time.Unix(0, now))
 	for reason, n := range h.BadReasons {
 		st.s.metrics.HeadroomIgnored.WithLabelValues(reason).Add(float64(n))
 	}
@@ -141,8 +109,8 @@ func (st *stream) timed(res breaker.Result, now int64) breaker.Result {
 }
 
 func (st *stream) replyResponseHeaders(stopBody bool) *extprocv3.ProcessingResponse {
-	resp := responseHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-		SetHeaders: []*corev3.HeaderValueOption{setHeader(st.rt.Headers.Route, st.chosen.Key)},
+	resp := extproc.ResponseHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+		SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader(st.rt.Headers.Route, st.chosen.Key)},
 	}})
 	if stopBody {
 		// The outcome is known: stop streaming the body to us.
@@ -155,20 +123,20 @@ func (st *stream) replyResponseHeaders(stopBody bool) *extprocv3.ProcessingRespo
 }
 
 func (st *stream) onResponseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	resp := responseBodyContinue
+	resp := extproc.ResponseBodyContinue
 	if !st.tracked || st.recorded || !st.respStarted {
 		return resp
 	}
 	switch st.wait {
-	case needSniff:
-		if room := sniffLimit - len(st.sniff); room > 0 {
+	case judge.NeedSniff:
+		if room := judge.SniffLimit - len(st.sniff); room > 0 {
 			st.sniff = append(st.sniff, b.Body[:min(room, len(b.Body))]...)
 		}
-		if b.EndOfStream || len(st.sniff) >= sniffLimit {
+		if b.EndOfStream || len(st.sniff) >= judge.SniffLimit {
 			now := st.now()
-			st.record(st.timed(sniffLocalReply(st.head, st.sniff), now), now)
+			st.record(st.timed(judge.SniffLocalReply(st.head, st.sniff), now), now)
 		}
-	case needBody:
+	case judge.NeedBody:
 		st.classifier.Write(b.Body, st.now())
 		if b.EndOfStream {
 			st.onResponseEnd()
@@ -189,10 +157,10 @@ func (st *stream) onResponseEnd() {
 	}
 	now := st.now()
 	switch st.wait {
-	case needBody:
+	case judge.NeedBody:
 		st.record(st.classifier.Result(st.head, st.startNs, now), now)
-	case needSniff:
-		st.record(st.timed(sniffLocalReply(st.head, st.sniff), now), now)
+	case judge.NeedSniff:
+		st.record(st.timed(judge.SniffLocalReply(st.head, st.sniff), now), now)
 	default:
 		st.record(st.timed(st.head, now), now)
 	}
@@ -214,7 +182,7 @@ func (st *stream) finish() {
 		// The attempt role judges every attempt (R-X3); the route role's
 		// stream ends after the request phase.
 		return
-	case st.respStarted && st.wait == needBody && st.classifier.Complete():
+	case st.respStarted && st.wait == judge.NeedBody && st.classifier.Complete():
 		st.onResponseEnd()
 	case !st.kept:
 		st.recordNeither()
@@ -238,7 +206,7 @@ func (st *stream) record(res breaker.Result, now int64) {
 	// call, the outcome must not count it again.
 	res.Counted = !st.stallState.CompareAndSwap(stallOpen, stallClosed)
 	if g := st.gate; g != nil {
-		known, replay := g.known()
+		known, replay := g.Known()
 		switch {
 		case replay:
 			return // counted when the note said so (meet.go)
@@ -247,7 +215,7 @@ func (st *stream) record(res breaker.Result, now int64) {
 			// for it off the reply path (the access log line then lacks
 			// the outcome).
 			go func() {
-				if g.wait() {
+				if g.Wait() {
 					return
 				}
 				st.apply(res, now, false)
@@ -275,7 +243,7 @@ func (st *stream) keyRecord(res *breaker.Result) {
 func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 	base := st.comp.bases[st.chosen]
 	if base != nil {
-		res.BaselineMs = base.p50(now)
+		res.BaselineMs = base.P50(now)
 	}
 	st.keyRecord(&res)
 	if res.DecidedAt == 0 {
@@ -290,7 +258,7 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 		st.s.metrics.DecisionEvents.WithLabelValues("record", "already_applied").Inc()
 	}
 	if base != nil && route.Applied && route.Outcome.Class == breaker.Success {
-		base.add(res.ElapsedMs, now)
+		base.Add(res.ElapsedMs, now)
 		if res.BaselineMs > 0 {
 			st.s.metrics.RouteBaseline.WithLabelValues(st.gw.ID, st.chosen.Key).Set(float64(res.BaselineMs) / 1e3)
 		}

@@ -4,8 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/plan"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
 const headroomConfig = `
@@ -77,7 +80,7 @@ func TestSaturatedRouteIsPassedOver(t *testing.T) {
 				t.Fatalf("after the announcement: %+v", s)
 			}
 			cluster, action, skipped := e.clusterOf("gpt")
-			if cluster != "c_azure_eu" || action != ActionSaturated || skipped != "openai:us:gpt" {
+			if cluster != "c_azure_eu" || action != plan.ActionSaturated || skipped != "openai:us:gpt" {
 				t.Fatalf("the next request: %s, stage %q %q; want c_azure_eu, saturated openai:us:gpt", cluster, action, skipped)
 			}
 			e.clk.Advance(tc.back - time.Second)
@@ -88,7 +91,7 @@ func TestSaturatedRouteIsPassedOver(t *testing.T) {
 			if cluster, action, _ := e.clusterOf("gpt"); cluster != "c_openai_us" || action != "" {
 				t.Fatalf("at the reset: %s (%s), want the route back", cluster, action)
 			}
-			if v := testutil.ToFloat64(e.metrics.Decisions.WithLabelValues("default", "gpt", ActionSaturated)); v != 2 {
+			if v := testutil.ToFloat64(e.metrics.Decisions.WithLabelValues("default", "gpt", plan.ActionSaturated)); v != 2 {
 				t.Fatalf("%v saturated decisions, want 2", v)
 			}
 		})
@@ -113,7 +116,7 @@ func TestSaturatedRouteIsPassedOver(t *testing.T) {
 		old.end()
 		e.waitOutcomes("openai:us:gpt", "success", "success", 2)
 		if s := e.status("default", "openai:us:gpt"); !s.Saturated {
-			t.Fatalf("an answer to a request sent before the saturation ended it: %+v", s)
+			t.Fatalf("an answer to a request sent before the judge.Saturation ended it: %+v", s)
 		}
 	})
 
@@ -145,7 +148,7 @@ func TestSaturatedRouteIsPassedOver(t *testing.T) {
 	t.Run("shadow lists it, never passes it over", func(t *testing.T) {
 		e := newEnvConfig(t, headroomConfig)
 		e.roundTrip("shadowed", "200", nil, "x-ratelimit-remaining-requests", "1", "x-ratelimit-reset-requests", "50s")
-		if cluster, action, skipped := e.clusterOf("shadowed"); cluster != "c_sh1" || action != ActionWouldSkip || skipped != "openai:us:sh" {
+		if cluster, action, skipped := e.clusterOf("shadowed"); cluster != "c_sh1" || action != plan.ActionWouldSkip || skipped != "openai:us:sh" {
 			t.Fatalf("%s, %q %q", cluster, action, skipped)
 		}
 	})
@@ -191,7 +194,7 @@ func TestObserverSaturatesTheRoute(t *testing.T) {
 	if s := e.status("default", "openai:us:gpt"); !s.Saturated {
 		t.Fatalf("the observer did not saturate the route: %+v", s)
 	}
-	if cluster, action, _ := e.clusterOf("gpt"); cluster != "c_azure_eu" || action != ActionSaturated {
+	if cluster, action, _ := e.clusterOf("gpt"); cluster != "c_azure_eu" || action != plan.ActionSaturated {
 		t.Fatalf("%s %s", cluster, action)
 	}
 }

@@ -10,7 +10,7 @@ import (
 // the sealed note: the route role seals it, the observer opens it.
 func BenchmarkObserveNoteSeal(b *testing.B) {
 	s := lifecycle.NewSealer([]byte("fleet"))
-	n := observeNote{Decision: newDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us-east:gpt-4o-mini", Cluster: "openai_us_east", RouteGen: 3, Start: 1796000000000000000}, ReqNs: 41000, Replica: 77}
+	n := observeNote{Decision: lifecycle.NewDecisionID(), Parked: lifecycle.Park{Gateway: "default", Route: "openai:us-east:gpt-4o-mini", Cluster: "openai_us_east", RouteGen: 3, Start: 1796000000000000000}, ReqNs: 41000, Replica: 77}
 	b.ReportAllocs()
 	for b.Loop() {
 		sealed := s.SealFor(lifecycle.ObserveAAD, []byte(n.Encode()))

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
 )
 
 // R-L2: a name a client sends is echoed at most 256 bytes long, and no
@@ -34,7 +36,7 @@ func TestEchoedNamesAreBounded(t *testing.T) {
 			c := e.open("")
 			body := tc.run(c)
 			c.end()
-			if len(body) == 0 || len(body) > maxErrorBody {
+			if len(body) == 0 || len(body) > extproc.MaxErrorBody {
 				t.Fatalf("error body of %d bytes", len(body))
 			}
 			var v struct {

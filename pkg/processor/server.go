@@ -11,17 +11,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+	"github.com/fusebox-llm/fusebox/pkg/streamlife"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+
+	"github.com/fusebox-llm/fusebox/pkg/grpcwire"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
-	"github.com/fusebox-llm/fusebox/pkg/metrics"
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 // RoleHeader is the gRPC metadata key Envoy's initial_metadata sets.
@@ -69,7 +75,10 @@ type Server struct {
 	// streamIdle and streamMax bound a stream's life (R-L13); 0 = none.
 	streamIdle, streamMax time.Duration
 	// lives is the streams whose bounds the sweep checks (sweep.go).
-	lives lifetimes
+	lives streamlife.Sweep
+	// bounds are the streams' lifetime bounds (R-L13), made once in
+	// NewServer: a closure per stream would be an allocation each.
+	bounds streamlife.Bounds
 	// The access log channel (accesslog.go): the decisions it can still
 	// speak for, the Envoy streams connected, and who hears of them.
 	decisions          *decisionTable
@@ -78,7 +87,7 @@ type Server struct {
 	onAccessLogStreams func(n int64)
 	history            *breaker.History
 	stalls             stallWatch
-	baselines          *baselines
+	baselines          *judge.Baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 	mism           mismatches
@@ -134,7 +143,7 @@ func NewServer(o Options) *Server {
 		o.Metrics = metrics.New()
 	}
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true,
-		maxStreams: int64(o.MaxStreams), history: o.History, baselines: newBaselines(),
+		maxStreams: int64(o.MaxStreams), history: o.History, baselines: judge.NewBaselines(),
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
 		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch}
 	s.held.max = int64(o.MaxHeld)
@@ -142,6 +151,8 @@ func NewServer(o Options) *Server {
 		s.held.max = heldBound()
 	}
 	s.meet = newMeetings(s)
+	s.bounds = streamlife.Bounds{Idle: s.streamIdle, Max: s.streamMax,
+		Refused: func(what string) { s.metrics.Refused.WithLabelValues(what).Inc() }}
 	s.meet.max = int(min(s.held.max, 10000))
 	if o.MaxHeld > 0 {
 		s.meet.max = o.MaxHeld
@@ -163,13 +174,13 @@ func NewServer(o Options) *Server {
 // Process serves one ext_proc stream (one HTTP request), within the stream
 // lifetime bounds (lifetime.go).
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	return s.bounded(stream.Context(), func(act *activity) error { return s.serve(stream, act) })
+	return s.bounded(stream.Context(), func(act *streamlife.Activity) error { return s.serve(stream, act) })
 }
 
 // bounded runs one stream of either service (ext_proc, access log): it
 // counts against limits.max_concurrent_streams and is ended at the stream
 // lifetime bounds (R-L13); act, when set, hears of each message.
-func (s *Server) bounded(ctx context.Context, run func(act *activity) error) error {
+func (s *Server) bounded(ctx context.Context, run func(act *streamlife.Activity) error) error {
 	if n := s.streams.Add(1); s.maxStreams > 0 && n > s.maxStreams {
 		s.streams.Add(-1)
 		s.metrics.Refused.WithLabelValues(metrics.RefusedStreamLimit).Inc()
@@ -179,10 +190,10 @@ func (s *Server) bounded(ctx context.Context, run func(act *activity) error) err
 		defer s.streams.Add(-1)
 		return run(nil)
 	}
-	act := &activity{}
+	act := &streamlife.Activity{}
 	if end := grpcwire.EndFunc(ctx); end != nil { // fusebox's own transport
 		defer s.streams.Add(-1)
-		return s.timedLifetime(end, run, act)
+		return s.lives.Run(s.bounds, end, run, act)
 	}
 	done := make(chan error, 1)
 	// On a reused goroutine: a new one's stack growth was a sixteenth of
@@ -192,12 +203,12 @@ func (s *Server) bounded(ctx context.Context, run func(act *activity) error) err
 		defer s.streams.Add(-1)
 		done <- run(act)
 	})
-	return s.watchLifetime(done, act, s.streamIdle, s.streamMax)
+	return streamlife.Watch(s.bounds, done, act)
 }
 
 // serve reads and answers the stream's messages until it ends; act, when
 // set, hears of each message.
-func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *activity) error {
+func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *streamlife.Activity) error {
 	role := s.role(stream)
 	if role == roleOther {
 		return s.recvErr(passThrough(stream, act))
@@ -236,7 +247,7 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *ac
 	for {
 		req, err := recvInto(stream, reuse)
 		if act != nil {
-			act.touch()
+			act.Touch()
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -379,11 +390,11 @@ func recvInto(stream extprocv3.ExternalProcessor_ProcessServer, m *extprocv3.Pro
 	return m, nil
 }
 
-func passThrough(stream extprocv3.ExternalProcessor_ProcessServer, act *activity) error {
+func passThrough(stream extprocv3.ExternalProcessor_ProcessServer, act *streamlife.Activity) error {
 	for {
 		req, err := stream.Recv()
 		if act != nil {
-			act.touch()
+			act.Touch()
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -391,7 +402,7 @@ func passThrough(stream extprocv3.ExternalProcessor_ProcessServer, act *activity
 			}
 			return err
 		}
-		if resp := continueReply(req); resp != nil {
+		if resp := extproc.ContinueReply(req); resp != nil {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
@@ -407,7 +418,7 @@ type compiled struct {
 	targets map[*routes.Route]*breaker.Target
 	// bases are the latency baselines of routes with
 	// slow_call_baseline_multiplier (R-T6), looked up once here.
-	bases map[*routes.Route]*baseline
+	bases map[*routes.Route]*judge.Baseline
 }
 
 // install puts rt's breakers and policies into the store (R-P9, R-P11). It
@@ -447,11 +458,11 @@ func (s *Server) install(rt *routes.Runtime) {
 			keys[i] = breaker.KeyOf(sp.ID)
 		}
 	}
-	c := &compiled{rt: rt, targets: make(map[*routes.Route]*breaker.Target, len(refs)), bases: map[*routes.Route]*baseline{}}
+	c := &compiled{rt: rt, targets: make(map[*routes.Route]*breaker.Target, len(refs)), bases: map[*routes.Route]*judge.Baseline{}}
 	for _, rf := range refs {
 		t := &breaker.Target{Route: keys[rf.idx]}
 		if rf.r.Policy.BaselineMultiplier > 0 {
-			c.bases[rf.r] = s.baselines.get(specs[rf.idx].ID)
+			c.bases[rf.r] = s.baselines.Get(specs[rf.idx].ID)
 		}
 		if rf.r.Fleet != nil {
 			t.Fleet, t.HasFleet = keys[fleetAt[rf.r.Fleet.Name]], true
@@ -473,7 +484,7 @@ func (s *Server) install(rt *routes.Runtime) {
 			keep[sp.ID] = true
 		}
 		s.history.Retain(keep)
-		s.baselines.retain(keep)
+		s.baselines.Retain(keep)
 	}
 	s.compMu.Lock()
 	s.prev.Store(s.comp.Load())
@@ -491,12 +502,12 @@ func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 	if c := s.prev.Load(); c != nil && c.rt == rt {
 		return c
 	}
-	c := &compiled{rt: rt, targets: map[*routes.Route]*breaker.Target{}, bases: map[*routes.Route]*baseline{}}
+	c := &compiled{rt: rt, targets: map[*routes.Route]*breaker.Target{}, bases: map[*routes.Route]*judge.Baseline{}}
 	for _, g := range rt.Gateways {
 		for _, r := range g.RouteList {
 			t := &breaker.Target{Route: breaker.KeyOf(breaker.RouteID(g.ID, r.Key))}
 			if r.Policy.BaselineMultiplier > 0 {
-				c.bases[r] = s.baselines.get(breaker.RouteID(g.ID, r.Key))
+				c.bases[r] = s.baselines.Get(breaker.RouteID(g.ID, r.Key))
 			}
 			if r.Fleet != nil {
 				t.Fleet, t.HasFleet = breaker.KeyOf(breaker.FleetID(r.Fleet.Name)), true
@@ -516,3 +527,7 @@ func (s *Server) compiledFor(rt *routes.Runtime) *compiled {
 func (s *Server) publishState(ctx context.Context, k breaker.Key, id breaker.ID, now int64) {
 	s.metrics.State.WithLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope)).Set(float64(s.store.Peek(ctx, k, now).State))
 }
+
+// LatencyBaselineMs is a route's latency baseline (R-T6) at now, 0 when it
+// has none: what the routes API shows.
+func (s *Server) LatencyBaselineMs(id breaker.ID, now int64) int64 { return s.baselines.P50(id, now) }

@@ -3,11 +3,17 @@ package processor
 import (
 	"sync/atomic"
 
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/processor/classify"
+	"github.com/fusebox-llm/fusebox/pkg/judge/classify"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -69,7 +75,7 @@ type stream struct {
 	// reply carries them to Envoy's dynamic metadata (outcome.go).
 	outcomeClass, outcomeReason string
 	outcomeUsage                classify.Usage
-	wait                        evidence       // what the result still needs after the headers
+	wait                        judge.Evidence // what the result still needs after the headers
 	head                        breaker.Result // the result as the headers gave it
 	sniff                       []byte
 	classifier                  *classify.Classifier
@@ -83,7 +89,7 @@ type stream struct {
 	stallState atomic.Int32
 	// gate: the attempt role's arrival as the note saw it (a replayed
 	// token records nothing, R-DL4); nil on the route role.
-	gate *arrivalGate
+	gate *lifecycle.ArrivalGate
 }
 
 const (
@@ -132,7 +138,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Processing
 		// attempt, so the route role never does, whatever response
 		// messages reach it (R-X8). The observer deployment: the
 		// observer records every response (observe.go).
-		return continueReply(req)
+		return extproc.ContinueReply(req)
 	}
 	return st.onResponse(req)
 }
@@ -155,17 +161,17 @@ func (st *stream) judgeResponse(req *extprocv3.ProcessingRequest) *extprocv3.Pro
 		return st.onResponseBody(r.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		st.onResponseEnd()
-		return continueReply(req)
+		return extproc.ContinueReply(req)
 	}
 	// Request trailers and anything else: the reply of the matching kind.
-	return continueReply(req)
+	return extproc.ContinueReply(req)
 }
 
 // spurious answers a duplicate message with the reply of its kind and
 // changes nothing.
 func (st *stream) spurious(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	st.s.log.Warn("duplicate ext_proc message ignored", "phase", phaseOf(req))
-	return continueReply(req)
+	return extproc.ContinueReply(req)
 }
 
 // fallback is the reply after a panic (R-D7): dispatch to the chosen or
@@ -182,16 +188,16 @@ func (st *stream) fallback(req *extprocv3.ProcessingRequest) *extprocv3.Processi
 		}
 		if r != nil && !st.respStarted && st.rt != nil {
 			cr := &extprocv3.CommonResponse{
-				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(st.rt.Headers.Cluster, r.Cluster), setHeader(st.rt.Headers.Route, r.Key)}},
+				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader(st.rt.Headers.Cluster, r.Cluster), extproc.SetHeader(st.rt.Headers.Route, r.Key)}},
 				ClearRouteCache: true,
 			}
 			if _, ok := req.Request.(*extprocv3.ProcessingRequest_RequestHeaders); ok {
-				return headersReply(cr)
+				return extproc.HeadersReply(cr)
 			}
-			return bodyReply(cr)
+			return extproc.BodyReply(cr)
 		}
 	}
-	return continueReply(req)
+	return extproc.ContinueReply(req)
 }
 
 // firstCandidate finds the first route for the request without consulting
@@ -207,7 +213,7 @@ func (st *stream) firstCandidate(req *extprocv3.ProcessingRequest) (r *routes.Ro
 	}
 	name := st.modelName
 	if b := req.GetRequestBody(); b != nil && name == "" {
-		if f, err := scanModel(b.Body); err == nil && f.Found {
+		if f, err := extproc.ScanModel(b.Body); err == nil && f.Found {
 			name = f.Name
 		}
 	}

@@ -7,14 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // fuzzServer is one processor with a fake clock, shared by a fuzz run.
@@ -132,7 +135,7 @@ func checkReply(t *testing.T, req *extprocv3.ProcessingRequest, resp *extprocv3.
 	var muts []*extprocv3.HeaderMutation
 	if ir := resp.GetImmediateResponse(); ir != nil {
 		muts = append(muts, ir.Headers)
-		if len(ir.Body) > maxErrorBody {
+		if len(ir.Body) > extproc.MaxErrorBody {
 			t.Fatalf("error body of %d bytes", len(ir.Body))
 		}
 	}

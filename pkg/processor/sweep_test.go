@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/fusebox-llm/fusebox/pkg/streamlife"
 )
 
 // The sweep that checks the stream bounds on fusebox's own transport
@@ -27,7 +29,7 @@ func TestTheSweepEndsOnlyStreamsPastTheirBound(t *testing.T) {
 			defer wg.Done()
 			stop := make(chan error, 1)
 			end := func(err error) { ended.Add(1); stop <- err }
-			_ = s.timedLifetime(end, func(act *activity) error {
+			_ = s.lives.Run(s.bounds, end, func(act *streamlife.Activity) error {
 				switch {
 				case i < 50:
 					return nil
@@ -35,12 +37,12 @@ func TestTheSweepEndsOnlyStreamsPastTheirBound(t *testing.T) {
 					return <-stop
 				default:
 					for range 10 {
-						act.touch()
+						act.Touch()
 						time.Sleep(15 * time.Millisecond)
 					}
 					return nil
 				}
-			}, &activity{})
+			}, &streamlife.Activity{})
 		}()
 	}
 	wg.Wait()
@@ -51,67 +53,14 @@ func TestTheSweepEndsOnlyStreamsPastTheirBound(t *testing.T) {
 		t.Fatalf("%s counted %v, want 20", metrics.RefusedStreamIdle, v)
 	}
 	eventually(t, "the sweep stops with no stream left", func() bool {
-		s.lives.mu.Lock()
-		defer s.lives.mu.Unlock()
-		return !s.lives.running && s.lives.n == 0 && s.lives.head == nil
+		return s.lives.Idle()
 	})
 	// The next stream starts it again.
 	stop := make(chan error, 1)
-	err := s.timedLifetime(func(err error) { stop <- err }, func(*activity) error { return <-stop }, &activity{})
+	err := s.lives.Run(s.bounds, func(err error) { stop <- err }, func(*streamlife.Activity) error { return <-stop }, &streamlife.Activity{})
 	if err == nil {
 		t.Fatalf("an idle stream after the sweep stopped ended with %v", err)
 	}
-}
-
-func TestSweepPeriod(t *testing.T) {
-	for _, tc := range []struct{ check, want time.Duration }{
-		{90 * time.Second, time.Second}, {50 * time.Millisecond, 6250 * time.Microsecond}, {time.Millisecond, time.Millisecond},
-	} {
-		if got := sweepPeriod(tc.check); got != tc.want {
-			t.Errorf("sweepPeriod(%s) = %s, want %s", tc.check, got, tc.want)
-		}
-	}
-}
-
-// BenchmarkStreamBounds is one stream's bounds on fusebox's own transport:
-// the sweep's set (timedLifetime) against the timer per stream it replaced
-// (the baseline, as it was written), in the same run.
-func BenchmarkStreamBounds(b *testing.B) {
-	s := fuseboxBenchServer(b, func(o *Options) { o.StreamIdle, o.StreamDuration = 360*time.Second, time.Hour })
-	run := func(*activity) error { return nil }
-	b.Run("sweep", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				_ = s.timedLifetime(func(error) {}, run, &activity{})
-			}
-		})
-	})
-	b.Run("timer-per-stream", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				l := s.newLifetime(&activity{}, s.streamIdle, s.streamMax)
-				var (
-					mu    sync.Mutex
-					ended bool
-					t     *time.Timer
-				)
-				t = time.AfterFunc(l.check, func() {
-					mu.Lock()
-					defer mu.Unlock()
-					if !ended {
-						_, _ = l.due()
-					}
-				})
-				_ = run(l.act)
-				mu.Lock()
-				ended = true
-				t.Stop()
-				mu.Unlock()
-			}
-		})
-	})
 }
 
 // #50: the sweep never waits on a connection. A stream whose end blocks
@@ -126,7 +75,7 @@ func TestTheSweepNeverWaitsOnAStream(t *testing.T) {
 	defer close(stuck)
 	go func() {
 		stop := make(chan error, 1)
-		_ = s.timedLifetime(func(err error) { <-stuck; stop <- err }, func(*activity) error { return <-stop }, &activity{})
+		_ = s.lives.Run(s.bounds, func(err error) { <-stuck; stop <- err }, func(*streamlife.Activity) error { return <-stop }, &streamlife.Activity{})
 	}()
 	// The others start later, so that the sweep reaches the stuck one
 	// first (its bound is due first).
@@ -136,7 +85,7 @@ func TestTheSweepNeverWaitsOnAStream(t *testing.T) {
 	for range 5 {
 		go func() {
 			stop := make(chan error, 1)
-			_ = s.timedLifetime(func(err error) { ended.Add(1); stop <- err }, func(*activity) error { return <-stop }, &activity{})
+			_ = s.lives.Run(s.bounds, func(err error) { ended.Add(1); stop <- err }, func(*streamlife.Activity) error { return <-stop }, &streamlife.Activity{})
 		}()
 	}
 	// The bound is 100 ms, checked every 12.5 ms; a sweep stuck on the

@@ -105,7 +105,7 @@ func flagString(f *accesslogdatav3.ResponseFlags) string {
 	}{
 		{f.GetNoHealthyUpstream(), "UH"}, {f.GetUpstreamRequestTimeout(), "UT"}, {f.GetLocalReset(), "LR"},
 		{f.GetUpstreamRemoteReset(), "UR"}, {f.GetUpstreamConnectionFailure(), "UF"}, {f.GetUpstreamConnectionTermination(), "UC"},
-		{f.GetUpstreamOverflow(), "UO"}, {f.GetNoRouteFound(), "NR"}, {f.GetDownstreamConnectionTermination(), "DC"},
+		{f.GetUpstreamOverflow(), "UO"}, {f.GetNoRouteFound(), "NR"}, {f.GetDownstreamConnectionTermination(), "DC"}, {f.GetDownstreamRemoteReset(), "DR"},
 		{f.GetUpstreamRetryLimitExceeded(), "URX"}, {f.GetNoClusterFound(), "NC"}, {f.GetUpstreamProtocolError(), "UPE"},
 		{f.GetStreamIdleTimeout(), "SI"}, {f.GetUpstreamMaxStreamDurationReached(), "UMSDR"}, {f.GetDurationTimeout(), "DT"},
 	} {

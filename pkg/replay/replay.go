@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/processor"
+	"github.com/fusebox-llm/fusebox/pkg/judge"
+	"github.com/fusebox-llm/fusebox/pkg/plan"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -256,10 +257,10 @@ type replayRamp struct {
 }
 
 func (r replayRamp) Share(i int) uint16 { return r.v[i].RampPermille }
-func (r replayRamp) Draw(i int) uint16  { return processor.RampDraw(r.decision, r.cands[i].Key) }
+func (r replayRamp) Draw(i int) uint16  { return plan.RampDraw(r.decision, r.cands[i].Key) }
 
 // decide routes one request at its start with the live decision's plan
-// (processor.PlanRoutes) and queues its outcome for its end.
+// (plan.PlanRoutes) and queues its outcome for its end.
 func (e *engine) decide(l *Line) {
 	ctx := context.Background()
 	gwID := l.Gateway
@@ -294,7 +295,7 @@ func (e *engine) decide(l *Line) {
 	// A pointer the engine holds: a value would be boxed for the
 	// interface on every line.
 	e.ramp = replayRamp{v: e.vbuf, cands: cands, decision: l.Decision}
-	plan := processor.PlanRoutes(l.At, e.vbuf, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen,
+	plan := plan.PlanRoutes(l.At, e.vbuf, m.Policy.MaxEjectionPercent, m.Policy.WhenAllOpen,
 		&e.ramp, e.obuf[:0], e.sbuf[:0])
 	e.obuf, e.sbuf = plan.Order, plan.Skipped
 	if plan.FailFast || len(plan.Order) == 0 {
@@ -322,9 +323,9 @@ func (e *engine) decide(l *Line) {
 	if !estimated {
 		// The quota the live route's provider announced on this response:
 		// the candidate, sending it there too, reads the same (R-H5).
-		h := processor.LoggedHeadroom(l.RateLimit[0], l.RateLimit[1], l.RateLimit[2], l.RateLimit[3], time.Unix(0, l.At))
+		h := judge.LoggedHeadroom(l.RateLimit[0], l.RateLimit[1], l.RateLimit[2], l.RateLimit[3], time.Unix(0, l.At))
 		if h.Announced() {
-			res.SaturateUntil, res.Unsaturate = processor.Saturation(h, chosen.Policy.Headroom, l.At)
+			res.SaturateUntil, res.Unsaturate = judge.Saturation(h, chosen.Policy.Headroom, l.At)
 			res.DecidedAt = l.At // R-H7, as live
 		}
 	}
@@ -455,26 +456,24 @@ func liveRoute(cands []*routes.Route, l *Line) *routes.Route {
 }
 
 // resultOf rebuilds what the attempt did from the line, before any policy
-// judges it: Envoy's own endings from its flags, the provider's status,
-// and the classifier's verdict of a body (the reason fusebox logged). The
-// candidate's policy then judges it (a different status list counts it
-// differently).
+// judges it: Envoy's own endings from its flags and details, judged as the
+// live channels judge them (judge.JudgeHead, R-AL4: a timeout, a
+// connection failure, an overflow, no cluster, an answer a timer cut, a
+// client that went away), then the classifier's verdict of a body (the
+// reason fusebox logged) and the provider's status. The candidate's
+// policy then judges it (a different status list counts it differently).
 func resultOf(l *Line) breaker.Result {
 	elapsed := l.TTFBMs
 	if elapsed == 0 {
 		elapsed = l.DurationMs
 	}
-	r := breaker.Result{ElapsedMs: elapsed}
+	flags := judge.NamedFlags(l.Flags)
+	r, _ := judge.JudgeHead(judge.Head{Status: l.Code, Flags: flags, HasFlags: true,
+		Details: l.Details, HasDetails: l.Details != "", EndOfStream: true})
+	r.ElapsedMs, r.Status = elapsed, 0
 	switch {
-	case hasAny(l.Flags, "UO") && hasAny(l.Flags, "UF", "UC", "UR", "LR", "UPE"):
-		r.Kind = breaker.KindConnError // R-O15: the attempt failed, its retry overflowed
-	case hasAny(l.Flags, "UT", "SI", "UMSDR", "DT"):
-		r.Kind = breaker.KindTimeout
-	case hasAny(l.Flags, "UF", "UC", "UR", "LR", "UPE", "UH"):
-		r.Kind = breaker.KindConnError
-	case strings.Contains(l.Flags, "UO"):
-		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonEnvoyOverflow
-	case strings.Contains(l.Flags, "DC"):
+	case r.Kind == breaker.KindConnError || r.Kind == breaker.KindTimeout || r.Kind == breaker.KindNeither:
+	case flags&judge.ClientFlags != 0:
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonClientCancel
 	case l.Outcome == "neither" && l.Reason != "":
 		r.Kind, r.Reason = breaker.KindNeither, l.Reason
@@ -486,19 +485,6 @@ func resultOf(l *Line) breaker.Result {
 		r.Kind, r.Status = breaker.KindStatus, l.Code
 	}
 	return r
-}
-
-func hasAny(flags string, names ...string) bool {
-	for rest := flags; rest != ""; {
-		var f string
-		f, rest, _ = strings.Cut(rest, ",")
-		for _, n := range names {
-			if f == n {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func clientError(r breaker.Result) bool {

@@ -190,11 +190,42 @@ func TestResultOfFlags(t *testing.T) {
 	}{
 		{"UT", breaker.KindTimeout}, {"SI", breaker.KindTimeout}, {"UMSDR", breaker.KindTimeout}, {"DT", breaker.KindTimeout},
 		{"UF", breaker.KindConnError}, {"UF,UO", breaker.KindConnError}, {"UO,UC", breaker.KindConnError},
-		{"UO", breaker.KindNeither}, {"DC", breaker.KindNeither},
+		{"UO", breaker.KindNeither}, {"DC", breaker.KindNeither}, {"DR", breaker.KindNeither},
 	}
 	for _, tc := range cases {
 		if r := resultOf(&Line{Code: 503, Flags: tc.flags}); r.Kind != tc.kind {
 			t.Errorf("%s: kind %v, want %v", tc.flags, r.Kind, tc.kind)
 		}
+	}
+}
+
+// Replay judges a line as the access log channel judges its entry (R-AL4):
+// a timer that cut a flowing answer is a neither cut_mid_answer, whatever
+// the timer (before: a timeout whatever the code); an HTTP/2 client's
+// reset (DR) is a client_cancel (before: the provider's status); no
+// cluster is cluster_not_found (before: a 503 from the provider).
+func TestResultOfAsTheLiveChannelsJudge(t *testing.T) {
+	cases := []struct {
+		name   string
+		line   Line
+		kind   breaker.Kind
+		reason string
+		status int
+	}{
+		{"route timeout mid-answer", Line{Code: 200, Flags: "UT", Details: "via_upstream"}, breaker.KindNeither, breaker.ReasonCutMidAnswer, 0},
+		{"stream idle mid-answer", Line{Code: 200, Flags: "SI", Details: "via_upstream"}, breaker.KindNeither, breaker.ReasonCutMidAnswer, 0},
+		{"route timeout before headers", Line{Code: 504, Flags: "UT", Details: "upstream_response_timeout"}, breaker.KindTimeout, "", 0},
+		{"HTTP/2 client reset", Line{Code: 200, Flags: "DR", Details: "via_upstream"}, breaker.KindNeither, breaker.ReasonClientCancel, 0},
+		{"no cluster", Line{Code: 503, Flags: "NC", Details: "cluster_not_found"}, breaker.KindNeither, breaker.ReasonClusterNotFound, 0},
+		{"the provider's 503", Line{Code: 503, Flags: "-", Details: "via_upstream"}, breaker.KindStatus, "", 503},
+		{"a flag fusebox does not judge", Line{Code: 429, Flags: "RL"}, breaker.KindStatus, "", 429},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := resultOf(&tc.line)
+			if r.Kind != tc.kind || r.Reason != tc.reason || r.Status != tc.status {
+				t.Fatalf("got %v %q %d, want %v %q %d", r.Kind, r.Reason, r.Status, tc.kind, tc.reason, tc.status)
+			}
+		})
 	}
 }

@@ -8,12 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
-	"net/url"
-	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -220,100 +216,6 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 	rt.Warnings = c.warnings
 	rt.Fallbacks = c.fallbacks
 	return rt, nil
-}
-
-func (c *compiler) checkListen(f *File) {
-	for _, a := range []struct{ field, v string }{{"listen.grpc", f.Listen.GRPC}, {"listen.admin", f.Listen.Admin}} {
-		if p, ok := UnixSocketPath(a.v); ok && a.field == "listen.grpc" {
-			// sun_path holds 108 bytes with its NUL on Linux.
-			if !strings.HasPrefix(p, "/") || len(p) > 107 || strings.ContainsRune(p, 0) {
-				c.errf("%s: %q: a Unix socket is unix:///absolute/path, at most 107 bytes", a.field, a.v)
-			}
-			continue
-		}
-		if strings.HasPrefix(a.v, "unix:") {
-			c.errf("%s: %q: only listen.grpc can be a Unix socket (unix:///absolute/path)", a.field, a.v)
-			continue
-		}
-		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			c.errf("%s: %q is not host:port (%v)", a.field, a.v, err)
-		}
-	}
-	if _, err := ParseSocketMode(f.Listen.GRPCSocket.Mode); err != nil {
-		c.errf("listen.grpc_socket.mode: %v", err)
-	}
-}
-
-// ParseSocketMode reads an octal file mode of at most 0777.
-func ParseSocketMode(s string) (os.FileMode, error) {
-	if s == "" {
-		s = DefaultSocketMode
-	}
-	v, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || v > 0o777 {
-		return 0, fmt.Errorf("%q is not an octal mode of at most 0777", s)
-	}
-	return os.FileMode(v), nil
-}
-
-func (c *compiler) checkLimits(f *File) {
-	if v := f.Limits.MaxMessageBytes; v != nil && (*v < MinMaxMessageBytes || *v > 1<<30) {
-		c.errf("limits.max_message_bytes: must be in %d..%d (Envoy's 16 MiB request buffer plus framing must fit), got %d", MinMaxMessageBytes, 1<<30, *v)
-	}
-	if v := f.Limits.MaxConcurrentStreams; v != nil && (*v < 1 || *v > 10000000) {
-		c.errf("limits.max_concurrent_streams: must be in 1..10000000, got %d", *v)
-	}
-	if v := f.Limits.MaxConfigBytes; v != nil && (*v < 4096 || *v > MaxMaxConfigBytes) {
-		c.errf("limits.max_config_bytes: must be in 4096..%d, got %d", MaxMaxConfigBytes, *v)
-	}
-	if v := f.Limits.MaxStreamIdleSec; v != nil && (*v < 1 || *v > 86400) {
-		c.errf("limits.max_stream_idle_sec: must be in 1..86400, got %d", *v)
-	}
-	if v := f.Limits.MaxStreamDurationSec; v != nil && (*v < 1 || *v > 7*86400) {
-		c.errf("limits.max_stream_duration_sec: must be in 1..%d, got %d", 7*86400, *v)
-	}
-	t := f.Listen.TLS
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		c.errf("listen.tls: cert_file and key_file go together")
-	}
-	if t.ClientCAFile != "" && t.CertFile == "" {
-		c.errf("listen.tls.client_ca_file: needs cert_file and key_file (mutual TLS is TLS first)")
-	}
-}
-
-func (c *compiler) checkStore(f *File) {
-	switch f.Store.Backend {
-	case StoreMemory, StoreRedis:
-	default:
-		c.errf("store.backend: must be memory or redis, got %q", f.Store.Backend)
-	}
-	u, err := url.Parse(f.Store.Redis.URL)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		c.errf("store.redis.url: must be a redis:// or rediss:// URL, got %q", f.Store.Redis.URL)
-	}
-	if t := f.Store.Redis.OpTimeoutMs; t != nil && *t < 1 {
-		c.errf("store.redis.op_timeout_ms: must be a whole number ≥1, got %d", *t)
-	}
-}
-
-func (c *compiler) checkHeaders(f *File) {
-	h := f.Headers
-	seen := map[string]string{}
-	for _, p := range []struct{ field, v string }{
-		{"gateway", h.Gateway}, {"model", h.Model}, {"residency", h.Residency},
-		{"cluster", h.Cluster}, {"route", h.Route}, {"fallbacks", h.Fallbacks},
-	} {
-		if !validHeaderName(p.v) {
-			c.errf("headers.%s: %q is not a lower-case HTTP header name", p.field, p.v)
-		} else if reservedHeader(p.v) {
-			// R-L8: fusebox would rewrite or read a header Envoy owns.
-			c.errf("headers.%s: %q is reserved (host, content-length, x-envoy-* and pseudo-headers cannot be used)", p.field, p.v)
-		}
-		if other, dup := seen[p.v]; dup {
-			c.errf("headers.%s: %q is already used by headers.%s", p.field, p.v, other)
-		}
-		seen[p.v] = p.field
-	}
 }
 
 // specProblems reports the decode errors of one circuit_breaker level. In
@@ -587,93 +489,6 @@ func (c *compiler) route(gw string, i int, rs *RouteSpec, rt *Runtime) *Route {
 	return r
 }
 
-// checkRouteKey applies the route key rules: provider:rest, where the
-// provider is the text before the first ':' and the rest is opaque (it may
-// hold ':' or '/'). Commas are refused because keys travel in comma-separated
-// lists (fallbacks, the stage's routes).
-func checkRouteKey(k string) error {
-	i := strings.IndexByte(k, ':')
-	if i <= 0 || i == len(k)-1 {
-		return fmt.Errorf("%q must be provider:region:model (a provider before the first ':' and something after it)", k)
-	}
-	for _, r := range k {
-		if r <= ' ' || r == ',' || r == 0x7f {
-			return fmt.Errorf("%q must not contain spaces, commas or control characters", k)
-		}
-	}
-	return nil
-}
-
-// checkEntryName refuses a model name the admin API could not address
-// as one path segment: "." and ".." (an HTTP mux cleans them away: a
-// DELETE of model ".." was redirected to its gateway, and a client that
-// followed the redirect deleted the gateway), "/" and control characters.
-// Route keys may hold "/" (model ids such as meta-llama/Llama-3.1-70B do);
-// the API takes them %2F-escaped.
-func checkEntryName(s string) error {
-	if s == "." || s == ".." {
-		return fmt.Errorf("%q is not a name (an HTTP path cannot address it)", s)
-	}
-	for _, r := range s {
-		if r == '/' || r < ' ' || r == 0x7f {
-			return fmt.Errorf("%q must not contain '/' or control characters", s)
-		}
-	}
-	return nil
-}
-
-func validName(s string) bool {
-	if s == "." || s == ".." {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func validClusterName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:/", r)) {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// reservedHeader reports names fusebox must never read as its own or write:
-// what Envoy owns or what routing and framing depend on (R-L8).
-func reservedHeader(s string) bool {
-	switch s {
-	case "host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "authorization":
-		return true
-	}
-	return strings.HasPrefix(s, "x-envoy-")
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func validHeaderName(s string) bool {
-	if s == "" || s[0] == ':' {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 // orderCandidates sorts a model's candidates into routing order (R-D1):
 // listed keeps the list; cheapest sorts by cost_per_mtok × bias ascending,
 // ties in listed order.
@@ -700,25 +515,4 @@ func templateNames(t map[string]*PolicySpec) []string {
 		out = append(out, n)
 	}
 	return out
-}
-
-// ValidGatewayID reports whether id may name a gateway: 1..64 of letters,
-// digits, '.', '_' and '-', starting with a letter or digit. A gateway id
-// goes into Redis keys and hash fields: '{' and '}' would move a key to
-// another Cluster slot, '|' and ':' would let two gateways' keys collide,
-// and '~' starts the overlay hash's own fields (EpochField).
-func ValidGatewayID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -114,7 +114,7 @@ type Report struct {
 	Observer       *Result
 	ObserverRatios []float64
 	// NullTuned is the null server on fusebox's own transport
-	// (processor/grpcwire, nullproc -wire), and the Tuned ratios are
+	// (pkg/grpcwire, nullproc -wire), and the Tuned ratios are
 	// fusebox's and the observer's CPU over it, per round: what fusebox's
 	// own work costs, its transport aside.
 	NullTuned                  *Result

@@ -7,11 +7,13 @@ import (
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
-	"google.golang.org/grpc"
 )
 
 // BenchmarkObserverProfile runs both profiles' lifecycles in process (the
@@ -29,7 +31,7 @@ func BenchmarkObserverProfile(b *testing.B) {
 		}
 		srv := processor.NewServer(processor.Options{Config: routes.NewHolder(rt), Store: breaker.NewMemory(nil), Clock: breaker.SystemClock{}, Metrics: metrics.New(),
 			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		gs := grpc.NewServer(append(processor.TransportOptions(), grpc.ForceServerCodecV2(processor.Codec{}))...)
+		gs := grpc.NewServer(append(processor.TransportOptions(), grpc.ForceServerCodecV2(extproc.Codec{}))...)
 		extprocv3.RegisterExternalProcessorServer(gs, srv)
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go gs.Serve(ln)

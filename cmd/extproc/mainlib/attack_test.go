@@ -297,142 +297,12 @@ func TestAttackKit(t *testing.T) {
 		// during the attack (MiB).
 		run func(t *testing.T, tg *target) (boundMiB float64)
 	}{
-		{"connections to the descriptor limit", func(t *testing.T, tg *target) float64 {
-			// 256 descriptors: 400 connections run it out, and accept
-			// fails with EMFILE (it ended the process before #50).
-			lim := unix.Rlimit{Cur: 256, Max: 256}
-			if err := unix.Prlimit(tg.cmd.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
-				t.Fatal(err)
-			}
-			var conns []net.Conn
-			for range 400 {
-				c, err := net.DialTimeout("tcp", tg.addr, time.Second)
-				if err != nil {
-					break
-				}
-				conns = append(conns, c)
-			}
-			time.Sleep(300 * time.Millisecond)
-			for _, c := range conns {
-				c.Close()
-			}
-			// Once they are gone, a new client is served.
-			time.Sleep(300 * time.Millisecond)
-			if st := grpcHealth(t, tg.addr); st != healthpb.HealthCheckResponse_SERVING {
-				t.Fatalf("a new client after the attack: %v", st)
-			}
-			return 128
-		}},
-		{"a client that stops reading", func(t *testing.T, tg *target) float64 {
-			// A 4 KiB receive buffer and no reads: the server's writes to
-			// it block on a full socket (ending its streams did, and the
-			// sweep with them, before #50).
-			r := dialAttack(t, tg.addr, 4096)
-			for i := range 2000 {
-				id := uint32(2*i + 1)
-				if r.open(id) != nil {
-					break
-				}
-				msg := []byte{0, 0, 0, 0, 0} // an empty ProcessingRequest: a reply
-				_ = r.fr.WriteData(id, false, msg)
-			}
-			time.Sleep(time.Second)
-			return 128
-		}},
-		{"pings with a stream open", func(t *testing.T, tg *target) float64 {
-			r := dialAttack(t, tg.addr, 0)
-			r.drain()
-			_ = r.open(1)
-			sent, closed := 0, false
-			for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-				if closed {
-					// The server sent GOAWAY and closed: the legitimate
-					// client goes on for the rest of the second.
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				r.mu.Lock()
-				err := r.fr.WritePing(false, [8]byte{1})
-				r.mu.Unlock()
-				if closed = err != nil; !closed {
-					sent++
-				}
-			}
-			t.Logf("%d pings written before the server closed the connection", sent)
-			return 128
-		}},
-		{"unfinished large messages", func(t *testing.T, tg *target) float64 {
-			// 12 messages of 32 MiB, each 30 MiB in and never finished,
-			// on 4 connections, within the server's flow control: 360 MiB
-			// held if nothing bounds it.
-			var wg sync.WaitGroup
-			for range 4 {
-				r := dialAttack(t, tg.addr, 0)
-				r.drain()
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					chunk := make([]byte, 16384)
-					for s := range 3 {
-						id := uint32(2*s + 1)
-						if r.open(id) != nil {
-							return
-						}
-						prefix := make([]byte, 5)
-						binary.BigEndian.PutUint32(prefix[1:], 32<<20-64)
-						if !r.send(id, prefix) {
-							return
-						}
-						for sent := 0; sent < 30<<20; sent += len(chunk) {
-							if !r.send(id, chunk) {
-								break // refused: the next stream
-							}
-						}
-					}
-				}()
-			}
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(3 * time.Second):
-				// Windows withheld: the server stopped taking more, which
-				// is what a bound looks like.
-			}
-			time.Sleep(500 * time.Millisecond)
-			return 256 + 128
-		}},
-		{"one connection taking every stream", func(t *testing.T, tg *target) float64 {
-			// The default limits: 100,000 streams in all, 12,500 a
-			// connection. 20,000 opened on one connection and kept.
-			r := dialAttack(t, tg.addr, 0)
-			r.drain()
-			for i := range 20000 {
-				if r.open(uint32(2*i+1)) != nil {
-					break
-				}
-			}
-			time.Sleep(time.Second)
-			return 512
-		}},
-		{"an HPACK bomb of -bin headers", func(t *testing.T, tg *target) float64 {
-			// One 4 KB -bin value in the table, then 200 streams each
-			// naming it 250 times (1 MB decoded from 250 bytes).
-			r := dialAttack(t, tg.addr, 0)
-			r.drain()
-			big := strings.Repeat("QUFB", 1000)
-			extra := make([]hpack.HeaderField, 250)
-			for i := range extra {
-				extra[i] = hpack.HeaderField{Name: "x-bomb-bin", Value: big}
-			}
-			for i := range 200 {
-				if r.open(uint32(2*i+1), extra...) != nil {
-					break
-				}
-			}
-			time.Sleep(time.Second)
-			return 128
-		}},
+		{"connections to the descriptor limit", attackDescriptors},
+		{"a client that stops reading", attackStopsReading},
+		{"pings with a stream open", attackPings},
+		{"unfinished large messages", attackLargeMessages},
+		{"one connection taking every stream", attackEveryStream},
+		{"an HPACK bomb of -bin headers", attackHPACKBomb},
 	}
 	for _, a := range attacks {
 		for _, server := range []string{"fusebox", "grpc-go"} {
@@ -475,4 +345,158 @@ func TestAttackKit(t *testing.T) {
 			})
 		}
 	}
+}
+
+// attackDescriptors: connections to the descriptor limit.
+// It returns the bound on resident memory during it (MiB).
+func attackDescriptors(t *testing.T, tg *target) float64 {
+	// 256 descriptors: 400 connections run it out, and accept
+	// fails with EMFILE (it ended the process before #50).
+	lim := unix.Rlimit{Cur: 256, Max: 256}
+	if err := unix.Prlimit(tg.cmd.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	for range 400 {
+		c, err := net.DialTimeout("tcp", tg.addr, time.Second)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, c := range conns {
+		c.Close()
+	}
+	// Once they are gone, a new client is served.
+	time.Sleep(300 * time.Millisecond)
+	if st := grpcHealth(t, tg.addr); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("a new client after the attack: %v", st)
+	}
+	return 128
+}
+
+// attackStopsReading: a client that stops reading.
+// It returns the bound on resident memory during it (MiB).
+func attackStopsReading(t *testing.T, tg *target) float64 {
+	// A 4 KiB receive buffer and no reads: the server's writes to
+	// it block on a full socket (ending its streams did, and the
+	// sweep with them, before #50).
+	r := dialAttack(t, tg.addr, 4096)
+	for i := range 2000 {
+		id := uint32(2*i + 1)
+		if r.open(id) != nil {
+			break
+		}
+		msg := []byte{0, 0, 0, 0, 0} // an empty ProcessingRequest: a reply
+		_ = r.fr.WriteData(id, false, msg)
+	}
+	time.Sleep(time.Second)
+	return 128
+}
+
+// attackPings: pings with a stream open.
+// It returns the bound on resident memory during it (MiB).
+func attackPings(t *testing.T, tg *target) float64 {
+	r := dialAttack(t, tg.addr, 0)
+	r.drain()
+	_ = r.open(1)
+	sent, closed := 0, false
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		if closed {
+			// The server sent GOAWAY and closed: the legitimate
+			// client goes on for the rest of the second.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		r.mu.Lock()
+		err := r.fr.WritePing(false, [8]byte{1})
+		r.mu.Unlock()
+		if closed = err != nil; !closed {
+			sent++
+		}
+	}
+	t.Logf("%d pings written before the server closed the connection", sent)
+	return 128
+}
+
+// attackLargeMessages: unfinished large messages.
+// It returns the bound on resident memory during it (MiB).
+func attackLargeMessages(t *testing.T, tg *target) float64 {
+	// 12 messages of 32 MiB, each 30 MiB in and never finished,
+	// on 4 connections, within the server's flow control: 360 MiB
+	// held if nothing bounds it.
+	var wg sync.WaitGroup
+	for range 4 {
+		r := dialAttack(t, tg.addr, 0)
+		r.drain()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chunk := make([]byte, 16384)
+			for s := range 3 {
+				id := uint32(2*s + 1)
+				if r.open(id) != nil {
+					return
+				}
+				prefix := make([]byte, 5)
+				binary.BigEndian.PutUint32(prefix[1:], 32<<20-64)
+				if !r.send(id, prefix) {
+					return
+				}
+				for sent := 0; sent < 30<<20; sent += len(chunk) {
+					if !r.send(id, chunk) {
+						break // refused: the next stream
+					}
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		// Windows withheld: the server stopped taking more, which
+		// is what a bound looks like.
+	}
+	time.Sleep(500 * time.Millisecond)
+	return 256 + 128
+}
+
+// attackEveryStream: one connection taking every stream.
+// It returns the bound on resident memory during it (MiB).
+func attackEveryStream(t *testing.T, tg *target) float64 {
+	// The default limits: 100,000 streams in all, 12,500 a
+	// connection. 20,000 opened on one connection and kept.
+	r := dialAttack(t, tg.addr, 0)
+	r.drain()
+	for i := range 20000 {
+		if r.open(uint32(2*i+1)) != nil {
+			break
+		}
+	}
+	time.Sleep(time.Second)
+	return 512
+}
+
+// attackHPACKBomb: an HPACK bomb of -bin headers.
+// It returns the bound on resident memory during it (MiB).
+func attackHPACKBomb(t *testing.T, tg *target) float64 {
+	// One 4 KB -bin value in the table, then 200 streams each
+	// naming it 250 times (1 MB decoded from 250 bytes).
+	r := dialAttack(t, tg.addr, 0)
+	r.drain()
+	big := strings.Repeat("QUFB", 1000)
+	extra := make([]hpack.HeaderField, 250)
+	for i := range extra {
+		extra[i] = hpack.HeaderField{Name: "x-bomb-bin", Value: big}
+	}
+	for i := range 200 {
+		if r.open(uint32(2*i+1), extra...) != nil {
+			break
+		}
+	}
+	time.Sleep(time.Second)
+	return 128
 }

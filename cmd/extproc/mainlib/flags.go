@@ -25,7 +25,7 @@ type Flags struct {
 	// ReloadInterval is how often the config file is polled for changes.
 	ReloadInterval time.Duration
 	// GRPCServer is the ext_proc listener's gRPC server: "fusebox"
-	// (processor/grpcwire, the default) or "grpc-go".
+	// (pkg/grpcwire, the default) or "grpc-go".
 	GRPCServer string
 }
 

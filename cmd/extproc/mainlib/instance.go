@@ -3,35 +3,29 @@ package mainlib
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
 	"github.com/fusebox-llm/fusebox/pkg/admin"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
+	"github.com/fusebox-llm/fusebox/pkg/extproc"
+	"github.com/fusebox-llm/fusebox/pkg/grpcwire"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/processor"
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/fusebox-llm/fusebox/pkg/tlsfiles"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 )
 
 // Instance is a running fusebox.
@@ -42,17 +36,16 @@ type Instance struct {
 	Health  *admin.Health
 	Store   breaker.Store
 	Clock   breaker.Clock
-	stopClk func()
 
 	grpcLn, adminLn net.Listener
 	grpcSrv         grpcServer
 	httpSrv         *http.Server
 	grace           time.Duration
 	ctx             context.Context
-	cancelBg        context.CancelFunc
-	bg              sync.WaitGroup
 	serveErr        chan error
 	proc            *processor.Server
+	// group is what Start started, stopped by Wait in reverse order.
+	group components
 }
 
 // DecisionsKept is how many decisions the processor still holds in memory
@@ -78,6 +71,15 @@ type Option func(*options)
 type options struct {
 	clock     breaker.Clock
 	testClock bool
+	// overlayCache gives store.redis.overlay_cache's default path.
+	overlayCache func() string
+}
+
+// WithOverlayCache makes path the default of store.redis.overlay_cache
+// ("" = off) in place of the user's cache directory: a test's fresh Redis
+// must not be given another test's admin changes from the shared file.
+func WithOverlayCache(path string) Option {
+	return func(o *options) { o.overlayCache = func() string { return path } }
 }
 
 // WithClock makes fusebox read time from c (a fake clock in tests). On
@@ -90,259 +92,6 @@ func WithClock(c breaker.Clock) Option { return func(o *options) { o.clock, o.te
 // own clock, as in production.
 func WithSkewedClock(c breaker.Clock) Option {
 	return func(o *options) { o.clock, o.testClock = c, false }
-}
-
-// Start loads the config, opens both listeners and starts serving. It
-// returns once fusebox is serving; Wait blocks until ctx ends and the drain
-// is over.
-func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option) (*Instance, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	f, err := parseFlags(args, stderr)
-	if err != nil {
-		return nil, err
-	}
-	log := newLogger(f, stderr)
-	data, err := routes.ReadFile(f.Config)
-	if err != nil {
-		return nil, err
-	}
-	fileRT, err := routes.Parse(data, routes.Options{})
-	if err != nil {
-		return nil, err
-	}
-	// The file's own start-only settings, before the flags override them:
-	// a reload compares the file with the file, and keeps what is in force.
-	fileSettings := routes.StartSettingsOf(fileRT)
-	if f.RedisURL != "" {
-		fileRT.Store.Redis.URL = f.RedisURL
-	}
-	switch {
-	case f.RedisFlag && fileRT.Store.Backend != routes.StoreRedis:
-		// Asking for a Redis URL on the command line is asking for Redis:
-		// running on memory instead was a silent split brain.
-		log.Info("-redis-url selects store.backend redis (the file says " + fileRT.Store.Backend + ")")
-		fileRT.Store.Backend = routes.StoreRedis
-	case f.RedisURL != "" && fileRT.Store.Backend != routes.StoreRedis:
-		log.Warn("FUSEBOX_REDIS_URL is set but store.backend is " + fileRT.Store.Backend + ": fusebox runs on " + fileRT.Store.Backend + "; set store.backend: redis to share state")
-	}
-	// After the flags: the store they select is the one checked.
-	if problems := startProblems(fileRT); len(problems) > 0 {
-		return nil, &routes.ConfigError{Problems: problems}
-	}
-	in := &Instance{
-		Log:      log,
-		Metrics:  metrics.New(),
-		Health:   admin.NewHealth("config", "listeners", "store"),
-		grace:    f.GracePeriod,
-		ctx:      ctx,
-		serveErr: make(chan error, 2),
-	}
-	in.Clock, in.stopClk = o.clock, func() {}
-	if in.Clock == nil {
-		cc := breaker.NewCoarseClock(time.Millisecond)
-		in.Clock, in.stopClk = cc, cc.Stop
-	}
-	journal := breaker.NewJournal(256)
-	// Named by host (a pod's name) and a random part (two replicas on one
-	// host): the fleet's timeline says which replica made each transition.
-	if host, err := os.Hostname(); err == nil {
-		journal.SetReplica(host + "-" + journal.Replica())
-	}
-	reporter := &processor.EventReporter{Log: log, Metrics: in.Metrics, Journal: journal}
-	// The store, and where admin changes are kept: a file beside the
-	// memory store, Redis beside the Redis one (R-API2a).
-	// Another replica changed an overlay: load them all again, off the
-	// feed reader (it must never wait on an admin change: R-L11).
-	refresher := &routes.Refresher{OnError: func(err error) {
-		log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
-	}}
-	sw, err := openStore(fileRT.Store, log, in.Metrics, in.Health, reporter, in.Clock, o.testClock, func(string) { refresher.Notify() })
-	if err != nil {
-		in.stopClk()
-		return nil, err
-	}
-	in.Store = sw.store
-	// The fleet's transitions are kept in the store (R-API7: replica B
-	// behind a Service shows what replica A did).
-	fleetJournal, _ := sw.store.(breaker.FleetJournal)
-	reporter.SetFleet(fleetJournal)
-	// The effective config: the file overlaid by admin changes (R-API2a).
-	mgr := &routes.Manager{Store: sw.overlays, Log: log, SharedStore: sw.shared}
-	refresher.Manager = mgr
-	if sw.shared {
-		refresher.Every = 5 * time.Second // the periodic overlay check (R-ST9)
-	}
-	rt, err := mgr.Open(ctx, data)
-	if err != nil {
-		in.stopClk()
-		sw.close()
-		return nil, err
-	}
-	if f.GRPCAddr != "" {
-		rt.Listen.GRPC = f.GRPCAddr
-	}
-	if f.AdminAddr != "" {
-		rt.Listen.Admin = f.AdminAddr
-	}
-	rt.Store.Redis.URL, rt.Store.Backend = fileRT.Store.Redis.URL, fileRT.Store.Backend
-	in.Config = routes.NewHolder(rt)
-	in.Health.Set("config", admin.Component{Ready: true, Detail: nameOr(f.Config)})
-
-	reloader := &routes.Reloader{
-		Path: f.Config, Holder: in.Config, Log: log, Started: &fileSettings, Manager: mgr, MaxBytes: rt.Limits.MaxConfigBytes,
-		OnResult:      func(r string) { in.Metrics.ConfigReloads.WithLabelValues(r).Inc() },
-		OnFallback:    func(routes.Fallback) { in.Metrics.ConfigFallbacks.Inc() },
-		OnRefusedRead: func() { in.Metrics.Refused.WithLabelValues(metrics.RefusedConfigFile).Inc() },
-	}
-	mgr.Holder, mgr.Report = in.Config, reloader.Report
-	reloader.Report(rt)
-
-	history := breaker.NewHistory()
-	if rt.Store.Backend == routes.StoreMemory && rt.Store.Memory.PersistPath == "" {
-		log.Warn("store.memory.persist_path is empty: admin changes are not kept across restarts")
-	}
-
-	if in.grpcLn, err = listenGRPC(rt.Listen.GRPC, rt.Listen.GRPCSocket); err != nil {
-		return nil, fmt.Errorf("listen.grpc: %w", err)
-	}
-	if in.adminLn, err = net.Listen("tcp", rt.Listen.Admin); err != nil {
-		in.grpcLn.Close()
-		return nil, fmt.Errorf("listen.admin: %w", err)
-	}
-	grpcTLS, adminTLS, err := listenerTLS(rt, log)
-	if err != nil {
-		in.grpcLn.Close()
-		in.adminLn.Close()
-		return nil, err
-	}
-	if adminTLS != nil {
-		in.adminLn = tls.NewListener(in.adminLn, adminTLS)
-	}
-	if grpcTLS == nil && !admin.IsLoopbackAddr(in.grpcLn.Addr()) {
-		log.Warn("listen.grpc is not loopback and listen.tls is not set: anyone who reaches it can report outcomes; bind it to loopback or set listen.tls with client_ca_file",
-			"addr", in.GRPCAddr())
-	}
-
-	// gRPC: ext_proc plus grpc.health.v1, which follows the readiness.
-	in.grpcSrv = newGRPCServer(f.GRPCServer, rt.Limits, grpcTLS)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(in.grpcSrv, hs)
-	procSrv := processor.NewServer(processor.Options{
-		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: log,
-		MaxStreams: rt.Limits.MaxConcurrentStreams, History: history, TokenKey: sw.fleetKey, Journal: journal,
-		StreamIdle: rt.Limits.MaxStreamIdle, StreamDuration: rt.Limits.MaxStreamDuration,
-		OnAccessLogStreams: func(n int64) {
-			detail := "not connected"
-			if n > 0 {
-				detail = fmt.Sprintf("connected (%d streams)", n)
-			}
-			// Informational (R-AL6): fusebox serves without the channel.
-			in.Health.Set("access_log", admin.Component{Ready: true, Detail: detail})
-		},
-		OnMismatch: func(what, help string) {
-			// Still ready (traffic flows), and the details say what is off.
-			in.Health.Set("deployment", admin.Component{Ready: true, Degraded: true, Detail: what + ": " + help})
-		},
-	})
-	in.proc = procSrv
-	extprocv3.RegisterExternalProcessorServer(in.grpcSrv, procSrv)
-	// The access log channel (SPEC §4a) on the same listener, TLS and limits.
-	accesslogv3.RegisterAccessLogServiceServer(in.grpcSrv, procSrv.AccessLogService())
-	in.Health.Set("access_log", admin.Component{Ready: true, Detail: "not connected"})
-	in.Health.OnChange(func(serving bool) {
-		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if serving {
-			st = healthpb.HealthCheckResponse_SERVING
-		}
-		hs.SetServingStatus("", st)
-		hs.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, st)
-	})
-
-	// Admin HTTP.
-	// A token read from a secret file often ends with a newline; it could
-	// never match (R-L4).
-	token := strings.TrimSpace(os.Getenv(rt.Admin.TokenEnv))
-	auth := admin.Auth{Token: token, Loopback: admin.IsLoopbackAddr(in.adminLn.Addr()), Log: log,
-		Refused: func(what string) { in.Metrics.Refused.WithLabelValues(what).Inc() }}
-	switch {
-	case token == "" && !auth.Loopback:
-		log.Warn("[admin] no token is set ("+rt.Admin.TokenEnv+") and the admin listener is not loopback: /admin/v1 answers 403",
-			"addr", in.AdminAddr())
-	case token != "" && len(token) < 16:
-		log.Warn("[admin] the admin token is shorter than 16 bytes: use a long random one", "token_env", rt.Admin.TokenEnv)
-	}
-	adm := admin.NewServer(in.Health, in.Metrics.Registry, auth)
-	api := &admin.API{Config: in.Config, Store: in.Store, Clock: in.Clock, Log: log, History: history, Baseline: procSrv.LatencyBaselineMs, Journal: journal,
-		FleetJournal: fleetJournal}
-	api.Register(adm)
-	(&admin.Gateways{Manager: mgr, API: api, Refused: func(what string) { in.Metrics.Refused.WithLabelValues(what).Inc() }}).Register(adm)
-	adm.RegisterDashboard()
-	in.httpSrv = adminHTTPServer(adm)
-
-	bgCtx, cancel := context.WithCancel(context.Background())
-	in.cancelBg = cancel
-	// The store runs before anything is served: a stream's record must
-	// find its workers.
-	if sw.start != nil {
-		wg := sw.start(bgCtx)
-		in.bg.Add(1)
-		go func() { defer in.bg.Done(); wg.Wait(); sw.close() }()
-	}
-	go func() { in.serveErr <- in.grpcSrv.Serve(in.grpcLn) }()
-	go func() {
-		if err := in.httpSrv.Serve(in.adminLn); !errors.Is(err, http.ErrServerClosed) {
-			in.serveErr <- err
-		}
-	}()
-	in.bg.Add(1)
-	go func() {
-		defer in.bg.Done()
-		procSrv.RunStallWatch(bgCtx, 250*time.Millisecond)
-	}()
-	in.bg.Add(1)
-	go func() { defer in.bg.Done(); refresher.Run(bgCtx) }()
-	in.bg.Add(1)
-	go func() {
-		defer in.bg.Done()
-		breaker.RunSweeper(bgCtx, in.Store, in.Clock, 250*time.Millisecond, func(error) {
-			in.Metrics.StoreErrors.WithLabelValues("sweep").Inc()
-		})
-	}()
-	guardSIGHUP()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	if f.Config != "" {
-		reloader.Prime()
-	}
-	in.bg.Add(1)
-	go func() {
-		defer in.bg.Done()
-		defer signal.Stop(hup)
-		if f.Config != "" {
-			reloader.Run(bgCtx, f.ReloadInterval, hup)
-			return
-		}
-		// Nothing to reload: a SIGHUP (a config-reload sidecar, a
-		// terminal that closed) is said and otherwise ignored.
-		for {
-			select {
-			case <-bgCtx.Done():
-				return
-			case <-hup:
-				log.Info("[config] SIGHUP: there is no config file to reload (the embedded default config is in force)")
-			}
-		}
-	}()
-	in.Health.Set("listeners", admin.Component{Ready: true, Detail: "grpc " + in.GRPCAddr() + ", admin " + in.AdminAddr()})
-	if sw.start == nil {
-		in.Health.Set("store", admin.Component{Ready: true, Detail: rt.Store.Backend})
-	}
-	log.Info("fusebox serving", "grpc", in.GRPCAddr(), "admin", in.AdminAddr(), "config", nameOr(f.Config),
-		"gateways", len(rt.Gateways), "store", rt.Store.Backend, "version", versionString(), "collector", collectorSettings())
-	return in, nil
 }
 
 // guardSIGHUP keeps a SIGHUP from ever ending the process once fusebox has
@@ -377,7 +126,7 @@ func adminHTTPServer(h http.Handler) *http.Server {
 // message Envoy's config can send, a bound on streams per connection,
 // keepalive enforcement and closing idle connections.
 // grpcServer is what the ext_proc listener's server does: grpc-go's
-// *grpc.Server or processor/grpcwire's *Server.
+// *grpc.Server or pkg/grpcwire's *Server.
 type grpcServer interface {
 	grpc.ServiceRegistrar
 	Serve(net.Listener) error
@@ -396,9 +145,9 @@ func newGRPCServer(which string, l routes.Limits, tlsCfg *tls.Config) grpcServer
 		return grpc.NewServer(grpcOptions(l, creds)...)
 	}
 	return grpcwire.NewServer(grpcwire.Options{
-		Codec:                processor.Codec{},
+		Codec:                extproc.Codec{},
 		MaxRecvMsgSize:       l.MaxMessageBytes,
-		MaxRecvMsgSizeFor:    processor.RecvBounds(),
+		MaxRecvMsgSizeFor:    extproc.RecvBounds(),
 		MaxConcurrentStreams: connStreams(l.MaxConcurrentStreams),
 		StreamWindow:         processor.StreamWindow,
 		ConnWindow:           processor.ConnWindow,
@@ -453,8 +202,8 @@ func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
 		// proto, without the metadata Envoy repeats on every body message
-		// (processor/codec.go).
-		grpc.ForceServerCodecV2(processor.Codec{}),
+		// (extproc/codec.go).
+		grpc.ForceServerCodecV2(extproc.Codec{}),
 		// An ext_proc stream's request headers are a few short fields (the
 		// HTTP request travels in its messages); grpc-go decodes and keeps
 		// every header of a stream, -bin ones included, so a 16 MiB list
@@ -532,22 +281,10 @@ func (in *Instance) Wait() error {
 		case err = <-in.serveErr:
 		}
 	}
-	defer in.stopClk()
-	// gRPC first: once its streams are done nothing records any more; then
-	// the background work stops, and the store's record workers write what
-	// is still queued (R-ST8) before the process ends.
-	stopped := make(chan struct{})
-	go func() { in.grpcSrv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		in.grpcSrv.Stop()
-	}
-	in.cancelBg()
-	in.bg.Wait()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = in.httpSrv.Shutdown(sctx)
+	// The ext_proc server first: once its streams are done nothing
+	// records any more; then the loops and the store's record workers,
+	// which write what is still queued (R-ST8), before the process ends.
+	in.group.stop()
 	in.Log.Info("fusebox stopped")
 	return err
 }

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 // The ext_proc listener on a Unix domain socket (Envoy's pipe address)

@@ -1,6 +1,3 @@
-// Package mainlib wires fusebox together: flags, config, listeners, the
-// ext_proc and health gRPC services, the admin HTTP server, reload and
-// graceful shutdown. It holds no product logic.
 package mainlib
 
 import (
@@ -11,8 +8,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
 // Main runs extproc with args (without the program name) until ctx ends,

@@ -79,6 +79,42 @@ func TestStartServeDrain(t *testing.T) {
 	go func() { done <- in.Wait() }()
 	base := "http://" + in.AdminAddr()
 
+	checkServing(t, in, base, logs)
+
+	// An ext_proc stream opened before SIGTERM keeps working during the drain.
+	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // SIGTERM
+	checkDraining(t, in, base)
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil || resp.GetRequestHeaders() == nil {
+		t.Fatalf("stream during drain: %v %v", resp, err)
+	}
+	_ = stream.CloseSend()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not stop after the grace period")
+	}
+}
+
+// checkServing: health, readiness, metrics, the admin token and gRPC
+// health of an instance that serves.
+func checkServing(t *testing.T, in *Instance, base string, logs *syncBuffer) {
+	t.Helper()
 	if code, _ := get(t, base+"/healthz", ""); code != 200 {
 		t.Fatalf("/healthz %d", code)
 	}
@@ -104,18 +140,12 @@ func TestStartServeDrain(t *testing.T) {
 	if st := grpcHealth(t, in.GRPCAddr()); st != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("grpc health %v", st)
 	}
+}
 
-	// An ext_proc stream opened before SIGTERM keeps working during the drain.
-	conn, err := grpc.NewClient(in.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel() // SIGTERM
+// checkDraining: after SIGTERM, health says not serving and readiness
+// says draining.
+func checkDraining(t *testing.T, in *Instance, base string) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for grpcHealth(t, in.GRPCAddr()) != healthpb.HealthCheckResponse_NOT_SERVING {
 		if time.Now().After(deadline) {
@@ -125,22 +155,6 @@ func TestStartServeDrain(t *testing.T) {
 	}
 	if code, body := get(t, base+"/readyz", ""); code != 503 || !strings.Contains(body, `"draining":true`) {
 		t.Fatalf("/readyz while draining: %d %s", code, body)
-	}
-	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil || resp.GetRequestHeaders() == nil {
-		t.Fatalf("stream during drain: %v %v", resp, err)
-	}
-	_ = stream.CloseSend()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Wait: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("did not stop after the grace period")
 	}
 }
 
@@ -211,11 +225,7 @@ func TestBinaryNoFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "extproc")
-	build := exec.Command("go", "build", "-o", bin, "github.com/fusebox-llm/fusebox/cmd/extproc")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	// The default ports must be free, or another process could answer
 	// for ours.
 	for _, addr := range []string{"127.0.0.1:8090", "127.0.0.1:50051"} {
@@ -232,33 +242,14 @@ func TestBinaryNoFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://127.0.0.1:8090/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no /healthz on the default address; logs:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitHealthz(t, "http://127.0.0.1:8090/healthz", logs)
 	if st := grpcHealth(t, "127.0.0.1:50051"); st != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("grpc health %v", st)
 	}
 	// The default grace period is 15 s; a second signal is not needed, so
 	// check SIGTERM → not serving, then stop the process.
 	cmd.Process.Signal(syscall.SIGTERM)
-	deadline = time.Now().Add(5 * time.Second)
-	for grpcHealth(t, "127.0.0.1:50051") != healthpb.HealthCheckResponse_NOT_SERVING {
-		if time.Now().After(deadline) {
-			t.Fatal("not draining after SIGTERM")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNotServing(t, "127.0.0.1:50051")
 	// It was our process that answered: its log names the default
 	// addresses, and a second signal ends it at once (the grace period is
 	// 15 s), after which nothing answers there.
@@ -279,14 +270,52 @@ func TestBinaryNoFlags(t *testing.T) {
 	}
 }
 
-func TestBinarySIGTERMExitsZero(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+// buildBinary builds fusebox into the test's directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "extproc")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fusebox-llm/fusebox/cmd/extproc").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// waitHealthz waits up to 20 s for url to answer 200.
+func waitHealthz(t *testing.T, url string, logs *syncBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s; logs:\n%s", url, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitNotServing waits up to 5 s for addr's gRPC health to say NOT_SERVING.
+func waitNotServing(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for grpcHealth(t, addr) != healthpb.HealthCheckResponse_NOT_SERVING {
+		if time.Now().After(deadline) {
+			t.Fatal("not draining after SIGTERM")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestBinarySIGTERMExitsZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
 	cmd := exec.Command(bin, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "100ms")
 	logs := &syncBuffer{}
 	cmd.Stderr = logs

@@ -30,7 +30,7 @@ func TestRedisURLFlagSelectsRedis(t *testing.T) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
-		"-grace-period", "0s", "-redis-url", "redis://" + srv.Addr + "/0"}, logs)
+		"-grace-period", "0s", "-redis-url", "redis://" + srv.Addr + "/0"}, logs, WithOverlayCache(""))
 	if err != nil {
 		cancel()
 		t.Fatal(err)

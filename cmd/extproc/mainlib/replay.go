@@ -13,9 +13,10 @@ import (
 	"syscall"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"google.golang.org/grpc"
+
 	"github.com/fusebox-llm/fusebox/pkg/replay"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
-	"google.golang.org/grpc"
 )
 
 // replayCmd is `extproc replay -config CANDIDATE.yaml [-baseline LIVE.yaml]

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-llm/fusebox/pkg/breaker"
-	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 )
 
 // startOnRedis starts fusebox with store.backend redis, the URL given by
@@ -43,7 +44,7 @@ func startOnRedisWith(t *testing.T, addr string, logs *syncBuffer, redisFields s
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in, err := Start(ctx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
-		"-grace-period", "0s", "-redis-url", "redis://" + addr + "/0"}, logs)
+		"-grace-period", "0s", "-redis-url", "redis://" + addr + "/0"}, logs, WithOverlayCache(""))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -75,12 +76,11 @@ func TestReplicasOnOneRedis(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		in = append(in, startOnRedis(t, srv.Addr, logs))
 	}
-	for i, r := range in {
+	for _, r := range in {
 		waitFor(t, "replica ready", func() bool {
 			code, body := get(t, "http://"+r.AdminAddr()+"/readyz", "")
 			return code == 200 && strings.Contains(body, `"store":{"ready":true`)
 		})
-		_ = i
 	}
 	// A PATCH on replica 0 reaches replicas 1 and 2.
 	base := func(i int) string { return "http://" + in[i].AdminAddr() + "/admin/v1/gateways/default" }
@@ -129,21 +129,7 @@ func TestReplicasOnOneRedis(t *testing.T) {
 	// "recent transitions" were each replica's own, empty behind a Service
 	// on every replica but the one whose script opened the route).
 	waitFor(t, "replica 2's timeline shows replica 1's transition", func() bool {
-		resp, err := http.Get("http://" + in[2].AdminAddr() + "/admin/v1/transitions")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var entries []breaker.JournalEntry
-		if json.NewDecoder(resp.Body).Decode(&entries) != nil || resp.Header.Get("X-Fusebox-Journal") != "fleet" {
-			return false
-		}
-		for _, e := range entries {
-			if e.Route == route && e.Transition == "closed->open" && e.Replica != "" {
-				return true
-			}
-		}
-		return false
+		return fleetTimelineHas(in[2], route, "closed->open")
 	})
 	// Redis gone: still ready, reported degraded, decisions go on.
 	srv.Stop()
@@ -155,4 +141,24 @@ func TestReplicasOnOneRedis(t *testing.T) {
 	if !strings.Contains(logs.String(), "Redis is unreachable") {
 		t.Fatal("the outage was not logged")
 	}
+}
+
+// fleetTimelineHas reports whether r's transitions API answers from the
+// fleet's journal and holds route's transition, made by a named replica.
+func fleetTimelineHas(r *Instance, route, transition string) bool {
+	resp, err := http.Get("http://" + r.AdminAddr() + "/admin/v1/transitions")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var entries []breaker.JournalEntry
+	if json.NewDecoder(resp.Body).Decode(&entries) != nil || resp.Header.Get("X-Fusebox-Journal") != "fleet" {
+		return false
+	}
+	for _, e := range entries {
+		if e.Route == route && e.Transition == transition && e.Replica != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -4,15 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/admin"
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
-	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/fusebox-llm/fusebox/pkg/routes/shared"
+	"github.com/fusebox-llm/fusebox/pkg/transitions"
 )
 
 // storeWiring is the breaker store of store.backend, with what it needs
@@ -33,16 +33,30 @@ type storeWiring struct {
 	fleetKey []byte
 }
 
+// storeDeps is what openStore wires the store to.
+type storeDeps struct {
+	log   *slog.Logger
+	m     *metrics.Metrics
+	h     *admin.Health
+	rep   *transitions.Reporter
+	clock breaker.Clock
+	// testClock: clock is a test's (WithClock), which the Redis scripts
+	// then take as their time instead of Redis's own
+	// (redisstore.Options.TestClock).
+	testClock bool
+	// overlayCache is store.redis.overlay_cache's default path ("" = off).
+	overlayCache func() string
+	onOverlay    func(gateway string)
+}
+
 // openStore builds the store of cfg. The Redis store reports its
 // readiness to the "store" health component: not ready until the first
 // snapshot loads, degraded (still ready) while Redis is unreachable.
-// testClock: clock is a test's (WithClock), which the Redis scripts then
-// take as their time instead of Redis's own (redisstore.Options.TestClock).
-func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *admin.Health,
-	rep *processor.EventReporter, clock breaker.Clock, testClock bool, onOverlay func(gateway string)) (*storeWiring, error) {
+func openStore(cfg routes.StoreConfig, d storeDeps) (*storeWiring, error) {
+	log, m, h := d.log, d.m, d.h
 	if cfg.Backend != routes.StoreRedis {
 		return &storeWiring{
-			store: breaker.NewMemory(rep.Report),
+			store: breaker.NewMemory(d.rep.Report),
 			overlays: &routes.FileOverlays{Path: cfg.Memory.PersistPath, Log: log,
 				OnCorrupt: func() { m.Refused.WithLabelValues(metrics.RefusedPersistCorrupt).Inc() }},
 			close: func() {},
@@ -56,13 +70,11 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 		}
 		key = k
 	}
-	cache := cfg.Redis.OverlayCachePath()
-	if cfg.Redis.OverlayCache == nil && testing.Testing() {
-		// Under go test the default file (one per user) would carry one
-		// test's admin changes into the next one's fresh Redis; a test of
-		// the cache names its own file.
-		cache = ""
-	} else if cache == "" {
+	cache := d.overlayCache()
+	if cfg.Redis.OverlayCache != nil {
+		cache = *cfg.Redis.OverlayCache
+	}
+	if cache == "" {
 		log.Warn("[config] store.redis.overlay_cache is off: if Redis and every replica restart together (a Redis without persistence), acknowledged admin changes are lost")
 	}
 	client, err := redisstore.NewClient(cfg.Redis.URL)
@@ -76,9 +88,9 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 	h.Set("store", admin.Component{Detail: "redis: loading the first snapshot"})
 	st := redisstore.New(redisstore.Options{
 		Client: client, KeyPrefix: cfg.Redis.KeyPrefix, OpTimeout: time.Duration(timeout) * time.Millisecond,
-		OnEvent: rep.Report, OnView: rep.View, AsyncRecord: true, Clock: clock, TestClock: testClock, Log: log,
+		OnEvent: d.rep.Report, OnView: d.rep.View, AsyncRecord: true, Clock: d.clock, TestClock: d.testClock, Log: log,
 		OnError:   func(op string) { m.StoreErrors.WithLabelValues(op).Inc() },
-		OnOverlay: onOverlay, HMACKey: key,
+		OnOverlay: d.onOverlay, HMACKey: key,
 		OnRefused: func(what string) { m.Refused.WithLabelValues(what).Inc() },
 		OnHealth: func(ready, degraded bool, detail string) {
 			h.Set("store", admin.Component{Ready: ready, Degraded: degraded, Detail: detail})
@@ -87,7 +99,7 @@ func openStore(cfg routes.StoreConfig, log *slog.Logger, m *metrics.Metrics, h *
 	return &storeWiring{fleetKey: key,
 		store: st,
 		start: st.Start,
-		overlays: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}, OnRestored: func(id string, rev int64) {
+		overlays: &shared.Overlays{Backend: &redisstore.Overlays{Store: st}, OnRestored: func(id string, rev int64) {
 			log.Warn("[config] Redis had gone back to an older admin change (a failover to a replica without the last writes?) or was emptied: the one this replica knew was put back",
 				"gateway", id, "revision", rev)
 		},

@@ -1,8 +1,9 @@
 package redisstore
 
 // Quiet reports whether this replica holds nothing Redis has not answered:
-// no queued record, no pending or unsent outcome on any breaker, and the
-// store not degraded. The robustness checker reads Redis only then.
+// no queued record, no pending or unsent outcome on any breaker, no
+// write-back on its way, and the store not degraded. The robustness
+// checker reads Redis only then.
 func (s *Store) Quiet() bool {
 	if s.Degraded() {
 		return false
@@ -27,5 +28,7 @@ func (s *Store) Quiet() bool {
 			return false
 		}
 	}
-	return true
+	// Read after the lists: a write-back that took a list is counted
+	// before it took it.
+	return s.writingBack.Load() == 0
 }

@@ -185,6 +185,10 @@ func (s *Store) owe(e *entry, j recJob) {
 // transitions are reported and published as any script's. What a failed
 // call leaves unsent stays for the next resync.
 func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
+	// Counted before the list is taken: from here until Redis answers, the
+	// outcomes are neither unsent nor answered.
+	s.writingBack.Add(1)
+	defer s.writingBack.Add(-1)
 	e.viewMu.Lock()
 	jobs := e.fl.unsent
 	e.fl.unsent = nil

@@ -10,13 +10,14 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/fusebox-llm/fusebox/pkg/routes/shared"
 )
 
 // managerCached is managerOn with a local overlay cache file (R-ST15).
 func managerCached(t *testing.T, srv *redistest.Server, cache string) *routes.Manager {
 	t.Helper()
 	st := redisstore.New(redisstore.Options{TestClock: true, Client: srv.Client(t), KeyPrefix: "cas:", OpTimeout: time.Second, Clock: breaker.NewFakeClock(time.Now())})
-	m := &routes.Manager{Store: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}, Cache: cache,
+	m := &routes.Manager{Store: &shared.Overlays{Backend: &redisstore.Overlays{Store: st}, Cache: cache,
 		OnCacheError: func(err error) { t.Errorf("overlay cache: %v", err) }}, SharedStore: true}
 	rt, err := m.Open(context.Background(), []byte(casConfig))
 	if err != nil {
@@ -105,7 +106,7 @@ func TestAReplicaStartingOnAFlushedRedisMeetsTheFleetsChanges(t *testing.T) {
 		Clock: breaker.NewFakeClock(time.Now()), OnOverlay: func(string) {
 			go func() { _ = a.Refresh(ctx) }()
 		}})
-	a = &routes.Manager{Store: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}}, SharedStore: true}
+	a = &routes.Manager{Store: &shared.Overlays{Backend: &redisstore.Overlays{Store: st}}, SharedStore: true}
 	rt, err := a.Open(ctx, []byte(casConfig))
 	if err != nil {
 		t.Fatal(err)

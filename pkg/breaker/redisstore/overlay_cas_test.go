@@ -10,6 +10,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
+	"github.com/fusebox-llm/fusebox/pkg/routes/shared"
 )
 
 const casConfig = `
@@ -28,7 +29,7 @@ gateways:
 func managerOn(t *testing.T, srv *redistest.Server) *routes.Manager {
 	t.Helper()
 	st := redisstore.New(redisstore.Options{TestClock: true, Client: srv.Client(t), KeyPrefix: "cas:", OpTimeout: time.Second, Clock: breaker.NewFakeClock(time.Now())})
-	m := &routes.Manager{Store: &routes.SharedOverlays{Backend: &redisstore.Overlays{Store: st}}, SharedStore: true}
+	m := &routes.Manager{Store: &shared.Overlays{Backend: &redisstore.Overlays{Store: st}}, SharedStore: true}
 	rt, err := m.Open(context.Background(), []byte(casConfig))
 	if err != nil {
 		t.Fatal(err)

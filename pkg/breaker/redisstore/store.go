@@ -114,8 +114,11 @@ type Store struct {
 	// unsignedLogged is when a dropped unsigned message was last logged.
 	unsignedLogged atomic.Int64
 	rec            []chan recJob
-	over           []overflow // each worker\'s jobs past its full queue
-	started        atomic.Bool
+	// writingBack counts the write-backs under way (sendUnsent): their
+	// outcomes have left the unsent lists and Redis has not answered them.
+	writingBack atomic.Int64
+	over        []overflow // each worker\'s jobs past its full queue
+	started     atomic.Bool
 	// lastHealth is the readiness last reported to OnHealth.
 	lastHealth atomic.Int32
 	healthMu   sync.Mutex

@@ -1,7 +1,7 @@
 // Command nullproc is the baseline of make bench-wire: an ext_proc server
 // that answers every message with the CONTINUE reply of its kind and does
 // nothing else, on grpc-go's server (with -wire, on fusebox's own transport,
-// processor/grpcwire; with -observer, the observer profile's replies
+// pkg/grpcwire; with -observer, the observer profile's replies
 // only).
 package main
 
@@ -16,7 +16,7 @@ import (
 	"runtime/pprof"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/fusebox-llm/fusebox/pkg/processor/grpcwire"
+	"github.com/fusebox-llm/fusebox/pkg/grpcwire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -81,7 +81,7 @@ func (srv server) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 
 func main() {
 	addr := flag.String("grpc-addr", "127.0.0.1:0", "listen address")
-	wire := flag.Bool("wire", false, "serve on fusebox's own gRPC transport (processor/grpcwire) instead of grpc-go's server")
+	wire := flag.Bool("wire", false, "serve on fusebox's own gRPC transport (pkg/grpcwire) instead of grpc-go's server")
 	observer := flag.Bool("observer", false, "play the observer profile: no reply to observed messages, the stream ended at the response's last chunk")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file until SIGINT")
 	flag.Parse()

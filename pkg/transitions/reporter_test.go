@@ -1,0 +1,108 @@
+package transitions
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/metrics"
+)
+
+// slowFleet is a fleet journal whose writes block until released, and
+// which counts the writes at once.
+type slowFleet struct {
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	calls    int
+	got      [][]byte
+	release  chan struct{}
+}
+
+func (f *slowFleet) AppendJournal(_ context.Context, entries ...[]byte) error {
+	f.mu.Lock()
+	f.inFlight++
+	f.calls++
+	f.most = max(f.most, f.inFlight)
+	f.mu.Unlock()
+	<-f.release
+	f.mu.Lock()
+	f.inFlight--
+	f.got = append(f.got, entries...)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *slowFleet) RecentJournal(context.Context, int) ([][]byte, error) { return nil, nil }
+
+// A burst of transitions while the store is slow is written by one
+// writer, in order, in a few round trips: before, each went in a goroutine
+// of its own, 16 at once, each holding a pooled Redis connection (a
+// replica's pool grew to its largest burst and stayed).
+func TestFleetJournalHasOneWriter(t *testing.T) {
+	f := &slowFleet{release: make(chan struct{})}
+	r := &Reporter{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(), Journal: breaker.NewJournal(64)}
+	r.SetFleet(f)
+	const n = 40
+	for i := 0; i < n; i++ {
+		r.Report(breaker.Event{ID: breaker.ID{Gateway: "gw", Route: "p:r:m" + string(rune('a'+i%26))}, Provider: "p",
+			From: breaker.Closed, To: breaker.Open, Reason: "failures", At: int64(i+1) * int64(time.Second)})
+	}
+	close(f.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		got, most, calls := len(f.got), f.most, f.calls
+		f.mu.Unlock()
+		if got == n {
+			if most != 1 {
+				t.Fatalf("%d journal writes at once, want 1", most)
+			}
+			if calls > 2 {
+				t.Fatalf("%d writes for one burst, want at most 2 (the first entry, then the rest)", calls)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d entries written (%d writes, %d at once)", got, n, calls, most)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var prev float64
+	for i, raw := range f.got {
+		var e breaker.JournalEntry
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.At <= prev {
+			t.Fatalf("entry %d at %v after %v: written out of order", i, e.At, prev)
+		}
+		prev = e.At
+	}
+}
+
+// R-H4: a saturation's start and end are one log line each, never a
+// transition (no transition metric, no journal entry).
+func TestSaturationIsLogged(t *testing.T) {
+	var buf strings.Builder
+	r := &Reporter{Log: slog.New(slog.NewTextHandler(&buf, nil)), Metrics: metrics.New(), Journal: breaker.NewJournal(8)}
+	id := breaker.RouteID("gw", "openai:us:m")
+	until := time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
+	r.Report(breaker.Event{ID: id, Provider: "openai", Saturation: breaker.SaturationStarted, SaturatedUntil: until.UnixNano(), DecidedBy: breaker.DecidedByRedis})
+	r.Report(breaker.Event{ID: id, Provider: "openai", Saturation: breaker.SaturationEnded})
+	out := buf.String()
+	for _, want := range []string{`msg="[headroom] route saturated`, "saturated_until=2026-12-01T12:00:30Z", "decided_by=redis", `msg="[headroom] route no longer saturated"`, "route=openai:us:m"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "[circuit_breaker]") || len(r.Journal.Recent(10)) != 0 {
+		t.Fatalf("a judge.Saturation was reported as a transition:\n%s", out)
+	}
+}
