@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,7 +171,26 @@ func TestFailoverHidesAnOutage(t *testing.T) {
 			if n := toDead(); n != 0 {
 				t.Fatalf("%d attempts went to the failing provider after it opened", n)
 			}
-			if m := w.scrape(); !strings.Contains(m, `aig_circuit_breaker_outcomes_total{class="success",gateway="failover",reason="success",route="azure:eu-west:gpt-4o-mini"} 15`) {
+			// On the observer profile the success is recorded at the
+			// response's end, which the client may see first: wait for the
+			// count, then hold it to exactly one per request.
+			const azureOK = `aig_circuit_breaker_outcomes_total{class="success",gateway="failover",reason="success",route="azure:eu-west:gpt-4o-mini"} `
+			counted := func() string {
+				for _, l := range strings.Split(w.scrape(), "\n") {
+					if strings.HasPrefix(l, azureOK) {
+						return strings.TrimPrefix(l, azureOK)
+					}
+				}
+				return ""
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for counted() != "15" && time.Now().Before(deadline) {
+				if n, _ := strconv.Atoi(counted()); n > 15 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if m := w.scrape(); counted() != "15" {
 				t.Errorf("azure's successes are not counted once each:\n%s", grep(m, "outcomes_total"))
 			}
 		})

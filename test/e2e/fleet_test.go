@@ -67,7 +67,7 @@ func newFleetOn(t *testing.T, n int, config string, onRedis bool) *world {
 		addr := freeAddr(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		in, err := mainlib.Start(ctx, append([]string{"-config", w.cfgPath, "-grpc-addr", addr, "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, w.args...),
-			w.logs, mainlib.WithClock(w.clk))
+			w.logs, mainlib.WithClock(w.clk), mainlib.WithOverlayCache(""))
 		if err != nil {
 			cancel()
 			t.Fatal(err)

@@ -177,7 +177,7 @@ func (w *world) startFusebox() {
 	w.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in, err := mainlib.Start(ctx, append([]string{"-config", w.cfgPath, "-grpc-addr", w.grpcAddr, "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}, w.args...),
-		w.logs, mainlib.WithClock(w.clk))
+		w.logs, mainlib.WithClock(w.clk), mainlib.WithOverlayCache(""))
 	if err != nil {
 		cancel()
 		w.t.Fatal(err)

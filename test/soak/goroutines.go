@@ -46,7 +46,7 @@ var servingFrames = []string{
 // in its select: a bounded pool (Workers.MaxIdle each), which keeps the
 // stacks its handlers grew, not a leak. A busy worker has its handler's
 // frames above this one, and counts; so does a leaked handler.
-const idleWorkerFrame = "github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run("
+const idleWorkerFrame = "github.com/fusebox-llm/fusebox/pkg/grpcwire.(*Workers).run("
 
 // goroutineCounts returns all goroutines, fusebox's own (the harness's
 // and idle pooled workers left out) and, of fusebox's, those serving an access log stream, from

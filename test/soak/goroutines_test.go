@@ -31,13 +31,13 @@ github.com/fusebox-llm/fusebox/pkg/processor.(*Server).readAccessLogs(0xc0)
 github.com/fusebox-llm/fusebox/pkg/processor.accessLogServer.StreamAccessLogs.func1()
 
 goroutine 14 [select]:
-github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run(0xc0, 0xc1)
-created by github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).Go in goroutine 8
+github.com/fusebox-llm/fusebox/pkg/grpcwire.(*Workers).run(0xc0, 0xc1)
+created by github.com/fusebox-llm/fusebox/pkg/grpcwire.(*Workers).Go in goroutine 8
 
 goroutine 15 [chan receive]:
-github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*stream).take(0xc0)
-github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*stream).RecvMsg(0xc0)
-github.com/fusebox-llm/fusebox/pkg/processor/grpcwire.(*Workers).run(0xc0, 0xc1)
+github.com/fusebox-llm/fusebox/pkg/grpcwire.(*stream).take(0xc0)
+github.com/fusebox-llm/fusebox/pkg/grpcwire.(*stream).RecvMsg(0xc0)
+github.com/fusebox-llm/fusebox/pkg/grpcwire.(*Workers).run(0xc0, 0xc1)
 `
 	all, fb, serving := countGoroutines(dump)
 	// The idle worker (14) is not counted; the busy one (15) is.

@@ -21,11 +21,12 @@ import (
 //     was never decided (fusebox decides on the body's model): nothing;
 //   - a request Envoy sent elsewhere (it timed out before the route was
 //     set: the default route serves it) is a neither on the route fusebox
-//     had decided, at its wait's end: the reply that named it came too
-//     late, and envoysim read it (LateCluster). When even that reply never
-//     came within Envoy's drain (fusebox stalled), Envoy never heard of
-//     the route: the request is unplaced, and its neither may fall on any
-//     route (or on none, when fusebox had not decided yet). In the
+//     had decided, at its wait's end. Envoy resets its stream right after
+//     the half-close, so the reply that named the route is read only when
+//     the close is graceful (the runtime guard ext_proc_graceful_grpc_close:
+//     LateCluster); otherwise Envoy never heard of the route: the request
+//     is unplaced, and its neither may fall on any route (or on none, when
+//     fusebox had not decided yet). In the
 //     observer profile that neither comes at decision_wait_sec (300 s),
 //     after the run: nothing is counted for it within it.
 type timeoutAdjust struct{ success, neither float64 }

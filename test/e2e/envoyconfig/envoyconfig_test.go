@@ -3,6 +3,7 @@ package envoyconfig
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 )
 
@@ -200,14 +202,54 @@ func contains(l []string, s string) bool {
 
 // TestEveryConfigHasTheAccessLogChannel (R-AL1): every shipped Envoy config
 // sends fusebox unbuffered entries for the flags that show an
-// Envoy-generated ending, over the fusebox cluster.
+// Envoy-generated ending, over the fusebox cluster. The flags are the ones
+// the judging code reads (judge.JudgedFlagNames): before, a hard-coded
+// list without DR (an HTTP/2 client's reset), so such cancels waited
+// access_log.wait_ms and ended no_outcome.
 func TestEveryConfigHasTheAccessLogChannel(t *testing.T) {
-	want := []string{"UF", "UC", "UR", "LR", "UPE", "UH", "UT", "UO", "NC", "URX", "DC", "SI", "UMSDR", "DT"}
+	want := judge.JudgedFlagNames()
 	for f, cfg := range shippedHarnesses(t) {
 		al := cfg.AccessLog
 		if al == nil || al.BufferSizeBytes != 0 || strings.Join(al.Flags, ",") != strings.Join(want, ",") {
-			t.Errorf("%s: access log %+v", filepath.Base(f), al)
+			t.Errorf("%s: access log %+v, want flags %v", filepath.Base(f), al, want)
 		}
+	}
+}
+
+// TestEveryShippedFlagFilterListsWhatFuseboxJudges (R-AL4): every
+// response_flag_filter in every shipped file (envoy/, the Kubernetes
+// manifests, the Helm chart, Istio's EnvoyFilter) lists exactly the flags
+// the judging code reads. Before, Istio's filter was not checked.
+func TestEveryShippedFlagFilterListsWhatFuseboxJudges(t *testing.T) {
+	want := strings.Join(judge.JudgedFlagNames(), ",")
+	filter := regexp.MustCompile(`response_flag_filter:\s*\{?\s*flags:\s*\[([^\]]*)\]`)
+	seen := 0
+	for _, dir := range []string{envoyDir, "../../../deploy"} {
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".tpl")) {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(string(b), "response_flag_filter") && len(filter.FindAllSubmatch(b, -1)) != strings.Count(string(b), "response_flag_filter") {
+				t.Errorf("%s: a response_flag_filter this test cannot read", path)
+			}
+			for _, m := range filter.FindAllSubmatch(b, -1) {
+				seen++
+				if got := strings.Join(strings.Fields(strings.ReplaceAll(string(m[1]), ",", " ")), ","); got != want {
+					t.Errorf("%s: response_flag_filter [%s], want [%s]", path, got, want)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("found %d response_flag_filters, want at least the 8 shipped", seen)
 	}
 }
 
@@ -370,5 +412,36 @@ func TestObserverBufferIsBounded(t *testing.T) {
 	}
 	if !seen {
 		t.Fatal("no shipped profile has an observer")
+	}
+}
+
+// envoysim plays one set of route settings (timeouts, retry policy, the
+// headers removed) for every route: a config whose routes differ is
+// refused, naming the routes. Before, the last route read won.
+func TestRoutesThatDifferAreRefused(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(envoyDir, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each edit is to the last route (prefix /), the one read last.
+	cases := []struct{ name, old, new, want string }{
+		{"timeout", "timeout: 600s", "timeout: 30s", "timeout"},
+		{"idle_timeout", "idle_timeout: 300s", "idle_timeout: 30s", "idle_timeout"},
+		{"retry_policy", "num_retries: 1", "num_retries: 2", "retry_policy"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			i := strings.LastIndex(string(raw), tc.old)
+			if i < 0 {
+				t.Fatalf("fixture text %q not in envoy.yaml", tc.old)
+			}
+			b, err := Parse([]byte(string(raw[:i]) + tc.new + string(raw[i+len(tc.old):])))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Harness(b); err == nil || !strings.Contains(err.Error(), "differ in "+tc.want) || !strings.Contains(err.Error(), "(/)") {
+				t.Fatalf("want the routes' %s difference refused, got %v", tc.want, err)
+			}
+		})
 	}
 }

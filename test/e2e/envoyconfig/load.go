@@ -3,6 +3,7 @@ package envoyconfig
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,12 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 	if !found {
 		return cfg, fmt.Errorf("no http_connection_manager")
 	}
+	if v := hcm.GetMaxRequestHeadersKb(); v != nil {
+		cfg.MaxRequestHeadersKb = int(v.GetValue())
+	}
+	if v := hcm.GetCommonHttpProtocolOptions().GetMaxHeadersCount(); v != nil {
+		cfg.MaxHeadersCount = int(v.GetValue())
+	}
 	for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
 		var em earlyv3.HeaderMutation
 		if err := ext.GetTypedConfig().UnmarshalTo(&em); err != nil {
@@ -102,7 +109,13 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 		if c.GetGrpcService().GetEnvoyGrpc().GetClusterName() != "fusebox" {
 			return cfg, fmt.Errorf("the http_grpc access log must go to the fusebox cluster")
 		}
-		cfg.AccessLog = &envoysim.AccessLogConfig{LogName: c.GetLogName(), Flags: al.GetFilter().GetResponseFlagFilter().GetFlags()}
+		if fl := al.GetFilter(); fl != nil && fl.GetResponseFlagFilter() == nil {
+			// Fail closed: a filter envoysim does not play would pass
+			// every entry in a test and not in Envoy.
+			return cfg, fmt.Errorf("the http_grpc access log filter %T is not played by envoysim (only response_flag_filter)", fl.GetFilterSpecifier())
+		}
+		cfg.AccessLog = &envoysim.AccessLogConfig{LogName: c.GetLogName(), Flags: al.GetFilter().GetResponseFlagFilter().GetFlags(),
+			FlagFilter: al.GetFilter().GetResponseFlagFilter() != nil}
 		// Envoy's default buffer is 16 KiB, flushed every second.
 		cfg.AccessLog.BufferSizeBytes = 16 << 10
 		if v := c.GetBufferSizeBytes(); v != nil {
@@ -169,13 +182,23 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			}
 		}
 	}
-	for _, r := range vh.GetRoutes() {
+	settingsFrom, timeoutsFrom := "", ""
+	for i, r := range vh.GetRoutes() {
 		ra := r.GetRoute()
+		name := r.GetName()
+		if name == "" {
+			name = fmt.Sprintf("#%d (%s)", i+1, r.GetMatch().GetPrefix())
+		}
 		if ra.GetInlineClusterSpecifierPlugin() != nil {
 			if err := failoverHarness(&cfg, b, vh, r); err != nil {
 				return cfg, err
 			}
-			cfg.RouteTimeout = ra.GetTimeout().AsDuration()
+			rc := cfg // the failover route's retry policy is its own (cfg.Failover)
+			rc.RouteTimeout = ra.GetTimeout().AsDuration()
+			rc.StreamIdleTimeout = streamIdle(ra.GetIdleTimeout(), hcm.GetStreamIdleTimeout())
+			if err := oneTimeout(&cfg, &rc, name, &timeoutsFrom); err != nil {
+				return cfg, err
+			}
 			continue
 		}
 		if ch := ra.GetClusterHeader(); ch != "" {
@@ -190,10 +213,14 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 				cfg.DefaultCluster = c
 			}
 		}
-		cfg.RequestHeadersToRemove = r.GetRequestHeadersToRemove()
-		cfg.RouteTimeout = ra.GetTimeout().AsDuration()
-		cfg.StreamIdleTimeout = streamIdle(ra.GetIdleTimeout(), hcm.GetStreamIdleTimeout())
-		retry(&cfg, ra.GetRetryPolicy())
+		var rc envoysim.Config
+		rc.RequestHeadersToRemove = r.GetRequestHeadersToRemove()
+		rc.RouteTimeout = ra.GetTimeout().AsDuration()
+		rc.StreamIdleTimeout = streamIdle(ra.GetIdleTimeout(), hcm.GetStreamIdleTimeout())
+		retry(&rc, ra.GetRetryPolicy())
+		if err := oneRouteSettings(&cfg, &rc, name, &settingsFrom, &timeoutsFrom); err != nil {
+			return cfg, err
+		}
 	}
 	cfg.Clusters = map[string]*envoysim.Cluster{}
 	for _, c := range b.GetStaticResources().GetClusters() {
@@ -204,6 +231,9 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			}
 			if t.GetMaxRetries() != nil {
 				cl.MaxRetries = int(t.GetMaxRetries().GetValue())
+				if cl.MaxRetries == 0 {
+					cl.MaxRetries = envoysim.NoRetries
+				}
 			}
 			if rb := t.GetRetryBudget(); rb != nil {
 				// Envoy's defaults: 20 % and 3.
@@ -388,6 +418,7 @@ func extProcConfig(ep *extprocv3.ExternalProcessor) envoysim.ExtProcConfig {
 		FailureModeAllow:    ep.GetFailureModeAllow(),
 		AllowEnvoy:          ep.GetMutationRules().GetAllowEnvoy().GetValue(),
 		MessageTimeout:      ep.GetMessageTimeout().AsDuration(),
+		RequestAttributes:   ep.GetRequestAttributes(),
 		ResponseAttributes:  ep.GetResponseAttributes(),
 		ReceivingNamespaces: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),
 		InitialMetadata:     map[string]string{},
@@ -403,4 +434,45 @@ func extProcConfig(ep *extprocv3.ExternalProcessor) envoysim.ExtProcConfig {
 		c.InitialMetadata[md.GetKey()] = md.GetValue()
 	}
 	return c
+}
+
+// oneRouteSettings takes a route's own settings (rc: the headers it
+// removes, its timeouts, its retry policy) into cfg. envoysim plays one
+// set for every route, so a route whose settings differ from the first
+// route's is refused, naming both: before, the last route read won, and a
+// test ran every route on it.
+func oneRouteSettings(cfg, rc *envoysim.Config, name string, from, timeoutsFrom *string) error {
+	if *from == "" {
+		cfg.RequestHeadersToRemove, cfg.RetryOn, cfg.RetryBackOff, cfg.NumRetries = rc.RequestHeadersToRemove, rc.RetryOn, rc.RetryBackOff, rc.NumRetries
+		*from = name
+	} else {
+		switch {
+		case !slices.Equal(cfg.RequestHeadersToRemove, rc.RequestHeadersToRemove):
+			return differs("request_headers_to_remove", *from, name)
+		case !slices.Equal(cfg.RetryOn, rc.RetryOn) || cfg.RetryBackOff != rc.RetryBackOff || cfg.NumRetries != rc.NumRetries:
+			return differs("retry_policy", *from, name)
+		}
+	}
+	return oneTimeout(cfg, rc, name, timeoutsFrom)
+}
+
+// oneTimeout is oneRouteSettings for the timeouts alone (the failover
+// route has its own retry policy, played apart).
+func oneTimeout(cfg, rc *envoysim.Config, name string, from *string) error {
+	if *from == "" {
+		cfg.RouteTimeout, cfg.StreamIdleTimeout = rc.RouteTimeout, rc.StreamIdleTimeout
+		*from = name
+		return nil
+	}
+	switch {
+	case cfg.RouteTimeout != rc.RouteTimeout:
+		return differs("timeout", *from, name)
+	case cfg.StreamIdleTimeout != rc.StreamIdleTimeout:
+		return differs("idle_timeout", *from, name)
+	}
+	return nil
+}
+
+func differs(field, a, b string) error {
+	return fmt.Errorf("routes %q and %q differ in %s: envoysim plays one route setting for all routes", a, b, field)
 }

@@ -28,8 +28,13 @@ type AccessLogConfig struct {
 	// worker that served its downstream connection. 0 = 1.
 	Workers int
 	// Flags is the response_flag_filter: only entries with one of these
-	// flags are written ("" filter: every entry).
-	Flags []string
+	// flags are written. With no flag listed, FlagFilter says whether a
+	// response_flag_filter is configured at all: Envoy's filter with an
+	// empty list writes entries with any flag set
+	// (ResponseFlagFilter::evaluate, hasAnyResponseFlag); no filter writes
+	// every entry. Before, an empty list wrote every entry.
+	Flags      []string
+	FlagFilter bool
 	// BufferSizeBytes: 0 sends each entry at once; otherwise entries wait
 	// until that many bytes or the flush interval (1 s).
 	BufferSizeBytes int
@@ -38,7 +43,7 @@ type AccessLogConfig struct {
 // flagNames are Envoy's short names of the bits fusebox's filter uses.
 var flagNames = map[string]uint64{
 	"UH": flagUH, "UT": flagUT, "LR": flagLR, "UR": flagUR, "UF": flagUF, "UC": flagUC, "UO": flagUO,
-	"NR": flagNR, "DC": flagDC, "URX": flagURX, "UPE": flagUPE, "NC": flagNC,
+	"NR": flagNR, "DC": flagDC, "DR": flagDR, "URX": flagURX, "UPE": flagUPE, "NC": flagNC,
 	"SI": flagSI, "UMSDR": flagUMSDR, "DT": flagDT,
 }
 
@@ -89,7 +94,7 @@ func (l *accessLogger) close() {
 // wants applies the response_flag_filter.
 func (l *workerLogger) wants(flags uint64) bool {
 	if len(l.cfg.Flags) == 0 {
-		return true
+		return !l.cfg.FlagFilter || flags != 0
 	}
 	for _, f := range l.cfg.Flags {
 		if flags&flagNames[f] != 0 {
@@ -187,7 +192,7 @@ func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
 		NoHealthyUpstream: f&flagUH != 0, UpstreamRequestTimeout: f&flagUT != 0, LocalReset: f&flagLR != 0,
 		UpstreamRemoteReset: f&flagUR != 0, UpstreamConnectionFailure: f&flagUF != 0,
 		UpstreamConnectionTermination: f&flagUC != 0, UpstreamOverflow: f&flagUO != 0, NoRouteFound: f&flagNR != 0,
-		DownstreamConnectionTermination: f&flagDC != 0, UpstreamRetryLimitExceeded: f&flagURX != 0,
+		DownstreamConnectionTermination: f&flagDC != 0, DownstreamRemoteReset: f&flagDR != 0, UpstreamRetryLimitExceeded: f&flagURX != 0,
 		UpstreamProtocolError: f&flagUPE != 0, NoClusterFound: f&flagNC != 0,
 		StreamIdleTimeout: f&flagSI != 0, UpstreamMaxStreamDurationReached: f&flagUMSDR != 0, DurationTimeout: f&flagDT != 0,
 	}
@@ -207,6 +212,26 @@ func entryProto(e *Entry, attempts int) *accesslogdatav3.HTTPAccessLogEntry {
 	return &accesslogdatav3.HTTPAccessLogEntry{
 		CommonProperties: cp,
 		Response:         &accesslogdatav3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(uint32(e.Status)), ResponseCodeDetails: e.Details},
+	}
+}
+
+// CloseAccessLogStreams ends every worker's access log stream, as a
+// measure of what a load left behind closes idle connections: Envoy keeps
+// the streams open for as long as it lives, and the server's buffers for
+// one are a connection's, not the load's. A later entry opens a new one.
+func (p *Proxy) CloseAccessLogStreams() {
+	if p.accessLog == nil {
+		return
+	}
+	for _, w := range p.accessLog.workers {
+		w.mu.Lock()
+		w.flushLocked()
+		if w.stream != nil {
+			_ = w.stream.CloseSend()
+			w.cancel()
+			w.stream = nil
+		}
+		w.mu.Unlock()
 	}
 }
 

@@ -52,8 +52,16 @@ type Config struct {
 	// RetryBackOff is the route's retry_back_off (zero: Envoy's 25 ms base,
 	// 10 × base max); retries.go.
 	RetryBackOff BackOff
-	// BufferLimit is the listener's per-request buffer limit (413 above).
+	// BufferLimit is the listener's per-request buffer limit (413 above;
+	// 0: Envoy's default, 1 MiB).
 	BufferLimit int
+	// MaxRequestHeadersKb and MaxHeadersCount are the connection manager's
+	// header limits (max_request_headers_kb, common_http_protocol_options
+	// max_headers_count; 0: Envoy's defaults, 60 and 100). A header
+	// mutation that leaves the request's headers over them fails
+	// (headerlimits.go); a response's headers are held to the defaults.
+	MaxRequestHeadersKb int
+	MaxHeadersCount     int
 	// Failover, when set, plays Envoy >= 1.40's in-request failover on
 	// route (a) (failover.go).
 	Failover *FailoverConfig
@@ -81,11 +89,16 @@ type Cluster struct {
 	// (0 = Envoy's default 1024).
 	MaxRequests int
 	// MaxRetries is the max_retries threshold: retries outstanding on the
-	// cluster at once (0 = Envoy's default 3); RetryBudget, when set,
-	// replaces it (retries.go).
+	// cluster at once (0 = Envoy's default 3, NoRetries = a threshold of
+	// 0, which admits none); RetryBudget, when set, replaces it
+	// (retries.go).
 	MaxRetries  int
 	RetryBudget *RetryBudget
 }
+
+// NoRetries is a max_retries threshold of 0: Envoy's canCreate is
+// current < max, so no retry is ever admitted.
+const NoRetries = -1
 
 // RetryBudget is a circuit_breakers retry_budget.
 type RetryBudget struct {
@@ -111,8 +124,12 @@ type ExtProcConfig struct {
 	FailureModeAllow    bool
 	// AllowEnvoy is mutation_rules.allow_envoy: the processor may set
 	// x-envoy-* headers (the route role's x-envoy-max-retries).
-	AllowEnvoy          bool
-	MessageTimeout      time.Duration
+	AllowEnvoy     bool
+	MessageTimeout time.Duration
+	// RequestAttributes are request_attributes, sent with the request
+	// headers; envoysim plays xds.cluster_name on the attempt role (an
+	// upstream filter: its cluster), and refuses any other (runtime.go).
+	RequestAttributes   []string
 	ResponseAttributes  []string
 	ReceivingNamespaces []string
 	InitialMetadata     map[string]string

@@ -338,6 +338,7 @@ func TestRetryResource(t *testing.T) {
 		cluster Cluster
 		retried int // of 4 concurrent requests whose retries stay open
 	}{
+		{"max_retries 0", Cluster{MaxRetries: NoRetries}, 0},
 		{"max_retries 1", Cluster{MaxRetries: 1}, 1},
 		{"max_retries default (3)", Cluster{}, 3},
 		{"budget 20 %, min 1: the failing cluster has no requests left", Cluster{RetryBudget: &RetryBudget{Percent: 20, MinConcurrency: 1}}, 1},
@@ -521,5 +522,196 @@ func TestFailoverNoHealthyHost(t *testing.T) {
 					cp.GetUpstreamCluster(), cp.GetUpstreamRequestAttemptCount(), c.wantAttempt)
 			}
 		})
+	}
+}
+
+// TestFailoverFlags: the router flags a request's retries only where its
+// retry state refused one (retry_state_impl.cc shouldRetry, router.cc):
+// URX when the retries were spent and the last answer would have been
+// retried, UO when the cluster's retry resource refused the retry, none
+// when a retry succeeded. Before, envoysim set URX on every retried answer,
+// successes included, and no UO on a refused retry.
+func TestFailoverFlags(t *testing.T) {
+	cases := []struct {
+		name       string
+		status     map[string]int
+		numRetries int
+		maxRetries int
+		code       int
+		flags      uint64
+	}{
+		{"a retry that succeeded", map[string]int{"c1": 503}, 1, 0, 200, 0},
+		{"retries spent", map[string]int{"c1": 503, "c2": 503}, 1, 0, 503, flagURX},
+		{"the retry resource refused the retry", map[string]int{"c1": 503}, 1, -1, 503, flagUO},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := newFailoverRig(t, tc.status, []string{"c1", "c2"}, tc.numRetries, nil)
+			if tc.maxRetries < 0 {
+				// A budget that admits no retry (0 % of none active, min 0).
+				fr.proxy.cfg.Clusters["c1"].RetryBudget = &RetryBudget{}
+			}
+			resp, _ := fr.post(`{"a":1}`)
+			if resp.StatusCode != tc.code {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.code)
+			}
+			eventually(t, func() bool { return len(fr.proxy.Log()) == 1 })
+			if e := fr.proxy.Log()[0]; e.Flags != tc.flags {
+				t.Fatalf("entry flags %#x, want %#x", e.Flags, tc.flags)
+			}
+		})
+	}
+}
+
+// TestRetrySlotFreedAtFinalHeaders: the retried attempt's response headers
+// give its retry slot back (shouldRetryHeaders → resetRetry), so a
+// streaming answer does not hold it while it flows.
+func TestRetrySlotFreedAtFinalHeaders(t *testing.T) {
+	fr := newFailoverRig(t, map[string]int{"c1": 503}, []string{"c1", "c2"}, 1, nil)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	fr.ups["c2"].srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-release // the answer keeps flowing
+		io.WriteString(w, "ok")
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fr.post(`{"a":1}`)
+	}()
+	seen := 0
+	waitFor(t, "the retried attempt's headers", func() bool { seen += len(fr.proxy.Attempts()); return seen == 2 })
+	waitFor(t, "the slot given back while the answer flows", func() bool { return fr.proxy.retryUse.of("c1").Load() == 0 })
+	free()
+	<-done
+}
+
+// TestFailoverStreamIdleTimeout: the connection manager's stream idle
+// timer runs in the failover path too: a provider that never sends its
+// headers gets the 504 SI (not retried: the connection manager ended the
+// request), one that stalls after its headers has the stream reset with
+// SI on the entry. Before, the failover path armed no idle timer.
+func TestFailoverStreamIdleTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		serve    http.HandlerFunc
+		status   int
+		reset    bool
+		attempts int
+	}{
+		{"no headers", func(w http.ResponseWriter, r *http.Request) { stall(r) }, 504, false, 1},
+		{"stalls after its headers", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "data: one\n\n")
+			w.(http.Flusher).Flush()
+			stall(r)
+		}, 200, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := newFailoverRig(t, map[string]int{}, []string{"c1", "c2"}, 1, nil, func(c *Config) {
+				c.StreamIdleTimeout = 250 * time.Millisecond
+				c.RouteTimeout = 5 * time.Second
+			})
+			fr.ups["c1"].srv.Config.Handler = tc.serve
+			resp, _ := fr.post(`{"a":1}`)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			eventually(t, func() bool { return len(fr.proxy.Log()) == 1 })
+			e := fr.proxy.Log()[0]
+			if e.Flags&flagSI == 0 || e.Reset != tc.reset || e.Attempts != tc.attempts {
+				t.Fatalf("entry flags %#x reset %v attempts %d, want SI, %v, %d", e.Flags, e.Reset, e.Attempts, tc.reset, tc.attempts)
+			}
+		})
+	}
+}
+
+// stall holds a provider's answer until its request ends, 3 s at most (a
+// harness that never ends it must not hang the test's cleanup).
+func stall(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-time.After(3 * time.Second):
+	}
+}
+
+// TestFailoverRetryToAMissingCluster: a retry whose group names a cluster
+// Envoy does not have gets doRetry's no-healthy-upstream reply (router.cc
+// doRetry: getThreadLocalCluster finds none, sendNoHealthyUpstreamResponse),
+// UH with the attempt counted, where the first attempt's missing cluster is
+// decodeHeaders' NC. Before, envoysim answered NC on every attempt.
+func TestFailoverRetryToAMissingCluster(t *testing.T) {
+	fr := newFailoverRig(t, map[string]int{"c1": 503}, []string{"c1", "nope"}, 1, nil)
+	resp, _ := fr.post(`{"a":1}`)
+	if resp.StatusCode != 503 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	eventually(t, func() bool { return len(fr.proxy.Log()) == 1 })
+	e := fr.proxy.Log()[0]
+	if e.Flags&flagUH == 0 || e.Flags&flagNC != 0 || e.Details != "no_healthy_upstream" || e.Attempts != 2 {
+		t.Fatalf("entry flags %#x details %q attempts %d, want UH, no_healthy_upstream, 2", e.Flags, e.Details, e.Attempts)
+	}
+}
+
+// TestAttemptRoleGetsItsCluster: the attempt role's request_attributes
+// [xds.cluster_name] (envoy-failover.yaml) arrive with each attempt's
+// request headers, naming that attempt's cluster. Before, envoysim sent
+// request attributes to no filter.
+func TestAttemptRoleGetsItsCluster(t *testing.T) {
+	fr := newFailoverRig(t, map[string]int{"c1": 503}, []string{"c1", "c2"}, 1, nil, func(c *Config) {
+		c.Failover.Attempt.RequestAttributes = []string{"xds.cluster_name"}
+	})
+	if resp, _ := fr.post(`{"a":1}`); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	var got []string
+	fr.mu.Lock()
+	for _, r := range fr.attempts {
+		if r.GetRequestHeaders() != nil {
+			got = append(got, r.Attributes[attrKey].GetFields()["xds.cluster_name"].GetStringValue())
+		}
+	}
+	fr.mu.Unlock()
+	if strings.Join(got, ",") != "c1,c2" {
+		t.Fatalf("xds.cluster_name per attempt: %v", got)
+	}
+}
+
+// The attempt role is an upstream filter: it sees the response headers as
+// the upstream sent them, before the router finalizes them
+// (response_headers_to_add), and what it sets reaches the client with the
+// router's own. Before, envoysim showed it the finalized headers, as to a
+// downstream filter.
+func TestAttemptRoleSeesTheUpstreamsHeaders(t *testing.T) {
+	fr := newFailoverRig(t, nil, []string{"c1"}, 1, func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		resp := plain(req)
+		if req.GetResponseHeaders() != nil {
+			resp.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+				SetHeaders: []*corev3.HeaderValueOption{set("x-from-attempt", "1")}}}
+		}
+		return resp
+	}, func(c *Config) {
+		c.ResponseHeadersToAdd = []HeaderToAdd{{Key: "x-vhost", Value: "added"}}
+	})
+	resp, _ := fr.post(`{"a":1}`)
+	if resp.StatusCode != 200 || resp.Header.Get("x-vhost") != "added" || resp.Header.Get("x-from-attempt") != "1" {
+		t.Fatalf("%d x-vhost %q x-from-attempt %q", resp.StatusCode, resp.Header.Get("x-vhost"), resp.Header.Get("x-from-attempt"))
+	}
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	seen := false
+	for _, r := range fr.attempts {
+		for _, h := range r.GetResponseHeaders().GetHeaders().GetHeaders() {
+			seen = true
+			if h.Key == "x-vhost" {
+				t.Fatal("the attempt role saw the router's response_headers_to_add")
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("the attempt role saw no response headers")
 	}
 }

@@ -129,3 +129,40 @@ func eventually(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestRouteTimeoutCutsAFlowingAnswer: the route timeout that fires after
+// the response's headers (router.cc onResponseTimeout → onUpstreamAbort)
+// resets the downstream stream and sets UT; the entry keeps the upstream's
+// 200 and its via_upstream details. In the failover path too, where the
+// answer goes downstream through the attempt's upstream filter. Before,
+// envoysim set no flag: the entry was a plain 200 that the access log
+// channel judged a client_cancel.
+func TestRouteTimeoutCutsAFlowingAnswer(t *testing.T) {
+	serve := func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}
+	r := newRig(t, plain, func(c *Config) {
+		c.Envoy = Envoy140
+		c.StreamIdleTimeout = 5 * time.Second
+		c.RouteTimeout = 300 * time.Millisecond
+	})
+	r.up = newUpstream(t, serve)
+	r.proxy.cfg.Clusters["default"].Addr = strings.TrimPrefix(r.up.srv.URL, "http://")
+	req, _ := http.NewRequest("POST", r.proxy.URL()+"/v1/x", strings.NewReader(`{}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || rerr == nil {
+		t.Fatalf("status %d read error %v, want 200 and a reset", resp.StatusCode, rerr)
+	}
+	eventually(t, func() bool { return len(r.proxy.Log()) == 1 })
+	e := r.proxy.Log()[0]
+	if e.Flags&flagUT == 0 || e.Flags&flagSI != 0 || e.Status != 200 || e.Details != "via_upstream" {
+		t.Fatalf("entry flags %#x status %d details %q, want UT, 200, via_upstream", e.Flags, e.Status, e.Details)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -183,6 +184,45 @@ func TestObservabilityModeLocalReplies(t *testing.T) {
 		r.proxy.WaitObserver(resp.Header.Get(ObserverHeader), 2*time.Second)
 		if got := len(r.proc.byRoleSeen("observe")) > 0; got != v.sees {
 			t.Fatalf("%s: the observer saw the local reply: %v, want %v", v.name, got, v.sees)
+		}
+	}
+}
+
+// The route role's immediate response (fusebox's fail-fast 503) is a local
+// reply through the encoder chain: from 1.37 the observer sees it, with its
+// details (fusebox_<code>) and no flag, and with no note; 1.34–1.36 skip
+// it. Before, envoysim never showed an immediate response to the observer.
+func TestObserverSeesImmediateResponses(t *testing.T) {
+	failFast := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+				Status: &typev3.HttpStatus{Code: 503}, Body: []byte(`{"error":{}}`), Details: "fusebox_all_routes_open"}}}
+		}
+		return nil
+	}
+	for _, v := range []struct {
+		name  string
+		envoy Version
+		sees  bool
+	}{{"1.36", Envoy136, false}, {"1.40", Envoy140, true}} {
+		r := observerRig(t, failFast, func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse { return nil },
+			func(c *Config) { c.Envoy = v.envoy })
+		resp, _ := r.post(`{"model":"m"}`)
+		if resp.StatusCode != 503 {
+			t.Fatalf("%s: %d", v.name, resp.StatusCode)
+		}
+		eventually(t, func() bool { return !v.sees || len(r.proc.byRoleSeen("observe")) > 0 })
+		seen := r.proc.byRoleSeen("observe")
+		if got := len(seen) > 0; got != v.sees {
+			t.Fatalf("%s: the observer saw the immediate response: %v, want %v", v.name, got, v.sees)
+		}
+		if !v.sees {
+			continue
+		}
+		h := seen[0]
+		details := h.Attributes[attrKey].GetFields()["response.code_details"].GetStringValue()
+		if h.GetResponseHeaders() == nil || details != "fusebox_all_routes_open" || len(h.GetMetadataContext().GetFilterMetadata()["fusebox.observe"].GetFields()) != 0 {
+			t.Fatalf("%s: the observer saw %v with details %q", v.name, h, details)
 		}
 	}
 }

@@ -573,7 +573,7 @@ func TestLocalRepliesThroughResponsePath(t *testing.T) {
 	}
 	f := rh.Attributes[attrKey].GetFields()
 	if uint64(f["response.flags"].GetNumberValue()) != flagUF|flagURX ||
-		f["response.code_details"].GetStringValue() != "upstream_reset_before_response_started{connection_failure}" {
+		f["response.code_details"].GetStringValue() != "upstream_reset_before_response_started{remote_connection_failure}" {
 		t.Fatalf("attributes %v", f)
 	}
 	if r.proxy.Stats().Get("upstream_rq_retry") != 1 {
@@ -612,8 +612,10 @@ func TestClientCancelEndsStream(t *testing.T) {
 	resp.Body.Read(buf)
 	resp.Body.Close()
 	deadline := time.Now().Add(5 * time.Second)
+	var entry Entry
 	for {
 		if e := r.proxy.Log(); len(e) == 1 {
+			entry = e[0]
 			break
 		}
 		if time.Now().After(deadline) {
@@ -624,6 +626,47 @@ func TestClientCancelEndsStream(t *testing.T) {
 	for _, q := range r.proc.requests() {
 		if b := q.GetResponseBody(); b != nil && b.EndOfStream {
 			t.Fatal("end_of_stream sent after a client cancel")
+		}
+	}
+	// The entry says the client went away (DC: an HTTP/1 client's
+	// connection, conn_manager_impl.cc onResetStream) and keeps the
+	// upstream's status. Before, envoysim set no flag: the shipped filter
+	// logged nothing, and fusebox never learnt what broke the answer.
+	if entry.Flags != flagDC || entry.Status != 200 || !entry.Reset {
+		t.Fatalf("entry flags %#x status %d reset %v, want DC 200", entry.Flags, entry.Status, entry.Reset)
+	}
+}
+
+// The upstream resetting an answer that had begun: the downstream stream is
+// reset, the processor sees no end_of_stream, and the entry says UR with
+// the upstream's status (router.cc onUpstreamReset, response started).
+// Before, envoysim set no flag.
+func TestUpstreamResetMidAnswer(t *testing.T) {
+	r := newRig(t, plain)
+	r.def.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the upstream resets its stream
+	})
+	req, _ := http.NewRequest("POST", r.proxy.URL()+"/v1/x", strings.NewReader(`{}`))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.proxy.Log()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("request never ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if e := r.proxy.Log()[0]; e.Flags != flagUR || e.Status != 200 || !e.Reset {
+		t.Fatalf("entry flags %#x status %d reset %v, want UR 200", e.Flags, e.Status, e.Reset)
+	}
+	for _, q := range r.proc.requests() {
+		if b := q.GetResponseBody(); b != nil && b.EndOfStream {
+			t.Fatal("end_of_stream sent after an upstream reset")
 		}
 	}
 }

@@ -142,7 +142,7 @@ func TestAccessLogEntry(t *testing.T) {
 		t.Fatalf("UF entry flags %v", f)
 	}
 	if uf.GetCommonProperties().GetUpstreamCluster() != "default" || uf.GetResponse().GetResponseCode().GetValue() != 503 ||
-		uf.GetResponse().GetResponseCodeDetails() != "upstream_reset_before_response_started{connection_failure}" {
+		uf.GetResponse().GetResponseCodeDetails() != "upstream_reset_before_response_started{remote_connection_failure}" {
 		t.Fatalf("UF entry %v", uf)
 	}
 	if id := uf.GetCommonProperties().GetMetadata().GetFilterMetadata()["fusebox"].GetFields()["decision"].GetStringValue(); id != "d-1" {
@@ -217,7 +217,10 @@ func TestStreamCloseOptimizationPerRelease(t *testing.T) {
 		{"1.36: open until the end", Envoy136, nil, noMore, false},
 		{"1.37: closed after the headers reply", Version{1, 37, 0}, nil, noMore, true},
 		{"1.40: closed after the headers reply", Envoy140, nil, noMore, true},
-		{"1.40, guard false", Envoy140, map[string]string{streamCloseGuard: "false"}, noMore, false},
+		{"1.37, guard false", Version{1, 37, 0}, map[string]string{streamCloseGuard: "false"}, noMore, false},
+		// 1.40.0 removed the guard (changelogs/1.40.0.yaml,
+		// removed_config_or_runtime): a false is not read.
+		{"1.40, guard false", Envoy140, map[string]string{streamCloseGuard: "false"}, noMore, true},
 		{"1.40, a BUFFERED body reply", Envoy140, nil, bodyThenNoMore, false},
 	}
 	for _, tc := range cases {
@@ -233,23 +236,196 @@ func TestStreamCloseOptimizationPerRelease(t *testing.T) {
 			if resp, _ := r.post(`{"model":"m"}`); resp.StatusCode != 200 {
 				t.Fatalf("%d", resp.StatusCode)
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for {
-				r.proc.mu.Lock()
-				n := len(r.proc.ended)
-				r.proc.mu.Unlock()
-				if n == 1 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
-			r.proc.mu.Lock()
-			defer r.proc.mu.Unlock()
-			if len(r.proc.ended) != 1 {
-				t.Fatal("the stream never ended")
-			}
-			if early := r.proc.ended[0].UnixNano() < answered.Load(); early != tc.early {
+			if early := streamEnd(t, r).UnixNano() < answered.Load(); early != tc.early {
 				t.Fatalf("stream ended before the upstream answered: %v, want %v", early, tc.early)
+			}
+		})
+	}
+}
+
+// TestStreamClosesAtEncodeHeaders: from 1.37, a stream whose encoding path
+// sends nothing (the route role of the observer and failover profiles:
+// response headers SKIP, body NONE) is closed as the response headers pass
+// the filter (Filter::encodeHeaders), not at the request's end; one whose
+// response headers are sent stays open past them, and 1.36 keeps every
+// stream open to the end. The answer's body comes 300 ms after its
+// headers.
+func TestStreamClosesAtEncodeHeaders(t *testing.T) {
+	// The route role's override: the body BUFFERED (the model is read
+	// there), every response phase off.
+	skipResponse := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			r := reqHeadersReply(nil)
+			r.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_BUFFERED,
+				ResponseHeaderMode: filterv3.ProcessingMode_SKIP, ResponseBodyMode: filterv3.ProcessingMode_NONE}
+			return r
+		}
+		return plain(req)
+	}
+	cases := []struct {
+		name    string
+		v       Version
+		script  func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse
+		atHeads bool
+	}{
+		{"1.40, response path SKIP", Envoy140, skipResponse, true},
+		{"1.37, response path SKIP", Version{1, 37, 0}, skipResponse, true},
+		{"1.36, response path SKIP", Envoy136, skipResponse, false},
+		{"1.40, response headers sent", Envoy140, plain, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var bodyAt atomic.Int64
+			r := newRig(t, tc.script, func(c *Config) { c.Envoy = tc.v })
+			slow := newUpstream(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("content-type", "application/json")
+				w.WriteHeader(200)
+				w.(http.Flusher).Flush()
+				time.Sleep(300 * time.Millisecond)
+				bodyAt.Store(time.Now().UnixNano())
+				_, _ = w.Write([]byte(`{"ok":true}`))
+			})
+			r.proxy.cfg.Clusters["default"].Addr = strings.TrimPrefix(slow.srv.URL, "http://")
+			if resp, _ := r.post(`{"model":"m"}`); resp.StatusCode != 200 {
+				t.Fatalf("%d", resp.StatusCode)
+			}
+			if atHeads := streamEnd(t, r).UnixNano() < bodyAt.Load(); atHeads != tc.atHeads {
+				t.Fatalf("stream ended before the answer's body: %v, want %v", atHeads, tc.atHeads)
+			}
+		})
+	}
+}
+
+// TestAnEmptyFlagFilterWritesFlaggedEntries: Envoy's response_flag_filter
+// with no flag listed writes the entries with any flag set
+// (ResponseFlagFilter::evaluate, hasAnyResponseFlag); with no filter every
+// entry is written. Before, envoysim wrote every entry for an empty list.
+func TestAnEmptyFlagFilterWritesFlaggedEntries(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		flagFilter bool
+		want       int // of a healthy request and a refused connection
+	}{{"empty response_flag_filter", true, 1}, {"no filter", false, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			als, addr := startALS(t)
+			r := newRig(t, plain, func(c *Config) { c.AccessLog = &AccessLogConfig{Addr: addr, FlagFilter: tc.flagFilter} })
+			r.post(`{}`) // a healthy answer: no flag
+			r.proxy.cfg.Clusters["default"].Addr = "127.0.0.1:1"
+			r.post(`{}`) // a refused connection: UF
+			waitFor(t, "the entries", func() bool { return len(als.got()) >= tc.want })
+			time.Sleep(100 * time.Millisecond) // nothing more comes (entries go out at once)
+			if got := len(als.got()); got != tc.want {
+				t.Fatalf("%d entries, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEnvoysimFailsClosedOnItsConfig: a runtime key envoysim does not
+// play, or a response_flag_filter flag it cannot set, refuses the load.
+// Before, they were read and ignored: a guard the harness does not play
+// passed a test silently.
+func TestEnvoysimFailsClosedOnItsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"a played guard", Config{Runtime: map[string]string{skipGuard: "false"}}, true},
+		{"a runtime key not played", Config{Runtime: map[string]string{"envoy.reloadable_features.ext_proc_fail_close_spurious_resp": "false"}}, false},
+		{"a flag it cannot set", Config{AccessLog: &AccessLogConfig{Addr: "127.0.0.1:1", Flags: []string{"UF", "RL"}}}, false},
+		{"a response attribute it does not send", Config{ExtProc: ExtProcConfig{ResponseAttributes: []string{"response.flags", "upstream.address"}}}, false},
+		{"xds.cluster_name on the route role", Config{ExtProc: ExtProcConfig{RequestAttributes: []string{"xds.cluster_name"}}}, false},
+		{"xds.cluster_name on the attempt role", Config{Failover: &FailoverConfig{Attempt: ExtProcConfig{RequestAttributes: []string{"xds.cluster_name"}}}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(tc.cfg)
+			if p != nil {
+				p.Close()
+			}
+			if (err == nil) != tc.ok {
+				t.Fatalf("New: %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestModeOverrideKeepsConfiguredHeaderModes: a DEFAULT header mode in a
+// mode_override keeps the filter's configured mode (effectiveModeOverride);
+// only the body modes are taken as they are. A filter configured with
+// response headers SKIP whose server overrides just the request body mode
+// is shown no response headers. Before, the DEFAULT replaced SKIP and read
+// as SEND.
+func TestModeOverrideKeepsConfiguredHeaderModes(t *testing.T) {
+	bodyOnly := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		if req.GetRequestHeaders() != nil {
+			r := reqHeadersReply(nil)
+			r.ModeOverride = &filterv3.ProcessingMode{RequestBodyMode: filterv3.ProcessingMode_NONE}
+			return r
+		}
+		return plain(req)
+	}
+	r := newRig(t, bodyOnly, func(c *Config) {
+		c.ExtProc.ResponseHeaderMode = filterv3.ProcessingMode_SKIP
+		c.ExtProc.ResponseBodyMode = filterv3.ProcessingMode_NONE
+	})
+	if resp, _ := r.post(`{"model":"m"}`); resp.StatusCode != 200 {
+		t.Fatalf("%d", resp.StatusCode)
+	}
+	r.proc.mu.Lock()
+	defer r.proc.mu.Unlock()
+	for _, m := range r.proc.seen {
+		if m.GetResponseHeaders() != nil {
+			t.Fatal("the processor was shown response headers its filter skips: the override's DEFAULT replaced SKIP")
+		}
+	}
+}
+
+// streamEnd waits (waitFor's 5 s at most) for the rig's one processor stream to end
+// and says when it did.
+func streamEnd(t *testing.T, r *rig) time.Time {
+	t.Helper()
+	waitFor(t, "the stream's end", func() bool {
+		r.proc.mu.Lock()
+		defer r.proc.mu.Unlock()
+		return len(r.proc.ended) >= 1
+	})
+	r.proc.mu.Lock()
+	defer r.proc.mu.Unlock()
+	if len(r.proc.ended) != 1 {
+		t.Fatalf("%d streams ended, want 1", len(r.proc.ended))
+	}
+	return r.proc.ended[0]
+}
+
+// protocol_config is sent on the first message from 1.34.0 only
+// (docs/envoy/stream.md). Before, envoysim sent it on every release.
+func TestProtocolConfigPerRelease(t *testing.T) {
+	for _, tc := range []struct {
+		v    Version
+		sent bool
+	}{
+		{Version{1, 32, 3}, false},
+		{Version{1, 33, 2}, false},
+		{Version{1, 34, 0}, true},
+		{Envoy136, true},
+		{Envoy140, true},
+		{Version{}, true},
+	} {
+		t.Run(tc.v.String(), func(t *testing.T) {
+			r := newRig(t, plain, func(c *Config) { c.Envoy = tc.v })
+			r.post(`{}`)
+			reqs := r.proc.requests()
+			if len(reqs) == 0 {
+				t.Fatal("no message")
+			}
+			if got := reqs[0].ProtocolConfig != nil; got != tc.sent {
+				t.Fatalf("protocol_config sent %v, want %v", got, tc.sent)
+			}
+			for _, q := range reqs[1:] {
+				if q.ProtocolConfig != nil {
+					t.Fatal("protocol_config on a later message")
+				}
 			}
 		})
 	}

@@ -7,5 +7,10 @@
 // failure_mode_allow, Envoy's local replies and its retry policy. It must
 // never be kinder than Envoy: where Envoy fails a request, so does this.
 //
+// It fails closed on its config (runtime.go): a runtime key it does not
+// play, a response_flag_filter flag it cannot set, or an access log filter
+// other than response_flag_filter (envoyconfig) refuses the load, unless
+// the key is on ignoredRuntime with the reason it does not matter.
+//
 // It is test code: it favours being obviously right over being fast.
 package envoysim

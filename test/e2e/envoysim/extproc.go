@@ -125,8 +125,8 @@ func (e *epStream) open() error {
 	return nil
 }
 
-// send sends one message; the first carries protocol_config and an
-// (empty) metadata_context, as Envoy does.
+// send sends one message; the first carries protocol_config (1.34+) and
+// an (empty) metadata_context, as Envoy does.
 func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
 	e.sendMu.Lock()
 	defer e.sendMu.Unlock()
@@ -137,9 +137,11 @@ func (e *epStream) send(req *extprocv3.ProcessingRequest) error {
 		return err
 	}
 	if e.first {
-		req.ProtocolConfig = &extprocv3.ProtocolConfiguration{
-			RequestBodyMode:  e.c.RequestBodyMode,
-			ResponseBodyMode: e.c.ResponseBodyMode,
+		if e.p.cfg.Envoy.SendsProtocolConfig() {
+			req.ProtocolConfig = &extprocv3.ProtocolConfiguration{
+				RequestBodyMode:  e.c.RequestBodyMode,
+				ResponseBodyMode: e.c.ResponseBodyMode,
+			}
 		}
 		req.MetadataContext = &corev3.Metadata{}
 		e.first = false
@@ -286,7 +288,8 @@ func (e *epStream) fail(err error) (allowed bool) {
 	return false
 }
 
-// close ends the stream the way Envoy does: a half-close, then a reset.
+// close ends the stream the way Envoy does: a half-close, then a reset,
+// at once unless the graceful close guard is on (streamclose.go).
 func (e *epStream) close() {
 	e.sendMu.Lock()
 	defer e.sendMu.Unlock()
@@ -294,8 +297,15 @@ func (e *epStream) close() {
 		return
 	}
 	_ = e.s.CloseSend()
+	wait, graceful := e.p.gracefulClose()
+	if !graceful {
+		// ExternalProcessorStreamImpl::close: the half-close is followed
+		// at once by a reset; a reply still on its way is never read.
+		e.cancel()
+		return
+	}
 	go func(cancel context.CancelFunc, replies chan recvd) {
-		t := time.NewTimer(e.c.MessageTimeout)
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		for {
 			select {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
@@ -153,6 +155,11 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 	slot := &retrySlot{p: p, cluster: p.failoverGroups(e)[0]}
 	defer slot.reset()
 	begun := time.Now() // the downstream request is complete (buffered)
+	// The connection manager's stream idle timer runs over the whole
+	// request, attempts and back-offs included (idle.go); it ends the
+	// request (no retry): 504 SI before a response, a reset with SI after.
+	ictx, idle := p.watchIdle(ctx)
+	defer idle.done()
 	for n := 1; n <= numRetries+1; n++ {
 		// The specifier re-reads the override at every evaluation.
 		groups := p.failoverGroups(e)
@@ -160,7 +167,6 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		e.Cluster, e.Attempts = cluster, n
 		if n > 1 {
 			p.stats.add("upstream_rq_retry")
-			flags |= flagURX
 		}
 		if n == 1 {
 			// router.cc decodeHeaders answers NC and UH before it sets the
@@ -169,9 +175,18 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			e.Attempts = 0
 		}
 		c, ok := p.cfg.Clusters[cluster]
-		if !ok {
+		switch {
+		case !ok && n == 1:
 			p.stats.add("no_cluster")
 			p.writeLocalFlags(w, e, localReply(503, flags|flagNC, "cluster_not_found", ""))
+			return
+		case !ok:
+			// A retry to a cluster that does not exist: doRetry looks it up
+			// again (getThreadLocalCluster), finds none, and answers as for
+			// no healthy host (sendNoHealthyUpstreamResponse): UH, with the
+			// attempt counted. Before, envoysim answered NC here too.
+			p.stats.add("no_healthy_upstream")
+			p.writeLocalFlags(w, e, localReply(503, flags|flagUH, "no_healthy_upstream", "no healthy upstream"))
 			return
 		}
 		if c.Addr == "" {
@@ -243,7 +258,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// upstream header_mutation above did.
 		// The attempt's own context: its per-try timer cancels it until
 		// the response headers come.
-		actx, cancelTry := context.WithCancel(ctx)
+		actx, cancelTry := context.WithCancel(ictx)
 		defer cancelTry()
 		var timedOut atomic.Bool
 		var perTry *time.Timer
@@ -273,6 +288,13 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			resp.Body.Close()
 			err = context.Canceled
 		}
+		if err != nil && errors.Is(context.Cause(ictx), errStreamIdle) {
+			done()
+			ep.reset()
+			p.stats.add("downstream_rq_idle_timeout")
+			p.writeLocalFlags(w, e, localReply(504, flags|flagSI, "stream_idle_timeout", "stream timeout"))
+			return
+		}
 		if err != nil {
 			done()
 			perTryOver := timedOut.Load() && ctx.Err() == nil
@@ -284,11 +306,19 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			return
 		}
+		idle.touch()
 		hdr := upstreamHeaders(resp)
-		up := &response{status: resp.StatusCode, hdr: hdr, body: resp.Body, details: "via_upstream", flags: flags,
+		up := &response{status: resp.StatusCode, hdr: hdr, body: &idleBody{ReadCloser: resp.Body, ctx: ictx, w: idle}, details: "via_upstream", flags: flags,
 			trailer: func() http.Header { return resp.Trailer }}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
-		if p.retriable(resp.StatusCode) && n <= numRetries && slot.take() {
+		retry := false
+		if p.retriable(resp.StatusCode) {
+			var f uint64
+			retry, f = p.shouldRetry(n, numRetries, slot)
+			flags |= f
+			up.flags = flags
+		}
+		if retry {
 			// The upstream filters see the response headers before the
 			// router decides to retry; then the attempt is reset.
 			if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
@@ -343,12 +373,16 @@ func (p *Proxy) attemptFailed(ctx context.Context, w http.ResponseWriter, e *Ent
 	if isConnectFailure(a.err) {
 		kind = "connect-failure"
 	}
-	if ctx.Err() == nil && p.retriesReset(kind, a.perTry) && a.n <= a.retries && slot.take() {
-		if slot.backoff(ctx) {
-			return true
+	if ctx.Err() == nil && p.retriesReset(kind, a.perTry) {
+		retry, f := p.shouldRetry(a.n, a.retries, slot)
+		if retry {
+			if slot.backoff(ctx) {
+				return true
+			}
+			p.requestEnded(ctx, w, e)
+			return false
 		}
-		p.requestEnded(ctx, w, e)
-		return false
+		a.flags |= f
 	}
 	switch {
 	case a.perTry:
@@ -356,13 +390,29 @@ func (p *Proxy) attemptFailed(ctx context.Context, w http.ResponseWriter, e *Ent
 	case ctx.Err() != nil:
 		p.requestEnded(ctx, w, e)
 	case kind == "connect-failure":
-		p.writeLocalFlags(w, e, localReply(503, a.flags|flagUF, "upstream_reset_before_response_started{connection_failure}",
+		p.writeLocalFlags(w, e, localReply(503, a.flags|flagUF, "upstream_reset_before_response_started{remote_connection_failure}",
 			"upstream connect error or disconnect/reset before headers. reset reason: connection failure"))
 	default:
 		p.writeLocalFlags(w, e, localReply(503, a.flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
 			"upstream connect error or disconnect/reset before headers. reset reason: connection termination"))
 	}
 	return false
+}
+
+// shouldRetry is the router's answer for an attempt its policy would
+// retry (retry_state_impl.cc shouldRetry; router.cc sets the flag): the
+// retries are spent (URX, "NoRetryLimitExceeded"), the cluster's retry
+// resource refuses it (UO, "NoOverflow"), or it is retried. A request whose
+// retry succeeded carries neither. Before, envoysim set URX on every
+// retried answer, successes included, and no UO on a refused retry.
+func (p *Proxy) shouldRetry(n, retries int, slot *retrySlot) (bool, uint64) {
+	if n > retries {
+		return false, flagURX
+	}
+	if !slot.take() {
+		return false, flagUO
+	}
+	return true, 0
 }
 
 // requestEnded answers a request whose context ended: the route timeout
@@ -413,7 +463,7 @@ func (p *Proxy) upstreamRequestPhase(w http.ResponseWriter, e *Entry, ep *epStre
 	eos := len(*body) == 0
 	if headerMode(ep.modes.RequestHeaderMode, true) {
 		cr, resp, stop := p.requestPhase(w, e, ep, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}},
+			RequestHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: eos}}, Attributes: requestAttributes(ep.c, e.Cluster)},
 			func(r *extprocv3.ProcessingResponse) (*extprocv3.CommonResponse, bool) {
 				x, ok := r.Response.(*extprocv3.ProcessingResponse_RequestHeaders)
 				return x.RequestHeaders.GetResponse(), ok
@@ -426,7 +476,10 @@ func (p *Proxy) upstreamRequestPhase(w http.ResponseWriter, e *Entry, ep *epStre
 				return true
 			}
 			if resp.ModeOverride != nil && ep.c.AllowModeOverride {
-				ep.modes = overrideModes(resp.ModeOverride)
+				ep.modes = overrideModes(resp.ModeOverride, ep.c)
+				if !p.playsOverride(w, e, ep) {
+					return true
+				}
 			}
 			p.afterRequestHeaders(ep, eos)
 		}
@@ -488,4 +541,19 @@ func maxRetries(h *headers, configured int, hasPolicy bool) int {
 		return configured
 	}
 	return int(n)
+}
+
+// requestAttributes are the request attributes an upstream filter asks
+// for (request_attributes): xds.cluster_name is the attempt's cluster.
+func requestAttributes(c *ExtProcConfig, cluster string) map[string]*structpb.Struct {
+	if len(c.RequestAttributes) == 0 {
+		return nil
+	}
+	f := map[string]*structpb.Value{}
+	for _, a := range c.RequestAttributes {
+		if a == "xds.cluster_name" {
+			f[a] = structpb.NewStringValue(cluster)
+		}
+	}
+	return map[string]*structpb.Struct{attrKey: {Fields: f}}
 }

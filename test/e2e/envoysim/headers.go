@@ -135,6 +135,24 @@ func (p *Proxy) applyMutationRules(h *headers, m *extprocv3.HeaderMutation, resp
 	if m == nil {
 		return nil
 	}
+	count, kb := p.headerLimits(response)
+	if len(m.RemoveHeaders) > count || len(m.SetHeaders) > count {
+		p.stats.add("rejected_header_mutations")
+		return errMutation
+	}
+	// Removes first, then sets (mutation_utils.cc applyHeaderMutations):
+	// a reply that removes and sets one header leaves it set.
+	for _, k := range m.RemoveHeaders {
+		k = strings.ToLower(k)
+		if !validName(k) {
+			return errMutation
+		}
+		if !mutable(k, true, response, allowEnvoy) {
+			p.stats.add("rejected_header_mutations")
+			continue
+		}
+		h.del(k)
+	}
 	for _, opt := range m.SetHeaders {
 		hv := opt.GetHeader()
 		if hv == nil {
@@ -159,16 +177,11 @@ func (p *Proxy) applyMutationRules(h *headers, m *extprocv3.HeaderMutation, resp
 			h.set(k, v)
 		}
 	}
-	for _, k := range m.RemoveHeaders {
-		k = strings.ToLower(k)
-		if !validName(k) {
-			return errMutation
-		}
-		if !mutable(k, true, response, allowEnvoy) {
-			p.stats.add("rejected_header_mutations")
-			continue
-		}
-		h.del(k)
+	// The headers the mutation left must fit the limits
+	// (headerMutationResultCheck).
+	if len(*h) > count || h.byteSize() > kb*1024 {
+		p.stats.add("rejected_header_mutations")
+		return errMutation
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func (p *Proxy) WriteJSONLog(w io.Writer, at func(time.Time) float64) error {
 // flagList is %RESPONSE_FLAGS%: the short names, comma-separated, "-" for none.
 func flagList(f uint64) string {
 	var out []string
-	for _, n := range []string{"UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DC", "URX", "SI", "UMSDR", "DT", "UPE", "NC"} {
+	for _, n := range []string{"UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DC", "DR", "URX", "SI", "UMSDR", "DT", "UPE", "NC"} {
 		if f&flagNames[n] != 0 {
 			out = append(out, n)
 		}

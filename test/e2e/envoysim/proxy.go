@@ -54,6 +54,23 @@ type Proxy struct {
 
 // New builds a proxy for cfg.
 func New(cfg Config) (*Proxy, error) {
+	if err := checkRuntime(cfg.Runtime); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkAttributes(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkBodyModes(); err != nil {
+		return nil, err
+	}
+	if cfg.AccessLog != nil {
+		if err := checkFlagNames(cfg.AccessLog.Flags); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.BufferLimit == 0 {
+		cfg.BufferLimit = 1 << 20 // per_connection_buffer_limit_bytes' default
+	}
 	p := &Proxy{cfg: cfg, active: map[string]*atomic.Int64{}}
 	p.stats.recordChunks = cfg.ChunkDelays
 	for name := range cfg.Clusters {
@@ -149,6 +166,10 @@ func (p *Proxy) ResetLog() {
 // record ends a request: its access log entry, kept and, with the
 // http_grpc logger configured, sent to it.
 func (p *Proxy) record(e *Entry) {
+	if e.logged {
+		return // written as the stream ended (cutEnd)
+	}
+	e.logged = true
 	e.Duration = time.Since(e.Start)
 	p.endTimeout(e)
 	if e.Gateway == "" {
@@ -196,6 +217,10 @@ type response struct {
 	local   bool
 	// gone: the client went away before any response (clientGone).
 	gone bool
+	// beforeRouter: a local reply the filter manager sent before the
+	// router ran (the 413 of a body over the limit): no route entry
+	// finalizes its headers.
+	beforeRouter bool
 	// trailer is the upstream's trailers, read once the body is at EOF
 	// (nil: the response can have none).
 	trailer func() http.Header
@@ -218,16 +243,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.add(strings.ToLower(k), v)
 		}
 	}
+	// The body is read up to the buffer limit here; what is past it is
+	// read, or refused, after the request headers' phase (overLimit).
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(p.cfg.BufferLimit)+1))
 	if err != nil {
 		entry.Reset = true
 		return
 	}
-	if len(body) > p.cfg.BufferLimit {
-		p.writeLocal(w, entry, localReply(413, 0, "request_payload_too_large", "Payload Too Large"))
-		return
-	}
-	if r.ContentLength >= 0 && len(body) > 0 {
+	if r.ContentLength > 0 {
+		h.set("content-length", strconv.FormatInt(r.ContentLength, 10))
+	} else if r.ContentLength == 0 && len(body) > 0 {
 		h.set("content-length", strconv.Itoa(len(body)))
 	}
 	entry.RequestID = fmt.Sprintf("req-%d", p.reqSeq.Add(1))
@@ -255,6 +280,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ep := newEPStream(p)
+	entry.routeEP = ep
 	ep.entry = entry
 	defer ep.close()
 
@@ -281,9 +307,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				ep.modes.RequestBodyMode = filterv3.ProcessingMode_NONE
 			}
 			if resp.ModeOverride != nil && p.cfg.ExtProc.AllowModeOverride {
-				ep.modes = overrideModes(resp.ModeOverride)
+				ep.modes = overrideModes(resp.ModeOverride, ep.c)
+				if !p.playsOverride(w, entry, ep) {
+					return
+				}
 			}
 			p.afterRequestHeaders(ep, eos)
+		}
+	}
+
+	if len(body) > p.cfg.BufferLimit {
+		var ok bool
+		if body, ok = p.overLimit(w, r, entry, ep, body); !ok {
+			return
 		}
 	}
 
@@ -446,16 +482,21 @@ func (p *Proxy) keepMetadata(e *Entry, c *ExtProcConfig, resp *extprocv3.Process
 	}
 }
 
-// overrideModes applies a mode_override literally: an omitted body mode is
-// NONE; header modes left DEFAULT keep their defaults (SEND for headers,
-// SKIP for trailers).
-func overrideModes(o *filterv3.ProcessingMode) modes {
-	return modes{
-		RequestHeaderMode:  o.RequestHeaderMode,
-		ResponseHeaderMode: o.ResponseHeaderMode,
-		RequestBodyMode:    o.RequestBodyMode,
-		ResponseBodyMode:   o.ResponseBodyMode,
+// overrideModes is the modes after a mode_override (ext_proc.cc
+// effectiveModeOverride): a DEFAULT header mode in the override keeps the
+// filter's configured mode, the body modes are always the override's.
+// Before, a DEFAULT header mode replaced the configured one (and then
+// read as SEND).
+func overrideModes(o *filterv3.ProcessingMode, c *ExtProcConfig) modes {
+	m := modes{RequestHeaderMode: c.RequestHeaderMode, ResponseHeaderMode: c.ResponseHeaderMode,
+		RequestBodyMode: o.RequestBodyMode, ResponseBodyMode: o.ResponseBodyMode}
+	if o.RequestHeaderMode != filterv3.ProcessingMode_DEFAULT {
+		m.RequestHeaderMode = o.RequestHeaderMode
 	}
+	if o.ResponseHeaderMode != filterv3.ProcessingMode_DEFAULT {
+		m.ResponseHeaderMode = o.ResponseHeaderMode
+	}
+	return m
 }
 
 func replacedBody(cr *extprocv3.CommonResponse, body []byte) []byte {
@@ -506,15 +547,38 @@ func (p *Proxy) writeImmediate(w http.ResponseWriter, e *Entry, ep *epStream, ir
 		w.Header().Add(x.k, x.v)
 	}
 	w.Header().Set("content-length", strconv.Itoa(len(ir.Body)))
+	p.observeImmediate(e, status, h, ir)
 	w.WriteHeader(status)
 	_, _ = w.Write(ir.Body)
 	e.Status, e.Details = status, ir.Details
 	ep.close()
 }
 
+// observeImmediate shows the processor's immediate response to the
+// observer: Envoy sends it as a local reply through the encoder chain, and
+// from 1.37 the observability-mode filter there sees local replies
+// (docs/envoy.md, "local replies reach the response path again"), with
+// the immediate response's details and no flag. 1.34–1.36 skip them.
+func (p *Proxy) observeImmediate(e *Entry, status int, h headers, ir *extprocv3.ImmediateResponse) {
+	if p.cfg.Envoy.SkipsLocalReplies(p.cfg.Runtime) {
+		return
+	}
+	obs := p.newObserver(e, e.RequestID)
+	if obs == nil {
+		return
+	}
+	defer obs.close()
+	oh := append(headers{{":status", strconv.Itoa(status)}}, h...)
+	obs.headers(oh, len(ir.Body) == 0, &response{status: status, details: ir.Details})
+	if len(ir.Body) > 0 {
+		obs.body(ir.Body, true)
+	}
+}
+
 // writeLocal sends one of Envoy's own replies straight to the client
 // (errors of the ext_proc filter itself do not go back through it).
 func (p *Proxy) writeLocal(w http.ResponseWriter, e *Entry, lr *response) {
+	p.atEncodeHeaders(e.routeEP)
 	for _, x := range lr.hdr {
 		w.Header().Add(x.k, x.v)
 	}
@@ -632,7 +696,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		return clientGone()
 	}
 	if isConnectFailure(lastErr) {
-		return localReply(503, flags|flagUF, "upstream_reset_before_response_started{connection_failure}",
+		return localReply(503, flags|flagUF, "upstream_reset_before_response_started{remote_connection_failure}",
 			"upstream connect error or disconnect/reset before headers. reset reason: connection failure")
 	}
 	return localReply(503, flags|flagUC, "upstream_reset_before_response_started{connection_termination}",
@@ -711,6 +775,7 @@ const (
 	flagDT    = 0x400000
 	flagUPE   = 0x800000
 	flagNC    = 0x1000000
+	flagDR    = 0x10000000
 )
 
 // connectFailed counts an attempt whose connection failed as Envoy's

@@ -1,6 +1,7 @@
 package envoysim
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -47,13 +48,6 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	streamed := func() bool { return ep.active() && ep.modes.ResponseBodyMode == filterv3.ProcessingMode_STREAMED }
 	h := headers{{":status", strconv.Itoa(up.status)}}
 	h = append(h, up.hdr...)
-	// The router finalizes the response headers (the virtual host's
-	// response_headers_to_add) before the encoder filters see them.
-	for _, a := range p.cfg.ResponseHeadersToAdd {
-		if v := e.format(a.Value); v != "" {
-			h.set(a.Key, v)
-		}
-	}
 	noBody := r.Method == http.MethodHead
 	if cl, ok := up.hdr.get("content-length"); ok && cl == "0" {
 		noBody = true
@@ -63,55 +57,34 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	// the upstream sent it, and never waits (observe.go).
 	obs := p.newObserver(e, e.RequestID)
 	defer obs.close()
-	if obs != nil {
-		w.Header().Set(ObserverHeader, e.RequestID)
-		oh := append(headers(nil), h...)
-		if p.cfg.Observer.ResponseBodyMode == filterv3.ProcessingMode_STREAMED {
-			oh.del("content-length")
-		}
-		obs.headers(oh, noBody, up)
-	}
-	if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
-		if streamed() {
-			h.del("content-length") // STREAMED mode removes it
-		}
-		resp, err := ep.exchange(&extprocv3.ProcessingRequest{
-			Request:    &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}},
-			Attributes: p.attributes(ep.c, up),
-		})
-		if err != nil {
-			if !ep.fail(err) {
-				p.writeLocal(w, e, p.errorReply(err))
-				return
+	downstream := func() {
+		p.finalizeResponse(e, up, &h)
+		if obs != nil {
+			w.Header().Set(ObserverHeader, e.RequestID)
+			oh := append(headers(nil), h...)
+			if p.cfg.Observer.ResponseBodyMode == filterv3.ProcessingMode_STREAMED {
+				oh.del("content-length")
 			}
-		} else {
-			switch x := resp.Response.(type) {
-			case *extprocv3.ProcessingResponse_ImmediateResponse:
-				p.writeImmediate(w, e, ep, x.ImmediateResponse, resp)
-				return
-			case *extprocv3.ProcessingResponse_ResponseHeaders:
-				cr := x.ResponseHeaders.GetResponse()
-				if err := p.applyMutation(&h, cr.GetHeaderMutation(), true); err != nil {
-					p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
-					return
-				}
-				if cr.GetClearRouteCache() {
-					p.stats.add("clear_route_cache_ignored") // response path
-				}
-				p.keepMetadata(e, ep.c, resp)
-				if resp.ModeOverride != nil && ep.c.AllowModeOverride {
-					ep.modes = overrideModes(resp.ModeOverride)
-				}
-				p.afterResponseHeaders(ep, noBody)
-			default:
-				p.stats.add("spurious_msgs_received")
-				if !ep.fail(errSpurious) {
-					p.writeLocal(w, e, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
-					return
-				}
-			}
+			obs.headers(oh, noBody, up)
 		}
 	}
+	// The attempt role is an upstream filter: it sees the response as the
+	// upstream sent it, before the router finalizes it (upstream_request.cc
+	// decodeHeaders, then the router's onUpstreamHeaders). A downstream
+	// filter sees it after.
+	upstreamFilter := p.cfg.Failover != nil && ep.c == &p.cfg.Failover.Attempt
+	if !upstreamFilter {
+		downstream()
+	}
+	if !p.responseHeadersPhase(w, e, ep, up, &h, noBody, streamed) {
+		return
+	}
+	if upstreamFilter {
+		downstream()
+	}
+	// The route role's filter comes before the attempt role's upstream
+	// filter on the way down and after it on the way back.
+	p.atEncodeHeaders(e.routeEP)
 	status, _ := strconv.Atoi(mustGet(h, ":status"))
 	for _, x := range h {
 		if x.k[0] != ':' {
@@ -144,7 +117,12 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	}
 
 	if !streamed() {
-		ep.close()
+		// The stream ends with the request (after the body), unless the
+		// release closed it already: after the response headers reply
+		// (afterResponseHeaders) or as the headers passed a filter whose
+		// encoding path sends nothing (atEncodeHeaders), both 1.37+.
+		// Before, envoysim closed it here on every release.
+		defer ep.close()
 		// Each chunk goes to the observer, if any, and on to the client at
 		// once.
 		buf := make([]byte, chunkSize)
@@ -170,9 +148,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 			}
 			if err != nil {
 				e.Reset = true
-				if errors.Is(err, errStreamIdle) {
-					e.Flags |= flagSI
-				}
+				e.Flags |= cutFlags(err)
 				panic(http.ErrAbortHandler) // upstream reset after headers: reset downstream
 			}
 		}
@@ -275,9 +251,11 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 		}
 		if len(out) > 0 {
 			if _, err := w.Write(out); err != nil {
-				// The client went away: Envoy resets the ext_proc stream.
-				ep.reset()
+				// The client went away: Envoy resets the ext_proc stream,
+				// and the entry says DC (an HTTP/1 client's connection).
 				e.Reset = true
+				e.Flags |= flagDC
+				p.cutEnd(e, ep)
 				return
 			}
 			flush()
@@ -286,8 +264,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 			}
 		}
 		if r.Context().Err() != nil {
-			ep.reset()
 			e.Reset = true
+			e.Flags |= flagDC
+			p.cutEnd(e, ep)
 			return
 		}
 	}
@@ -296,11 +275,16 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	case err := <-upErr:
 		// Upstream reset after headers: the downstream stream is reset
 		// and the processor sees no end_of_stream.
-		ep.reset()
 		e.Reset = true
-		if errors.Is(err, errStreamIdle) {
-			e.Flags |= flagSI
+		if r.Context().Err() != nil {
+			// The client went away, and the upstream read failed with
+			// it: the downstream reset came first (DC), not the
+			// upstream's.
+			e.Flags |= flagDC
+		} else {
+			e.Flags |= cutFlags(err)
 		}
+		p.cutEnd(e, ep)
 		panic(http.ErrAbortHandler)
 	default:
 	}
@@ -360,4 +344,101 @@ func (e *Entry) format(v string) string {
 		return ""
 	}
 	return e.Metadata[ns].GetFields()[key].GetStringValue()
+}
+
+// cutFlags are the flags of a response a timer cut after its headers: the
+// stream idle timer sets SI (conn_manager_impl.cc, onIdleTimeout), the
+// route timeout UT (router.cc: onResponseTimeout → onUpstreamTimeoutAbort
+// → onUpstreamAbort, which with the response started sets the flag and
+// resets the stream); the entry keeps the upstream's status. The
+// upstream's own reset sets UR, a client gone meanwhile DC.
+func cutFlags(err error) uint64 {
+	switch {
+	case errors.Is(err, errStreamIdle):
+		return flagSI
+	case errors.Is(err, context.DeadlineExceeded):
+		return flagUT
+	case errors.Is(err, context.Canceled):
+		return flagDC // the client went away while the upstream was read
+	}
+	// The upstream reset the answer (router.cc onUpstreamReset after the
+	// response started: the reset reason's flag, UR for a remote reset).
+	return flagUR
+}
+
+// finalizeResponse is the router's finalizing of the response headers (the
+// virtual host's response_headers_to_add). A local reply the filter
+// manager sends itself (a 413) has no route entry to finalize it.
+func (p *Proxy) finalizeResponse(e *Entry, up *response, h *headers) {
+	if up.beforeRouter {
+		return
+	}
+	for _, a := range p.cfg.ResponseHeadersToAdd {
+		if v := e.format(a.Value); v != "" {
+			h.set(a.Key, v)
+		}
+	}
+}
+
+// responseHeadersPhase sends the response headers to ep's processor and
+// applies its reply. It reports false when the request ended (answered
+// here).
+func (p *Proxy) responseHeadersPhase(w http.ResponseWriter, e *Entry, ep *epStream, up *response, hp *headers, noBody bool, streamed func() bool) bool {
+	h := *hp
+	defer func() { *hp = h }()
+	if ep.active() && headerMode(ep.modes.ResponseHeaderMode, true) {
+		if streamed() {
+			h.del("content-length") // STREAMED mode removes it
+		}
+		resp, err := ep.exchange(&extprocv3.ProcessingRequest{
+			Request:    &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h.proto(), EndOfStream: noBody}},
+			Attributes: p.attributes(ep.c, up),
+		})
+		if err != nil {
+			if !ep.fail(err) {
+				p.writeLocal(w, e, p.errorReply(err))
+				return false
+			}
+		} else {
+			switch x := resp.Response.(type) {
+			case *extprocv3.ProcessingResponse_ImmediateResponse:
+				p.writeImmediate(w, e, ep, x.ImmediateResponse, resp)
+				return false
+			case *extprocv3.ProcessingResponse_ResponseHeaders:
+				cr := x.ResponseHeaders.GetResponse()
+				if err := p.applyMutation(&h, cr.GetHeaderMutation(), true); err != nil {
+					p.writeLocal(w, e, localReply(500, 0, "ext_proc_error", "ext_proc header mutation failed"))
+					return false
+				}
+				if cr.GetClearRouteCache() {
+					p.stats.add("clear_route_cache_ignored") // response path
+				}
+				p.keepMetadata(e, ep.c, resp)
+				if resp.ModeOverride != nil && ep.c.AllowModeOverride {
+					ep.modes = overrideModes(resp.ModeOverride, ep.c)
+				}
+				p.afterResponseHeaders(ep, noBody)
+			default:
+				p.stats.add("spurious_msgs_received")
+				if !ep.fail(errSpurious) {
+					p.writeLocal(w, e, localReply(500, 0, "ext_proc_error_spurious", "spurious ext_proc message"))
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// cutEnd ends a response cut mid-answer: Envoy writes the access log entry
+// as the downstream stream ends, then destroys the filters, so the route
+// role's ext_proc stream is reset after its entry went out
+// (conn_manager_impl.cc doDeferredStreamDestroy: log, then the filter
+// manager's destroy). The attempt role's upstream filter is destroyed with
+// its upstream request, before the downstream log.
+func (p *Proxy) cutEnd(e *Entry, ep *epStream) {
+	if ep.c == &p.cfg.ExtProc {
+		p.record(e)
+	}
+	ep.reset()
 }

@@ -112,7 +112,10 @@ func (p *Proxy) retryLimit(cluster string) int {
 		}
 		return max(int(b.Percent/100*float64(active)), b.MinConcurrency)
 	}
-	if c.MaxRetries > 0 {
+	switch {
+	case c.MaxRetries == NoRetries:
+		return 0
+	case c.MaxRetries > 0:
 		return c.MaxRetries
 	}
 	return 3

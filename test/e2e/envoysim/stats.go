@@ -135,6 +135,8 @@ func (s *Stats) Get(name string) int {
 
 // Entry is one access-log line: what the client got and why.
 type Entry struct {
+	// logged: written to the log already (record runs once).
+	logged   bool
 	Start    time.Time
 	Method   string
 	Path     string
@@ -160,6 +162,11 @@ type Entry struct {
 	// timeout is the request's ext_proc message timeout, if any
 	// (timeouts.go).
 	timeout *TimeoutEvent
+
+	// routeEP is the route role's ext_proc stream, closed as the
+	// response headers pass it when its encoding path sends nothing
+	// (streamclose.go, atEncodeHeaders).
+	routeEP *epStream
 }
 
 // rateLimitHeaders are the ratelimit_* fields' %RESP(A?B)% pairs, in

@@ -1,6 +1,9 @@
 package envoysim
 
 import (
+	"strconv"
+	"time"
+
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 )
 
@@ -9,7 +12,17 @@ import (
 // stream as soon as the reply it just received is the last one it can
 // expect (Filter::closeGrpcStreamIfLastRespReceived, ext_proc.cc), unless
 // the runtime guard envoy.reloadable_features.ext_proc_stream_close_optimization
-// is false. Before 1.37 the stream stays open until the request ends.
+// is false on 1.37–1.39. 1.40.0 removed the guard and its legacy code path
+// (changelogs/1.40.0.yaml, removed_config_or_runtime): a false there is a
+// key Envoy no longer reads. Before 1.37 the stream stays open until the
+// request ends.
+//
+// Besides, as the response headers pass the filter, a stream whose
+// encoding path has nothing to send (header SKIP, body NONE, trailers not
+// sent: the route role of the observer and failover profiles) is closed
+// there (Filter::encodeHeaders, "no external processing configured in the
+// encoding path" → closeStreamMaybeGraceful), with no guard in the source
+// read; it is played from 1.37.
 //
 // The rules, by the reply just received, with the modes in force after its
 // mode_override:
@@ -25,16 +38,27 @@ import (
 
 const streamCloseGuard = "envoy.reloadable_features.ext_proc_stream_close_optimization"
 
-// closesEarly reports whether the release played closes streams early.
+// closesEarly reports whether the release played closes streams after
+// their last expected reply.
 func (p *Proxy) closesEarly() bool {
 	v := p.cfg.Envoy
-	if p.cfg.Runtime[streamCloseGuard] == "false" {
-		return false
+	switch {
+	case v.AtLeast(1, 40):
+		return true // the guard is gone
+	case v.AtLeast(1, 37):
+		return p.cfg.Runtime[streamCloseGuard] != "false"
 	}
-	if v == (Version{}) {
-		return true // the current release
+	return false
+}
+
+// atEncodeHeaders closes ep as the response headers pass the filter when
+// its encoding path sends nothing (Filter::encodeHeaders, 1.37+).
+func (p *Proxy) atEncodeHeaders(ep *epStream) {
+	if ep == nil || !p.cfg.Envoy.AtLeast(1, 37) || !ep.active() || !ep.modes.responseSendsNothing() {
+		return
 	}
-	return v.Major > 1 || v.Major == 1 && v.Minor >= 37
+	p.stats.add("streams_closed_at_encode_headers")
+	ep.close()
 }
 
 // responseSendsNothing is the encoding state's noExternalProcess.
@@ -64,4 +88,29 @@ func (p *Proxy) afterResponseHeaders(ep *epStream, noBody bool) {
 		p.stats.add("streams_closed_early")
 		ep.close()
 	}
+}
+
+// The close itself (ExternalProcessorStreamImpl::close): a half-close, then
+// at once a reset, so a reply the server sends after the half-close (one
+// that came after a message timeout) is never read. With the runtime guard
+// ext_proc_graceful_grpc_close (1.34.0+, default false in every
+// runtime_features.cc that could be read) the filter waits for the
+// server's own half-close, up to remote_close_timeout_milliseconds (1 s
+// by default), reading and ignoring what comes meanwhile.
+const (
+	gracefulCloseGuard = "envoy.reloadable_features.ext_proc_graceful_grpc_close"
+	remoteCloseTimeout = "envoy.filters.http.ext_proc.remote_close_timeout_milliseconds"
+)
+
+// gracefulClose reports whether the release played closes gracefully, and
+// how long it then waits for the server's half-close.
+func (p *Proxy) gracefulClose() (time.Duration, bool) {
+	if p.cfg.Runtime[gracefulCloseGuard] != "true" || !p.cfg.Envoy.AtLeast(1, 34) {
+		return 0, false
+	}
+	ms := 1000
+	if v, err := strconv.Atoi(p.cfg.Runtime[remoteCloseTimeout]); err == nil && v > 0 {
+		ms = v
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }

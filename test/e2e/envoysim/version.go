@@ -11,6 +11,9 @@ var (
 	// Envoy136 is the last release whose ext_proc filter skips the
 	// router's local replies (CVE-2025-30157 fix, default on).
 	Envoy136 = Version{1, 36, 2}
+	// Envoy133 is the last release before the ext_proc filter sent
+	// protocol_config (and before the skip: 1.33.0 itself).
+	Envoy133 = Version{1, 33, 0}
 	// Envoy140 sends them again (envoyproxy/envoy#41769, 1.37+) and has the
 	// failover the attempt role needs.
 	Envoy140 = Version{1, 40, 0}
@@ -66,3 +69,15 @@ func (v Version) StreamWindowDefault() int {
 	}
 	return 16 << 20
 }
+
+// AtLeast reports whether v is major.minor or later; the zero Version
+// plays the current release, later than any named.
+func (v Version) AtLeast(major, minor int) bool {
+	return v == (Version{}) || v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+// SendsProtocolConfig reports whether the filter sends protocol_config on a
+// stream's first message: from 1.34.0 (docs/envoy/stream.md). The field is
+// not in Envoy's API of 2025-02-03, after 1.33.0 (go-control-plane/envoy
+// v1.32.4), and is in 1.35's (v1.35.0).
+func (v Version) SendsProtocolConfig() bool { return v.AtLeast(1, 34) }
