@@ -41,6 +41,7 @@ type entryOutcome struct {
 	res     breaker.Result
 	cluster string // upstream_cluster: "" when no host was picked (NC, UH)
 	attempt uint32 // upstream_request_attempt_count, 0 unknown
+	flags   uint64 // the judged response flags (judge.EntryFlags)
 	// gateway and chain: a failover decision's gateway and chain (route
 	// keys), for an NC/UH entry no attempt stream will record (R-AL5).
 	// They come only from the decision's own sealed token (sealedChain),
@@ -171,6 +172,7 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 		return EntryNoDecision
 	}
 	out := entryResult(e)
+	s.reached.note(out.cluster)
 	out.id = lifecycle.NewOpID('e')
 	s.sealedChain(id, &out)
 	if p := s.decisions.get(id); p != nil {
@@ -212,7 +214,7 @@ func entryResult(e *accesslogdatav3.HTTPAccessLogEntry) entryOutcome {
 			res = breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonClientCancel, ElapsedMs: res.ElapsedMs}
 		}
 	}
-	out := entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount()}
+	out := entryOutcome{res: res, cluster: cp.GetUpstreamCluster(), attempt: cp.GetUpstreamRequestAttemptCount(), flags: flags}
 	if out.cluster == "" && (flags&(judge.FlagNC|judge.FlagUH) != 0) {
 		out.token = cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()[tokenKey].GetStringValue()
 	}

@@ -232,6 +232,8 @@ func TestNoHostEntriesSettleByAttempt(t *testing.T) {
 	c.end()
 	eventually(t, "attempt 1 parked", func() bool { return e.srv.meet.len() == 1 })
 	uh := &accesslogdatav3.ResponseFlags{NoHealthyUpstream: true}
+	// Envoy has reached b's cluster before: its UH is no healthy host.
+	e.srv.onAccessLogEntry(logEntry{decision: lifecycle.NewDecisionID(), cluster: "c_azure_eu", code: 200}.proto())
 	e.srv.onAccessLogEntry(chainEntry(pt.Decision, chain, tok, 2, uh))
 	e.waitOutcomes(pt.Chain[0].Route, "failure", "connection_error", 1)
 	e.waitOutcomes(pt.Chain[1].Route, "failure", "connection_error", 1)
@@ -246,6 +248,45 @@ func TestNoHostEntriesSettleByAttempt(t *testing.T) {
 	if v := testutil.ToFloat64(e.metrics.ClusterNotFound.WithLabelValues("default", "c_openai_us")); v != 1 {
 		t.Fatalf("NC counted %v", v)
 	}
+}
+
+// #52: a retry to a cluster Envoy does not have is UH, not NC (router.cc
+// doRetry), indistinguishable in the entry from a cluster with no healthy
+// host. A retry's UH to a cluster no entry has named is a configuration
+// error (R-O12): a neither, logged and counted in cluster_not_found, and
+// the route stays closed however many come. Once an entry has named the
+// cluster, the same UH is a connection error. A first attempt's UH is a
+// connection error either way (its missing cluster would be NC). Before,
+// every retry's UH was a connection error and opened the route.
+func TestRetryNoHostToAnUnreachedClusterIsAConfigError(t *testing.T) {
+	e := newFailoverEnv(t)
+	uh := &accesslogdatav3.ResponseFlags{NoHealthyUpstream: true}
+	var second string
+	for range 3 {
+		tok := e.routeRole()
+		pt, _ := e.srv.parseAttemptToken(tok)
+		second = pt.Chain[1].Route
+		e.srv.onAccessLogEntry(chainEntry(pt.Decision, pt.Chain[0].Route+","+second, tok, 2, uh))
+	}
+	e.waitOutcomes(second, "neither", "cluster_not_found", 3)
+	if s := e.status("default", second); s.State != "closed" || s.Failures != 0 {
+		t.Fatalf("three retries' UH to a cluster Envoy never reached: %s with %d failures", s.State, s.Failures)
+	}
+	if v := testutil.ToFloat64(e.metrics.ClusterNotFound.WithLabelValues("default", "c_azure_eu")); v != 3 {
+		t.Fatalf("cluster_not_found counted %v, want 3", v)
+	}
+	e.srv.onAccessLogEntry(logEntry{decision: lifecycle.NewDecisionID(), cluster: "c_azure_eu", code: 200}.proto())
+	for range 2 {
+		tok := e.routeRole()
+		pt, _ := e.srv.parseAttemptToken(tok)
+		e.srv.onAccessLogEntry(chainEntry(pt.Decision, pt.Chain[0].Route+","+second, tok, 2, uh))
+	}
+	e.waitOutcomes(second, "failure", "connection_error", 2)
+	// A first attempt's UH to a cluster never reached: a connection error.
+	tok := e.routeRole()
+	pt, _ := e.srv.parseAttemptToken(tok)
+	e.srv.onAccessLogEntry(chainEntry(pt.Decision, pt.Chain[0].Route+","+second, tok, 0, uh))
+	e.waitOutcomes(pt.Chain[0].Route, "failure", "connection_error", 1)
 }
 
 // A flood of entries for unknown decisions never evicts a real decision's

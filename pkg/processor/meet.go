@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
@@ -427,6 +428,11 @@ func (s *Server) recordChained(decision string, out entryOutcome) {
 	st := s.streamFromNote(decision, &note)
 	if st == nil {
 		return // a gateway or route gone since (a reload)
+	}
+	if judge.RetryToUnknownCluster(out.flags, out.attempt, s.reached.has(st.chosen.Cluster)) {
+		s.log.Warn("a retry's no-healthy-upstream reply went to a cluster Envoy was never seen to reach: read as a missing cluster (Envoy answers a retry to a cluster it lacks with UH, not NC)",
+			"gateway", st.gw.ID, "route", st.chosen.Key, "cluster", st.chosen.Cluster, "attempt", out.attempt)
+		out.res = judge.AsClusterNotFound(out.res)
 	}
 	if !st.tracked {
 		st.reportClusterNotFound(out.res)

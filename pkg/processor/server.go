@@ -42,6 +42,8 @@ type Server struct {
 	// meet is where the attempts of one request meet, on any replica
 	// (meet.go).
 	meet *meetings
+	// reached: the clusters access log entries have named (reached.go).
+	reached reachedClusters
 	// tokens seals the hand-offs between streams (lifecycle/seal.go).
 	tokens lifecycle.Sealer
 	// journal, when set, keeps the recent transitions and what handled

@@ -260,6 +260,8 @@ func fastLine(b []byte) (raw rawLine, fb rawFusebox, ok bool) {
 			raw.TTFBMs = v
 		case "code":
 			raw.Code = v
+		case "attempts":
+			raw.Attempts = v
 		case "fusebox":
 			raw.Fusebox = v
 		case "ratelimit_requests":

@@ -17,13 +17,15 @@ type Line struct {
 	Flags      string
 	Details    string
 	Cluster    string
-	Gateway    string
-	Route      string // the route fusebox chose (x-fusebox-route), if any
-	Model      string
-	Decision   string
-	Action     string
-	Outcome    string // class fusebox recorded: success, failure, neither
-	Reason     string
+	// Attempts is Envoy's upstream_request_attempt_count (0: none set).
+	Attempts uint32
+	Gateway  string
+	Route    string // the route fusebox chose (x-fusebox-route), if any
+	Model    string
+	Decision string
+	Action   string
+	Outcome  string // class fusebox recorded: success, failure, neither
+	Reason   string
 	// Tokens is what the provider reported (0 when it did not).
 	Tokens int64
 	// RateLimit is the quota the provider announced on the response (the
@@ -57,6 +59,7 @@ type rawLine struct {
 	DurationMs json.RawMessage `json:"duration_ms"`
 	TTFBMs     json.RawMessage `json:"ttfb_ms"`
 	Code       json.RawMessage `json:"code"`
+	Attempts   json.RawMessage `json:"attempts"`
 	Flags      string          `json:"flags"`
 	Details    string          `json:"details"`
 	Cluster    string          `json:"cluster"`
@@ -107,7 +110,8 @@ func ParseLine(b []byte) (Line, error) {
 		return Line{}, notALine("no start_time in unix seconds")
 	}
 	l := Line{At: at, DurationMs: whole(raw.DurationMs), TTFBMs: whole(raw.TTFBMs), Code: int(whole(raw.Code)),
-		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route)}
+		Flags: dash(raw.Flags), Details: dash(raw.Details), Cluster: dash(raw.Cluster), Gateway: dash(raw.Gateway), Route: dash(raw.Route),
+		Attempts: uint32(min(whole(raw.Attempts), 1<<31))}
 	for i, v := range [4]json.RawMessage{raw.RLReq, raw.RLReqReset, raw.RLTok, raw.RLTokReset} {
 		// A string or a number (a custom format); null and "-" are none.
 		if len(v) > 0 && len(v) <= 64 && string(v) != "null" {

@@ -159,6 +159,8 @@ type engine struct {
 	// observed is each route's latest logged result (its health as the
 	// log saw it), for requests it did not serve live.
 	observed map[observedKey]breaker.Result
+	// reached: the clusters earlier lines named (bounded like live's).
+	reached map[string]struct{}
 	now      int64
 	queue    outcomes
 	seq      int
@@ -184,7 +186,7 @@ func Run(rt *routes.Runtime, src Source) *Report {
 
 // RunErr is Run, with the error a Source read can fail with.
 func RunErr(rt *routes.Runtime, src Source) (*Report, error) {
-	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[observedKey]breaker.Result{},
+	e := &engine{rt: rt, targets: map[*routes.Route]*breaker.Target{}, observed: map[observedKey]breaker.Result{}, reached: map[string]struct{}{},
 		rep: &Report{byKey: map[string]*RouteReport{}}}
 	e.st = breaker.NewMemory(e.event)
 	e.install()
@@ -245,6 +247,9 @@ func (e *engine) flush(until int64) {
 	}
 }
 
+// maxReplayClusters bounds the clusters replay remembers lines reaching.
+const maxReplayClusters = 4096
+
 // observedKey is a gateway's route.
 type observedKey struct{ gateway, route string }
 
@@ -280,6 +285,17 @@ func (e *engine) decide(l *Line) {
 	cands := m.Candidates(nil)
 	live := liveRoute(cands, l)
 	res := resultOf(l)
+	if l.Cluster != "" && len(e.reached) < maxReplayClusters {
+		e.reached[l.Cluster] = struct{}{}
+	}
+	if live != nil {
+		// As live (processor/reached.go): a retry's no-host reply to a
+		// cluster no earlier line reached is a missing cluster.
+		_, reached := e.reached[live.Cluster]
+		if judge.RetryToUnknownCluster(judge.NamedFlags(l.Flags), l.Attempts, reached) {
+			res = judge.AsClusterNotFound(res)
+		}
+	}
 	liveErr := clientError(res)
 	if liveErr {
 		e.rep.LiveClientErrors++

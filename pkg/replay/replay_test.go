@@ -229,3 +229,49 @@ func TestResultOfAsTheLiveChannelsJudge(t *testing.T) {
 		})
 	}
 }
+
+// #52, as live (processor TestRetryNoHostToAnUnreachedClusterIsAConfigError):
+// a retry's UH (attempts > 1, no cluster) to a cluster no earlier line
+// reached is a missing cluster, a neither that never opens the route;
+// after a line that reached the cluster, the same lines open it. Before,
+// every UH line was a connection error.
+func TestReplayRetryNoHostToAnUnreachedCluster(t *testing.T) {
+	rt, err := routes.Parse([]byte(cfg), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := func(reachedFirst bool) []byte {
+		var b bytes.Buffer
+		if reachedFirst {
+			fmt.Fprintf(&b, `{"start_time":"1764590399.000","duration_ms":12,"code":200,"flags":"-","details":"via_upstream","cluster":"ca","attempts":1,"gateway":"default","route":"a:r:m","fusebox":{"decision":"d","model":"m","outcome":"success","reason":"success"}}`+"\n")
+		}
+		for i := range 5 {
+			fmt.Fprintf(&b, `{"start_time":"%d.000","duration_ms":3,"code":503,"flags":"UH","details":"no_healthy_upstream","cluster":"-","attempts":"2","gateway":"default","route":"a:r:m","fusebox":{"decision":"u%d","model":"m"}}`+"\n", 1764590400+i, i)
+		}
+		return b.Bytes()
+	}
+	for _, tc := range []struct {
+		name    string
+		reached bool
+		opens   bool
+	}{{"cluster never reached", false, false}, {"cluster reached before", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "log")
+			if err := os.WriteFile(path, lines(tc.reached), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			log, err := ReadFiles(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(log.Lines) == 0 || log.Lines[len(log.Lines)-1].Attempts != 2 {
+				t.Fatalf("attempts not read: %+v", log.Lines)
+			}
+			b := Run(rt, log).byKey["default|a:r:m"]
+			opened := b != nil && len(b.Transitions) > 0 && b.Transitions[0].Change == "closed->open"
+			if opened != tc.opens {
+				t.Fatalf("opened %v, want %v: %+v", opened, tc.opens, b)
+			}
+		})
+	}
+}

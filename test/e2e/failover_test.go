@@ -452,3 +452,36 @@ func TestFailoverNoClusterIsReported(t *testing.T) {
 		t.Fatal("no R-O12 log line")
 	}
 }
+
+// #52: a retry to a cluster Envoy lacks is UH, not NC (router.cc doRetry;
+// envoysim TestRetryToAMissingClusterIsNoHealthyUpstream). With the first
+// provider refusing and the chain's second cluster missing, each request's
+// retry gets the router's 503 UH. fusebox has never seen Envoy reach that
+// cluster, so it judges the UH a configuration error: R-O12's log line and
+// counter for the second cluster, and the second route is never charged.
+// Before, each was a connection error on the second route.
+func TestFailoverRetryToAMissingClusterIsAConfigError(t *testing.T) {
+	w := newFailoverWorld(t)
+	cfg := w.failoverConfig()
+	delete(cfg.Clusters, "azure_eu")
+	p := w.startProxy(cfg)
+	w.providers["openai_us"].Down()
+	for range 3 {
+		if r := chat(t, p, gpt, false); r.status != 503 {
+			t.Fatalf("%d from a chain whose second cluster Envoy lacks", r.status)
+		}
+	}
+	eventually(t, "the retry's UH counted as a missing cluster", func() bool {
+		return strings.Contains(w.scrape(), `aig_extproc_cluster_not_found_total{cluster="azure_eu",gateway="failover"} 3`)
+	})
+	m := w.scrape()
+	if strings.Contains(m, `class="failure",gateway="failover",reason="connection_error",route="azure:eu-west:gpt-4o-mini"`) {
+		t.Fatal("the retry's UH was charged to the second route as a connection error")
+	}
+	if !strings.Contains(m, `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",reason="connection_error",route="openai:us-east:gpt-4o-mini"} 3`) {
+		t.Fatal("the refused first attempts were not connection errors")
+	}
+	if !strings.Contains(w.logs.String(), "read as a missing cluster") {
+		t.Fatal("no log line says the UH was read as a missing cluster")
+	}
+}
