@@ -161,13 +161,13 @@ type engine struct {
 	observed map[observedKey]breaker.Result
 	// reached: the clusters earlier lines named (bounded like live's).
 	reached map[string]struct{}
-	now      int64
-	queue    outcomes
-	seq      int
-	vbuf     []breaker.Verdict
-	ramp     replayRamp
-	obuf     []int
-	sbuf     []int
+	now     int64
+	queue   outcomes
+	seq     int
+	vbuf    []breaker.Verdict
+	ramp    replayRamp
+	obuf    []int
+	sbuf    []int
 }
 
 // Run replays log under rt on the lines' own clock, as one queue of events
