@@ -148,6 +148,18 @@ func (p *Proxy) Close() {
 // Stats returns the counters.
 func (p *Proxy) Stats() *Stats { return &p.stats }
 
+// UpstreamActive is the cluster's upstream_rq_active gauge: requests
+// holding one of its max_requests slots. Envoy writes a request's access
+// log before it destroys the filters (the router frees the slot then), so
+// a logged entry does not mean its slot is free yet; a test that needs the
+// slot waits for this.
+func (p *Proxy) UpstreamActive(cluster string) int64 {
+	if a := p.active[cluster]; a != nil {
+		return a.Load()
+	}
+	return 0
+}
+
 // Log returns a copy of the access log.
 func (p *Proxy) Log() []Entry {
 	p.mu.Lock()
