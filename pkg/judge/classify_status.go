@@ -93,6 +93,16 @@ func JudgeHead(h Head) (breaker.Result, Evidence) {
 		// UT after the route timeout): neither way.
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonCutMidAnswer
 		return r, HaveAll
+	case h.HasFlags && h.Flags&AttemptConnFlags != 0 && h.Status >= 200 && h.Status < 300 && answerBegan(h):
+		// R-O9: the provider's answer began and its stream broke (an
+		// upstream reset mid-answer, UR; router.cc onUpstreamReset once
+		// the response started): neither way, and not a client_cancel.
+		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonStreamError
+		return r, HaveAll
+	case h.HasFlags && h.Flags&AttemptConnFlags != 0 && answerBegan(h):
+		// A provider's non-2xx answer whose stream then broke: the status
+		// it gave is its answer (R-O1), not a connection error.
+		return r, HaveAll
 	case h.Status >= 400 && h.HasFlags && h.Flags&(FlagSI|FlagUMSDR|FlagDT) != 0:
 		r.Kind = breaker.KindTimeout // a 408 or 504 of Envoy's own timeouts
 		return r, HaveAll
@@ -115,11 +125,13 @@ func JudgeHead(h Head) (breaker.Result, Evidence) {
 }
 
 // answerBegan reports whether the provider's answer had begun when Envoy
-// ended the request: its details say the response came from upstream, or
+// ended the request: its details say the response came from upstream (or
+// that the upstream reset after it started), or
 // its status is a success Envoy never answers with itself (its own timeout
 // replies are 504 and 408, with their own details).
 func answerBegan(h Head) bool {
-	return h.Details == "via_upstream" || h.Status >= 200 && h.Status < 300
+	return h.Details == "via_upstream" || strings.HasPrefix(h.Details, "upstream_reset_after_response_started") ||
+		h.Status >= 200 && h.Status < 300
 }
 
 func isTextOrNone(ct string) bool {

@@ -109,6 +109,7 @@ var (
 	dc  = &accesslogdatav3.ResponseFlags{DownstreamConnectionTermination: true}
 	dr  = &accesslogdatav3.ResponseFlags{DownstreamRemoteReset: true}
 	si  = &accesslogdatav3.ResponseFlags{StreamIdleTimeout: true}
+	ur  = &accesslogdatav3.ResponseFlags{UpstreamRemoteReset: true}
 	urx = &accesslogdatav3.ResponseFlags{UpstreamRetryLimitExceeded: true}
 )
 
@@ -138,6 +139,13 @@ func TestAccessLogEntryJudgesWhatTheRouteRoleNeverSaw(t *testing.T) {
 		// route timeout's 200 with UT was a client_cancel.
 		{"route timeout cut a flowing answer", false, 200, "via_upstream", ut, false, "neither", "cut_mid_answer"},
 		{"stream idle timeout mid-answer", false, 200, "via_upstream", si, false, "neither", "cut_mid_answer"},
+		// R-O9: the provider reset its stream after the answer began (UR
+		// on a 200). Before, a client_cancel, though the client stayed.
+		{"upstream reset mid-answer", false, 200, "upstream_reset_after_response_started{remote_reset}", ur, false, "neither", "stream_error"},
+		{"upstream reset mid-answer (via_upstream)", false, 200, "via_upstream", ur, false, "neither", "stream_error"},
+		// The provider's 500 whose body broke: its status is its answer.
+		// Before, a connection error.
+		{"provider 500, then reset", false, 500, "upstream_reset_after_response_started{remote_reset}", ur, false, "failure", "provider_5xx"},
 		{"provider 503 after retries (via_upstream)", false, 503, "via_upstream", urx, false, "failure", "provider_5xx"},
 		// The retry resource refused the retry of the provider's 503: UO
 		// on its own answer. Before, an envoy_overflow neither.

@@ -29,6 +29,7 @@ func TestABrokenAnswerTakesTheEntrysLabel(t *testing.T) {
 		{"route timeout, the stream's end first", false, ut, "client_cancel"},
 		{"client went away", false, dc, "client_cancel"},
 		{"HTTP/2 client reset, the entry first", true, dr, "client_cancel"},
+		{"upstream reset, the entry first", true, ur, "stream_error"},
 		{"no entry", false, nil, "client_cancel"},
 	}
 	for _, tc := range cases {
@@ -52,7 +53,7 @@ func TestABrokenAnswerTakesTheEntrysLabel(t *testing.T) {
 				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason))
 			}
 			eventually(t, "the neither is recorded with its label", func() bool { return outcome(tc.reason) == 1 })
-			for _, other := range []string{"client_cancel", "cut_mid_answer", "no_outcome"} {
+			for _, other := range []string{"client_cancel", "cut_mid_answer", "stream_error", "no_outcome"} {
 				if other != tc.reason && outcome(other) != 0 {
 					t.Fatalf("also recorded as %s", other)
 				}

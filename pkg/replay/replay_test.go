@@ -216,6 +216,8 @@ func TestResultOfAsTheLiveChannelsJudge(t *testing.T) {
 		{"stream idle mid-answer", Line{Code: 200, Flags: "SI", Details: "via_upstream"}, breaker.KindNeither, breaker.ReasonCutMidAnswer, 0},
 		{"route timeout before headers", Line{Code: 504, Flags: "UT", Details: "upstream_response_timeout"}, breaker.KindTimeout, "", 0},
 		{"HTTP/2 client reset", Line{Code: 200, Flags: "DR", Details: "via_upstream"}, breaker.KindNeither, breaker.ReasonClientCancel, 0},
+		{"upstream reset mid-answer", Line{Code: 200, Flags: "UR", Details: "upstream_reset_after_response_started{remote_reset}"}, breaker.KindNeither, breaker.ReasonStreamError, 0},
+		{"provider 500, then reset", Line{Code: 500, Flags: "UR", Details: "upstream_reset_after_response_started{remote_reset}"}, breaker.KindStatus, "", 500},
 		{"no cluster", Line{Code: 503, Flags: "NC", Details: "cluster_not_found"}, breaker.KindNeither, breaker.ReasonClusterNotFound, 0},
 		{"the provider's 503", Line{Code: 503, Flags: "-", Details: "via_upstream"}, breaker.KindStatus, "", 503},
 		{"a flag fusebox does not judge", Line{Code: 429, Flags: "RL"}, breaker.KindStatus, "", 429},
