@@ -27,26 +27,16 @@ proto:
 run: build
 	exec ./bin/extproc $(ARGS)
 
-# The whole suite: vet, then every test with the race detector, then the
-# modules kept apart from the product's go.mod (compose validation, the
-# operations kit checked with Prometheus's and Kubernetes' own parsers, peer
-# benchmarks).
-# The race run's results go through test/skipreport, which ends with every
-# skipped test and its reason (a missing tool skips outside CI).
-test: SHELL := /bin/bash
+# The whole suite (test/suite.sh): vet, then every test with the race
+# detector, the poison build, the e2e suite on the observer profile, then
+# the modules kept apart from the product's go.mod (compose validation, the
+# operations kit checked with Prometheus's and Kubernetes' own parsers, the
+# dashboard in Chromium, peer benchmarks). Every step runs whatever the
+# ones before it did, and the run ends with a summary naming each failed
+# step. The race runs' results go through test/skipreport, which ends with
+# every skipped test and its reason (a missing tool skips outside CI).
 test:
-	$(GO) vet $(PKGS)
-	set -o pipefail; $(GO) test -race -count=1 -timeout 15m -json $(PKGS) | $(GO) run ./test/skipreport
-	# The poison build (#50): buffers given back to fusebox's transport are
-	# overwritten, and the processor's harness serves on that transport, so
-	# a handler that keeps a message past its next receive fails its test.
-	set -o pipefail; $(GO) test -race -tags poison -count=1 -timeout 10m -skip TestH2spec -json ./pkg/processor/... ./pkg/grpcwire/ ./pkg/extproc/ ./test/e2e/ | $(GO) run ./test/skipreport
-	# The e2e suite again on the observer profile (envoy/envoy-observer.yaml, #28).
-	set -o pipefail; FUSEBOX_E2E_PROFILE=observer $(GO) test -race -count=1 -timeout 10m -json ./test/e2e/ | $(GO) run ./test/skipreport
-	cd test/compose && $(GO) test -count=1 ./...
-	cd test/deploy && $(GO) test -count=1 ./...
-	cd test/browser && $(GO) test -count=1 ./...
-	cd test/bench && $(GO) vet ./...
+	GO=$(GO) PKGS='$(PKGS)' ./test/suite.sh
 
 # See fusebox route around an outage and recover, without Envoy (about 45 s).
 demo:
