@@ -251,6 +251,15 @@ func TestKubernetesManifests(t *testing.T) {
 	if got := configs["envoy-config"].Data["envoy.yaml"]; got != want {
 		t.Error("deploy/kubernetes/envoy-config.yaml has drifted from envoy/envoy.yaml (regenerate it)")
 	}
+	// #54: the Secret the instructions create holds every credential file
+	// Envoy reads (before, the Anthropic key was left out, and Envoy's
+	// anthropic cluster waited for an SDS file that never came).
+	instructions := string(read(t, "deploy/kubernetes/deployment.yaml"))
+	for _, m := range regexp.MustCompile(`path_config_source: \{path: /etc/envoy/secrets/([a-z_]+\.yaml)\}`).FindAllStringSubmatch(want, -1) {
+		if !strings.Contains(instructions, "--from-file="+m[1]) {
+			t.Errorf("Envoy reads /etc/envoy/secrets/%s, which deployment.yaml's secret command does not create", m[1])
+		}
+	}
 }
 
 // TestComposeRedisPersists (R-ST15): the shipped compose Redis keeps what

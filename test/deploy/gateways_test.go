@@ -110,6 +110,11 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			if r.GetRoute().GetClusterHeader() != "x-fusebox-cluster" {
 				t.Errorf("route %v", &r)
 			}
+			// #54: the provider gets its own Host (before, the client's:
+			// a provider behind a shared front end answers 404 or 421).
+			if !r.GetRoute().GetAutoHostRewrite().GetValue() {
+				t.Error("the cluster_header route has no auto_host_rewrite: providers get the gateway's Host")
+			}
 			removesFuseboxHeaders(t, "Envoy Gateway", r.GetRequestHeadersToRemove())
 		case "type.googleapis.com/envoy.config.listener.v3.Listener":
 			for _, e := range v.([]any) {

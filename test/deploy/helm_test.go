@@ -158,8 +158,16 @@ func TestHelmChart(t *testing.T) {
 				if got := configs["gw-fusebox-envoy"].Data["envoy.yaml"]; got != want {
 					t.Error("deploy/helm/fusebox/files/envoy.yaml has drifted from envoy/envoy.yaml (regenerate it)")
 				}
-			} else if s := services["gw-fusebox"]; s.Spec.ClusterIP != "None" || s.Spec.Ports[0].Port != 50051 {
-				t.Errorf("the fusebox gRPC Service: %+v", s.Spec)
+			} else {
+				// #54: Istio builds a passthrough cluster for a headless
+				// Service; the one the examples name is load-balanced, and
+				// a headless one serves an Envoy's STRICT_DNS.
+				if s := services["gw-fusebox"]; s.Spec.ClusterIP == "None" || len(s.Spec.Ports) == 0 || s.Spec.Ports[0].Port != 50051 {
+					t.Errorf("the fusebox gRPC Service: %+v", s.Spec)
+				}
+				if s := services["gw-fusebox-headless"]; s.Spec.ClusterIP != "None" || len(s.Spec.Ports) == 0 || s.Spec.Ports[0].Port != 50051 {
+					t.Errorf("the headless fusebox gRPC Service: %+v", s.Spec)
+				}
 			}
 			if (len(byKind["ServiceMonitor"]) == 1) != tc.monitor {
 				t.Errorf("ServiceMonitor rendered: %d", len(byKind["ServiceMonitor"]))

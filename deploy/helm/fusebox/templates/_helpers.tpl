@@ -60,12 +60,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     - {name: grpc, containerPort: 50051}
     {{- end }}
     - {name: admin, containerPort: 8090}
+  {{- /* With listen.tls the admin listener serves TLS too (R-L5): the
+         kubelet's HTTPS probes do not verify the certificate. */}}
   readinessProbe:
-    httpGet: {path: /readyz, port: admin}
+    httpGet: {path: /readyz, port: admin{{ if include "fusebox.tlsOn" . }}, scheme: HTTPS{{ end }}}
     periodSeconds: 2
     failureThreshold: 2
   livenessProbe:
-    httpGet: {path: /healthz, port: admin}
+    httpGet: {path: /healthz, port: admin{{ if include "fusebox.tlsOn" . }}, scheme: HTTPS{{ end }}}
     periodSeconds: 10
     failureThreshold: 3
   volumeMounts:
@@ -77,9 +79,38 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     {{- if .Values.redis.hmacKeySecret }}
     - {name: fleet-key, mountPath: /etc/fusebox-key, readOnly: true}
     {{- end }}
+    {{- if include "fusebox.tlsOn" . }}
+    - {name: fusebox-tls, mountPath: {{ include "fusebox.tlsDir" . }}, readOnly: true}
+    {{- end }}
   resources: {{- toYaml .Values.resources.fusebox | nindent 4 }}
   securityContext:
     allowPrivilegeEscalation: false
     readOnlyRootFilesystem: true
     capabilities: {drop: ["ALL"]}
 {{- end -}}
+{{- /* files/envoy.yaml with envoy.providerHosts: each provider cluster's
+       address and SNI, in two passes through placeholders so one host
+       given to another cluster is never replaced twice. */ -}}
+{{- define "fusebox.envoyConfig" -}}
+{{- $cfg := .Files.Get "files/envoy.yaml" -}}
+{{- $defaults := dict "openai_us_east" "api.openai.com" "azure_eu_west" "my-resource.openai.azure.com" "anthropic_us" "api.anthropic.com" "azure_us_east" "my-resource-us.openai.azure.com" "gpu_east_a" "gpu-east-a.internal" "gpu_east_b" "gpu-east-b.internal" "bedrock_us_east_1" "bedrock-runtime.us-east-1.amazonaws.com" -}}
+{{- range $cluster, $host := .Values.envoy.providerHosts -}}
+{{- if not (hasKey $defaults $cluster) -}}
+{{- fail (printf "envoy.providerHosts.%s: files/envoy.yaml has no such provider cluster (it has %s)" $cluster (keys $defaults | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- if not (regexMatch "^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$" (toString $host)) -}}
+{{- fail (printf "envoy.providerHosts.%s: %q is not a host name" $cluster (toString $host)) -}}
+{{- end -}}
+{{- $old := get $defaults $cluster -}}
+{{- $cfg = replace (printf "{address: %s," $old) (printf "{address: @@%s@@," $cluster) $cfg -}}
+{{- $cfg = replace (printf "sni: %s\n" $old) (printf "sni: @@%s@@\n" $cluster) $cfg -}}
+{{- end -}}
+{{- range $cluster, $host := .Values.envoy.providerHosts -}}
+{{- $cfg = replace (printf "@@%s@@" $cluster) (toString $host) $cfg -}}
+{{- end -}}
+{{- $cfg -}}
+{{- end -}}
+{{- define "fusebox.tlsDir" -}}/etc/fusebox-tls{{- end -}}
+{{- /* "true" when the ext_proc listener serves TLS (deployment mode with
+       tls.secretName), "" otherwise. */ -}}
+{{- define "fusebox.tlsOn" -}}{{ if and (eq .Values.mode "deployment") .Values.tls.secretName }}true{{ end }}{{- end -}}
