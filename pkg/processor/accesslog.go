@@ -175,6 +175,23 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 	s.reached.note(out.cluster)
 	out.id = lifecycle.NewOpID('e')
 	s.sealedChain(id, &out)
+	if s.labelled(id, out) {
+		return EntryRecorded
+	}
+	r := s.settleEntry(id, out)
+	if r != EntryClusterMismatch && out.res.Kind == breaker.KindNeither && out.cluster != "" {
+		// A broken answer's label, for a stream that has not ended here
+		// yet: the observer's, which its note lets record though this
+		// entry came first (the entry waited there, or is a duplicate).
+		// Kept for access_log.wait_ms; unused when the entry recorded.
+		s.labels.keepEarly(id, out.res.Reason, s.clock.Now().UnixNano(), s.cfg.Load().AccessLogWait.Nanoseconds())
+	}
+	return r
+}
+
+// settleEntry applies an entry to decision id: its stream here, or its
+// note.
+func (s *Server) settleEntry(id string, out entryOutcome) string {
 	if p := s.decisions.get(id); p != nil {
 		return s.entryForStream(p, id, out)
 	}

@@ -14,9 +14,10 @@ import (
 // one of Envoy's timers cut the answer, so an entry that reached this
 // replica first gives the label (Envoy writes the access log before it
 // destroys the filters): cut_mid_answer for UT or SI, client_cancel for
-// DC or DR. A stream's end that comes first is a client_cancel at once,
-// and the entry after it a duplicate. Before, every such break was a
-// client_cancel on this channel.
+// DC or DR, stream_error for UR. An entry after the stream's end labels it
+// too: the neither waits access_log.wait_ms on this replica for it, and is
+// a client_cancel when none comes. Before, every such break was a
+// client_cancel on this channel unless the entry came first.
 func TestABrokenAnswerTakesTheEntrysLabel(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -26,7 +27,10 @@ func TestABrokenAnswerTakesTheEntrysLabel(t *testing.T) {
 	}{
 		{"route timeout, the entry first", true, ut, "cut_mid_answer"},
 		{"stream idle timeout, the entry first", true, si, "cut_mid_answer"},
-		{"route timeout, the stream's end first", false, ut, "client_cancel"},
+		// The entry after the stream's end still labels it (it waits
+		// access_log.wait_ms on this replica). Before, a client_cancel.
+		{"route timeout, the stream's end first", false, ut, "cut_mid_answer"},
+		{"upstream reset, the stream's end first", false, ur, "stream_error"},
 		{"client went away", false, dc, "client_cancel"},
 		{"HTTP/2 client reset, the entry first", true, dr, "client_cancel"},
 		{"upstream reset, the entry first", true, ur, "stream_error"},
@@ -52,7 +56,17 @@ func TestABrokenAnswerTakesTheEntrysLabel(t *testing.T) {
 			outcome := func(reason string) float64 {
 				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason))
 			}
+			if tc.flags == nil {
+				// No entry: a client_cancel once the wait is over, not before.
+				if outcome(tc.reason) != 0 {
+					t.Fatal("recorded before access_log.wait_ms passed")
+				}
+				e.clk.Advance(3 * time.Second)
+			}
 			eventually(t, "the neither is recorded with its label", func() bool { return outcome(tc.reason) == 1 })
+			if n := e.srv.labels.waiting(); n != 0 {
+				t.Fatalf("%d broken answers still wait for a label", n)
+			}
 			for _, other := range []string{"client_cancel", "cut_mid_answer", "stream_error", "no_outcome"} {
 				if other != tc.reason && outcome(other) != 0 {
 					t.Fatalf("also recorded as %s", other)

@@ -75,15 +75,16 @@ func (st *stream) recordEntry(out entryOutcome) {
 // an entry that came first is recorded now; otherwise the decision waits
 // in its note (decisionWait), then is a neither (R-O8).
 //
-// A stream that broke after its response started is a neither at once
-// (R-O9), and what broke it is Envoy's to say (R-AL4): the stream ends the
-// same way whether the client went away or one of Envoy's timers cut the
-// answer. An entry that reached this replica first (Envoy writes the
-// access log before it destroys the filters) labels it: cut_mid_answer,
-// client_cancel. Otherwise it is a client_cancel. (Waiting for the entry
-// in the note, as a stream with no response does, was tried: the fleet
-// soak then counted 9 neithers past the providers' tallies in CI, not yet
-// explained, and it was taken out; #52's closing note.)
+// A stream that broke after its response started is a neither (R-O9), and
+// what broke it is Envoy's to say (R-AL4): the stream ends the same way
+// whether the client went away or one of Envoy's timers cut the answer.
+// An entry that reached this replica first (Envoy writes the access log
+// before it destroys the filters) labels it at once: cut_mid_answer,
+// client_cancel, stream_error. Otherwise it waits on this replica for the
+// entry (labelwait.go), never in the note: a neither charges nothing, so
+// no other replica needs to see it. (Waiting in the note was tried: the
+// fleet soak then counted 9 neithers past the providers' tallies in CI,
+// and it was taken out; #52's closing note.)
 func (st *stream) finishDecision(noResponse bool) {
 	s := st.s
 	p := s.decisions.get(st.decisionID)
@@ -111,6 +112,8 @@ func (st *stream) finishDecision(noResponse bool) {
 		case st.recorded:
 		case noResponse && entry != nil:
 			st.recordEntry(*entry)
+		case broken:
+			st.recordBroken()
 		default:
 			st.recordNeither()
 		}

@@ -150,6 +150,10 @@ func TestCancelFreesProbeSlot(t *testing.T) {
 	c.respBody("data: {\"choices\":[]}\n\n", false)
 	c.end()
 	waitFor(t, func() bool { return e.status("default", "openai:us:gpt").ProbesInFlight == 0 })
+	// The slot is free at the stream's end; the neither's label waits
+	// access_log.wait_ms for Envoy's entry (labelwait.go).
+	e.clk.Advance(3 * time.Second)
+	waitFor(t, func() bool { return e.srv.labels.waiting() == 0 })
 	if s := e.status("default", "openai:us:gpt"); s.State != "half_open" {
 		t.Fatalf("a cancel changed the state: %+v", s)
 	}
@@ -346,6 +350,7 @@ func TestTruncatedSuccessIsNeither(t *testing.T) {
 	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "application/json")
 	c.respBody(`{"choices":`, false)
 	c.end()
+	e.clk.Advance(3 * time.Second) // the label's wait for Envoy's entry
 	waitFor(t, func() bool {
 		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) == 1
 	})

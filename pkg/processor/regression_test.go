@@ -247,6 +247,8 @@ func TestTrailersSkippedCompleteBodyIsSuccess(t *testing.T) {
 	c.respHeaders("200", false, attrs(0, "via_upstream"), "content-type", "text/event-stream")
 	c.respBody("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", false)
 	c.end()
+	e.clk.Advance(3 * time.Second) // the label's wait for Envoy's entry
+	waitFor(t, func() bool { return e.srv.labels.waiting() == 0 })
 	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); v != 1 {
 		t.Fatalf("client_cancel outcomes %v", v)
 	}

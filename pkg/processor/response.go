@@ -184,6 +184,8 @@ func (st *stream) finish() {
 		return
 	case st.respStarted && st.wait == judge.NeedBody && st.classifier.Complete():
 		st.onResponseEnd()
+	case !st.kept && st.respStarted:
+		st.recordBroken()
 	case !st.kept:
 		st.recordNeither()
 	}
@@ -276,10 +278,18 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 				st.outcomeUsage = st.classifier.Usage()
 			}
 		}
-		m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
+		if st.label != nil {
+			st.label.route = true // counted once its label is known (labelwait.go)
+		} else {
+			m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
+		}
 		st.s.history.Add(st.target.Route.ID(), route.Outcome.Class, now)
 	}
 	if fleet.Applied {
-		m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), fleet.Outcome.Class.String(), fleet.Outcome.Reason).Inc()
+		if st.label != nil {
+			st.label.fleet = true
+		} else {
+			m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), fleet.Outcome.Class.String(), fleet.Outcome.Reason).Inc()
+		}
 	}
 }

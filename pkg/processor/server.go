@@ -44,6 +44,8 @@ type Server struct {
 	meet *meetings
 	// reached: the clusters access log entries have named (reached.go).
 	reached reachedClusters
+	// labels: broken answers waiting for their entry's label (labelwait.go).
+	labels labelWaits
 	// tokens seals the hand-offs between streams (lifecycle/seal.go).
 	tokens lifecycle.Sealer
 	// journal, when set, keeps the recent transitions and what handled

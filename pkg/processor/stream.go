@@ -33,6 +33,10 @@ type stream struct {
 
 	startNs int64 // request headers received (coarse clock)
 
+	// label: a broken answer's outcome, recorded, whose count waits for
+	// the reason Envoy's entry gives (labelwait.go); nil otherwise.
+	label *brokenLabel
+
 	// Request side.
 	seenReqHeaders bool
 	reqEOS         bool // the request had no body
