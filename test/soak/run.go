@@ -595,7 +595,13 @@ func (r *rig) check(rep *Report) {
 	// with 12 of 2,930 past 70 ms, allowed 11.9: the others' rate past
 	// 70 ms, 0.06 %, is no measure of what 20 ms of noise does). The fault
 	// it guards against holds every decision of a 2 s stall (~1,000 of
-	// them), or each call its own op timeout in turn.
+	// them), or each call its own op timeout in turn: a third or more of
+	// the window's replies. So the bound also admits 2 % of the window's
+	// replies, fifteen times below what the fault does: a fault window
+	// is where the machine works hardest (Redis killed and restarted,
+	// every client reconnecting), and on a 2-core machine at load 4–16 the
+	// window's own pauses gave 18 past the bound where the rest of the run
+	// allowed 14 (#54).
 	if r.redis != nil {
 		st := r.proxy.Stats()
 		op := time.Duration(routes.DefaultOpTimeoutMs) * time.Millisecond
@@ -603,7 +609,7 @@ func (r *rig) check(rep *Report) {
 			nOut, outLonger, longestOut := st.RequestPathWaits(bound - op)
 			nIn, inLonger, longestIn := st.MarkedWaits(bound)
 			rep.LongestWait = max(rep.LongestWait, longestOut, longestIn)
-			allowed := 5.0
+			allowed := 5.0 + float64(nIn)/50
 			if nOut > 0 {
 				allowed += 4 * float64(outLonger) / float64(nOut) * float64(nIn)
 			}
