@@ -110,6 +110,9 @@ type Report struct {
 	Lines     int `json:"lines"`
 	Malformed int `json:"malformed"`
 	Skipped   int `json:"skipped"` // a gateway or model the config lacks
+	// EarlyOutcomes: outcomes recorded before their time had come, because
+	// more than 65,536 requests were in flight at once (R-R6's bound).
+	EarlyOutcomes int `json:"early_outcomes,omitempty"`
 	// MalformedWhy counts the malformed lines by reason; MalformedExamples
 	// names the first few (file:line: reason).
 	MalformedWhy      map[string]int `json:"malformed_why,omitempty"`
@@ -228,21 +231,38 @@ func (q *outcomes) Pop() any {
 	return x
 }
 
+// maxInFlight bounds the outcomes waiting for their request's end (about
+// 200 bytes each: 13 MiB).
+const maxInFlight = 1 << 16
+
+// flushOne records the outcome that ends first.
+func (e *engine) flushOne() {
+	if e.queue.Len() > 0 {
+		now := e.now
+		e.recordNext()
+		e.now = now
+	}
+}
+
 // flush records every outcome that ended by until, in time order.
 func (e *engine) flush(until int64) {
-	ctx := context.Background()
 	for e.queue.Len() > 0 && e.queue[0].at <= until {
-		o := heap.Pop(&e.queue).(outcome)
-		e.now = o.at
-		route, _, _ := o.t.Record(ctx, e.st, o.at, o.adm, o.res)
-		if route.Applied && route.Outcome.Class == breaker.Failure {
-			o.rr.MetFailing++
-			if len(o.rr.Failures) < maxMarks {
-				o.rr.Failures = append(o.rr.Failures, float64(o.at)/1e9)
-			}
-			if o.estimated {
-				o.rr.MetFailingEstimated++
-			}
+		e.recordNext()
+	}
+}
+
+// recordNext records the outcome that ends first.
+func (e *engine) recordNext() {
+	o := heap.Pop(&e.queue).(outcome)
+	e.now = o.at
+	route, _, _ := o.t.Record(context.Background(), e.st, o.at, o.adm, o.res)
+	if route.Applied && route.Outcome.Class == breaker.Failure {
+		o.rr.MetFailing++
+		if len(o.rr.Failures) < maxMarks {
+			o.rr.Failures = append(o.rr.Failures, float64(o.at)/1e9)
+		}
+		if o.estimated {
+			o.rr.MetFailingEstimated++
 		}
 	}
 }
@@ -358,6 +378,15 @@ func (e *engine) decide(l *Line) {
 	t := e.targets[chosen]
 	adm, _ := t.Acquire(ctx, e.st, l.At, plan.TryAll || !e.vbuf[plan.Order[plan.Start]].Allowed)
 	e.seq++
+	if e.queue.Len() >= maxInFlight {
+		// R-R6: more requests in flight at once than replay holds (lines
+		// that all start at one time, or last for days): the one that ends
+		// first is recorded now, at its own end, before requests that
+		// start earlier are decided. Counted; before, the queue held every
+		// one (1 M lines of one start time: about 1 GB).
+		e.flushOne()
+		e.rep.EarlyOutcomes++
+	}
 	heap.Push(&e.queue, outcome{at: l.At + max(l.DurationMs, 0)*1e6, seq: e.seq, t: t, adm: adm, res: res, rr: rr, estimated: estimated})
 	e.tally(l, chosen, rr, res, liveErr, estimated)
 }

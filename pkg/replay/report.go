@@ -48,6 +48,10 @@ func (r *Result) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  next to what happened (%d client errors, cost %.4f): %d client errors avoided, %d added\n",
 			rep.LiveClientErrors, rep.LiveCost, rep.Avoided, rep.Added)
+		if rep.EarlyOutcomes > 0 {
+			fmt.Fprintf(w, "  %d outcomes were recorded before their request ended: more than %d requests were in flight at once, what replay holds (R-R6)\n",
+				rep.EarlyOutcomes, maxInFlight)
+		}
 		if rep.HeadroomMoved > 0 {
 			fmt.Fprintf(w, "  headroom: %d requests moved off a route whose quota was nearly gone, %d of them 429s avoided\n",
 				rep.HeadroomMoved, rep.HeadroomAvoided429s)
@@ -88,8 +92,11 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 		}
 		return 100 * (b - a) / (to - from)
 	},
-	"time": rfc3339,
-	"mid":  func(a, b float64) float64 { return (a + b) / 2 },
+	"time":    rfc3339,
+	"signed":  func(v int) string { return fmt.Sprintf("%+d", v) },
+	"signed0": func(v float64) string { return fmt.Sprintf("%+.0f", v) },
+	"signedf": func(v float64) string { return fmt.Sprintf("%+.4f", v) },
+	"mid":     func(a, b float64) float64 { return (a + b) / 2 },
 	"pct": func(t, from, to float64) float64 {
 		if to <= from {
 			return 0
@@ -100,20 +107,48 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 <style>body{font:14px system-ui,sans-serif;margin:1.5rem}table{border-collapse:collapse}td,th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:left}
 .band{position:relative;height:14px;background:#e8f5e9;width:900px;margin:.2rem 0 1rem}.mark{position:absolute;top:0;width:2px;height:14px}
 .span{position:absolute;top:0;height:14px;opacity:.35}.fail{position:absolute;top:9px;width:1px;height:5px;background:#b00020}
-.axis{position:relative;width:900px;height:1.2rem;font-size:12px;color:#555}.axis span{position:absolute}.open{background:#b00020}.half_open{background:#b35900}.closed{background:#1a7f37}</style></head><body>
+.axis{position:relative;width:900px;height:1.2rem;font-size:12px;color:#555}.axis span{position:absolute}.open{background:#b00020}.half_open{background:#b35900}.closed{background:#1a7f37}
+.note{color:#444;margin:.1rem 0}.legend{font-size:12px;color:#444;margin:.6rem 0}.key{display:inline-block;width:12px;height:10px;margin:0 .2rem 0 .6rem;vertical-align:middle}.failmark{background:#b00020;width:2px}.markkey{background:#333;width:2px}</style></head><body>
 <h1>fusebox replay</h1>
-{{range $name, $rep := .Parts}}{{if $rep}}<h2>{{$name}}</h2>
-<p>{{$rep.Lines}} lines, {{$rep.Malformed}} malformed, {{$rep.ClientErrors}} client errors ({{$rep.ClientErrorsEstimated}} estimated).</p>
-<table><tr><th>gateway</th><th>model</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>routed elsewhere</th><th>met failing (estimated)</th></tr>
-{{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Model}}</td><td>{{.Route}}</td><td>{{.Opens}}</td><td>{{printf "%.0f" .OpenSec}}</td><td>{{.Served}}</td><td>{{.Rerouted}}</td><td>{{.MetFailing}} ({{.MetFailingEstimated}})</td></tr>{{end}}</table>
+{{with .Difference}}<h2>What the candidate changes</h2>
+<p>candidate − baseline: client errors {{signed .ClientErrors}}, cost {{signedf .Cost}}, 429s avoided by headroom {{signed .HeadroomAvoided429s}}.</p>
+<table><tr><th>gateway</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>met a failing route</th><th>cost</th></tr>
+{{range .Routes}}<tr><td>{{.Gateway}}</td><td>{{.Route}}</td><td>{{signed .Opens}}</td><td>{{signed0 .OpenSec}}</td><td>{{signed .Served}}</td><td>{{signed .MetFailing}}</td><td>{{signedf .Cost}}</td></tr>{{end}}</table>
+{{end}}
+{{range .Parts}}{{$rep := .Rep}}<h2>{{.Name}}</h2>
+<p>{{$rep.Lines}} lines ({{$rep.Malformed}} malformed, skipped; {{$rep.Skipped}} for a gateway or model it lacks), {{$rep.ClientErrors}} client errors ({{$rep.ClientErrorsEstimated}} of them estimated).</p>
+{{range $rep.MalformedExamples}}<p class="note">malformed: {{.}}</p>{{end}}
+<p>Next to what happened ({{$rep.LiveClientErrors}} client errors, cost {{printf "%.4f" $rep.LiveCost}}): {{$rep.Avoided}} client errors avoided, {{$rep.Added}} added.</p>
+{{if $rep.EarlyOutcomes}}<p class="note">{{$rep.EarlyOutcomes}} outcomes were recorded before their request ended: more requests were in flight at once than replay holds (R-R6).</p>{{end}}
+{{if $rep.HeadroomMoved}}<p>Headroom: {{$rep.HeadroomMoved}} requests moved off a route whose quota was nearly gone, {{$rep.HeadroomAvoided429s}} of them 429s avoided.</p>{{end}}
+<table><tr><th>gateway</th><th>model</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>routed elsewhere</th><th>met a failing route (estimated)</th><th>cost (estimated)</th></tr>
+{{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Model}}</td><td>{{.Route}}</td><td>{{.Opens}}</td><td>{{printf "%.0f" .OpenSec}}</td><td>{{.Served}}</td><td>{{.Rerouted}}</td><td>{{.MetFailing}} ({{.MetFailingEstimated}})</td><td>{{printf "%.4f" .Cost}} ({{printf "%.4f" .CostEstimated}})</td></tr>{{end}}</table>
+{{range $rr := $rep.Routes}}{{range .Transitions}}<p class="note">{{time .At}} {{$rr.Gateway}}/{{$rr.Route}} {{.Change}} ({{.Reason}})</p>{{end}}{{end}}
+<div class="legend"><span class="key closed"></span>closed <span class="key half_open"></span>half-open <span class="key open"></span>open <span class="key failmark"></span>a request that met a failing route <span class="key markkey"></span>a transition (hover for its reason)</div>
 <div class="axis"><span style="left:0">{{time $.From}}</span><span style="left:50%">{{time (mid $.From $.To)}}</span><span style="right:0">{{time $.To}}</span></div>
 {{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Bands}}<span class="span {{.State}}" style="left:{{pct .From $.From $.To}}%;width:{{width .From .To $.From $.To}}%"></span>{{end}}{{range .Failures}}<span class="fail" style="left:{{pct . $.From $.To}}%"></span>{{end}}{{range .Transitions}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}</div>{{end}}
-{{end}}{{end}}
-<p>"estimated": a request sent to a route that did not serve it live is given that route's latest logged outcome before it.</p>
+{{end}}
+<p>"estimated": a request the config sent to a route that did not serve it live has no recorded outcome there; it is given that route's latest logged outcome before it (else a success), and the tokens it used where it did go.</p>
 </body></html>`))
 
 // WriteHTML writes one self-contained page: the tables and, per route, a
 // timeline with a marker at each transition.
+//
+// It shows what the text shows, in the same order (R-R5): the difference
+// first when there is a baseline, then each config's counts, what it
+// avoided and added next to what happened, its routes with their cost,
+// its transitions, and the timelines with a legend. Before, the page had
+// no difference, no avoided or added errors, no cost and no transitions
+// list, and put the baseline first.
 func (r *Result) WriteHTML(w io.Writer, from, to float64) error {
-	return page.Execute(w, map[string]any{"Parts": map[string]*Report{"candidate": r.Candidate, "baseline": r.Baseline}, "From": from, "To": to})
+	r.diff()
+	type part struct {
+		Name string
+		Rep  *Report
+	}
+	parts := []part{{"candidate", r.Candidate}}
+	if r.Baseline != nil {
+		parts = append(parts, part{"baseline", r.Baseline})
+	}
+	return page.Execute(w, map[string]any{"Difference": r.Difference, "Parts": parts, "From": from, "To": to})
 }

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"container/heap"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 )
@@ -130,14 +132,14 @@ type fileStream struct {
 func openStream(path string, window int, log *Log) (*fileStream, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, err // *PathError: names the file
 	}
 	fs := &fileStream{name: path, f: f, log: log, window: window, br: bufio.NewReaderSize(f, 64<<10)}
 	if head, err := fs.br.Peek(2); err == nil && bytes.Equal(head, []byte{0x1f, 0x8b}) {
 		gz, err := gzip.NewReader(fs.br)
 		if err != nil {
 			f.Close()
-			return nil, err
+			return nil, fmt.Errorf("%s: not a readable gzip file: %w", path, err)
 		}
 		fs.gz, fs.br = gz, bufio.NewReaderSize(gz, 64<<10)
 	}
@@ -170,7 +172,12 @@ func (fs *fileStream) readOne() error {
 	b, tooLong, err := readLine(fs.br, fs.buf[:0])
 	fs.buf = b[:0]
 	if err != nil && err != io.EOF {
-		return err
+		// Which file, and where: a truncated gzip said only
+		// "unexpected EOF" (#54).
+		if errors.Is(err, io.ErrUnexpectedEOF) && fs.gz != nil {
+			return fmt.Errorf("%s: line %d: the gzip stream ends early (a truncated file?): %w", fs.name, fs.n, err)
+		}
+		return fmt.Errorf("%s: line %d: %w", fs.name, fs.n, err)
 	}
 	if err == io.EOF {
 		fs.eof = true

@@ -53,6 +53,11 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return &ExitError{Code: 2, Err: fmt.Errorf("no access log line in %s (%d malformed)", strings.Join(fs.Args(), ", "), src.Malformed)}
 	}
+	if cr.Skipped == cr.Lines {
+		// Every line names a gateway or model the config lacks: an empty
+		// table that exited 0 said nothing was wrong (#54).
+		return &ExitError{Code: 2, Err: fmt.Errorf("-config %s matches none of the %d lines: every one names a gateway or model it lacks (the lines' gateway comes from x-fusebox-gateway or fusebox's metadata, else \"default\"; their model from fusebox's metadata)", *cand, cr.Lines)}
+	}
 	from, to := float64(src.First)/1e9, float64(src.Last)/1e9
 	if src.OutOfOrder > 0 {
 		fmt.Fprintf(stderr, "replay: %d lines came later than the reorder window holds; each was replayed at the time of the line before it\n", src.OutOfOrder)
