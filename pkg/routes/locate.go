@@ -173,8 +173,12 @@ func findNamed(seq *yaml.Node, key, name string, nth int) (int, *yaml.Node) {
 	return lastI, last
 }
 
-// didYouMean is `; did you mean "x"?` for the known name closest to got,
-// when one is close enough to be a typo, else "".
+// DidYouMean is `; did you mean "x"?` for the known name closest to got,
+// when one is close enough to be a typo, else "" (validate -envoy's
+// cluster names use it too).
+func DidYouMean(got string, known []string) string { return didYouMean(got, known) }
+
+// didYouMean is DidYouMean.
 func didYouMean(got string, known []string) string {
 	// Bounded: a hostile document may name a 60 KB key, and the distance
 	// costs the product of the lengths.

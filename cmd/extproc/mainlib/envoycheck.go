@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -37,17 +38,19 @@ func CheckEnvoyClusters(fusebox []byte, fuseboxName string, envoy []byte, envoyN
 		return EnvoyCheck{}, fmt.Errorf("%s: no static_resources.clusters", envoyName)
 	}
 	var out EnvoyCheck
+	names := make([]string, 0, len(defined))
+	for n := range defined {
+		names = append(names, n)
+	}
 	named := map[string]bool{}
 	for _, r := range routeClusters(&fb, "") {
 		named[r.cluster] = true
 		if _, ok := defined[r.cluster]; !ok {
-			out.Missing = append(out.Missing, fmt.Sprintf("%s:%d: %s: cluster %q: %s has no such cluster (its requests would end in Envoy's NC, 404)",
-				fuseboxName, r.line, r.path, r.cluster, envoyName))
+			// Envoy answers a cluster_header naming no cluster 503 NC
+			// (cluster_not_found), R-O12; before, this said 404.
+			out.Missing = append(out.Missing, fmt.Sprintf("%s:%d: %s: cluster %q: %s has no such cluster (its requests would end in Envoy's 503 NC, cluster_not_found)%s",
+				fuseboxName, r.line, r.path, r.cluster, envoyName, routes.DidYouMean(r.cluster, names)))
 		}
-	}
-	names := make([]string, 0, len(defined))
-	for n := range defined {
-		names = append(names, n)
 	}
 	sort.Slice(names, func(i, j int) bool { return defined[names[i]] < defined[names[j]] })
 	for _, n := range names {

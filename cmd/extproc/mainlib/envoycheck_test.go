@@ -64,6 +64,9 @@ func TestValidateEnvoyNamesMissingClusters(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		fb + `:7: gateways[0].routes[1].cluster: cluster "provdier_b": ` + ev + " has no such cluster",
+		// #54: Envoy's NC is a 503 (it said 404), and a typo gets the
+		// cluster it likely meant.
+		`503 NC, cluster_not_found); did you mean "provider_b"?`,
 		"warning: " + ev + `:21: cluster "provider_b": no route of ` + fb + " names it",
 	} {
 		if !strings.Contains(text, want) {

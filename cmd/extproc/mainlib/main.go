@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 
 	"go.yaml.in/yaml/v3"
 
@@ -84,7 +85,10 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		var ce *routes.ConfigError
 		if errors.As(err, &ce) {
-			for _, p := range append(ce.Problems, envoyProblems...) {
+			for _, p := range ce.Problems {
+				fmt.Fprintln(stdout, placed(nameOr(*path), p))
+			}
+			for _, p := range envoyProblems {
 				fmt.Fprintln(stdout, p)
 			}
 			return fmt.Errorf("%s: %d problem(s)", nameOr(*path), len(ce.Problems)+len(envoyProblems))
@@ -118,6 +122,25 @@ func printConfig(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "# effective config of %s\n", nameOr(*path))
 	_, err = stdout.Write(out)
 	return err
+}
+
+// problemPlace is the "(line N, path)" a config problem ends with
+// (routes/locate.go).
+var problemPlace = regexp.MustCompile(`^(.*) \(line (\d+)(?:, ([^()]*))?\)$`)
+
+// placed writes a config problem as file:line: path: message, as the
+// -envoy cross-check and compilers write theirs (#54: before, the
+// config's own problems named no file and put the place last). The
+// message's own "where: " prefix (a gateway) stays.
+func placed(file, problem string) string {
+	m := problemPlace.FindStringSubmatch(problem)
+	if m == nil {
+		return file + ": " + problem
+	}
+	if m[3] == "" {
+		return fmt.Sprintf("%s:%s: %s", file, m[2], m[1])
+	}
+	return fmt.Sprintf("%s:%s: %s: %s", file, m[2], m[3], m[1])
 }
 
 func nameOr(p string) string {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -200,6 +201,19 @@ gateways:
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("validate output lacks %q:\n%s", w, out.String())
 		}
+	}
+	// #54: every problem is file:line: path: message, as the -envoy
+	// cross-check writes its own. Before, the config's problems named no
+	// file and put "(line N, path)" last.
+	problems := 0
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		problems++
+		if !regexp.MustCompile(`^`+regexp.QuoteMeta(bad)+`:\d+: [^ ]+: `).MatchString(l) || strings.Contains(l, "(line ") {
+			t.Errorf("not file:line: path: message: %q", l)
+		}
+	}
+	if problems < 4 {
+		t.Errorf("%d problem lines:\n%s", problems, out.String())
 	}
 	out.Reset()
 	if err := Main(context.Background(), []string{"validate"}, &out, &errb); err != nil || !strings.Contains(out.String(), "ok") {
