@@ -32,6 +32,10 @@ type Metrics struct {
 	// header values not trusted, by reason (SPEC §15).
 	RouteHeadroom   *prometheus.GaugeVec
 	HeadroomIgnored *prometheus.CounterVec
+	// BreakerMode is 1 for each breaker's resolved mode (off, shadow,
+	// prod; gateway, route, scope): an alert on aig_circuit_breaker_state
+	// leaves shadow breakers out with it (R-M2: they route nothing).
+	BreakerMode *prometheus.GaugeVec
 	// DecisionEvents counts the events that reached a decision's lifecycle
 	// by what became of them (R-DL2: duplicates, late outcomes, unreachable
 	// meeting place, forged notes).
@@ -147,11 +151,15 @@ func New() *Metrics {
 			Name: "fusebox_headroom_ignored_total",
 			Help: "Rate-limit header values not trusted (R-H6), by why: negative, not_a_number, bad_reset, reset_too_far, repeated.",
 		}, []string{"reason"}),
+		BreakerMode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fusebox_breaker_mode",
+			Help: "1 for each breaker's resolved circuit_breaker mode: off, shadow (tracked, routes nothing, R-M2) or prod; 0 for a disabled breaker's.",
+		}, []string{"gateway", "route", "scope", "mode"}),
 	}
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
 		m.InternalErrors, m.Refused, m.RouteBaseline, m.AccessLogEntries, m.DecisionEvents, m.DeploymentMismatch,
-		m.RouteHeadroom, m.HeadroomIgnored,
+		m.RouteHeadroom, m.HeadroomIgnored, m.BreakerMode,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")

@@ -476,6 +476,7 @@ func (s *Server) install(rt *routes.Runtime) {
 	for i, sp := range specs {
 		s.publishState(ctx, keys[i], sp.ID, now)
 	}
+	s.publishModes(specs)
 	for _, id := range removed {
 		s.metrics.State.DeleteLabelValues(id.Gateway, id.Route, id.Provider(), string(id.Scope))
 		for _, kind := range []string{"requests", "tokens"} {
@@ -494,6 +495,23 @@ func (s *Server) install(rt *routes.Runtime) {
 	s.prev.Store(s.comp.Load())
 	s.comp.Store(c)
 	s.compMu.Unlock()
+}
+
+// publishModes sets fusebox_breaker_mode to the installed breakers' modes,
+// alone: a mode a reload changed, or a breaker it removed, leaves no
+// series behind.
+func (s *Server) publishModes(specs []breaker.Spec) {
+	s.metrics.BreakerMode.Reset()
+	for _, sp := range specs {
+		mode, on := string(breaker.ModeOff), 0.0
+		if sp.Policy != nil {
+			mode = string(sp.Policy.Mode)
+			if sp.Policy.Active() {
+				on = 1
+			}
+		}
+		s.metrics.BreakerMode.WithLabelValues(sp.ID.Gateway, sp.ID.Route, string(sp.ID.Scope), mode).Set(on)
+	}
 }
 
 // compiledFor returns the keys of rt: the installed config's, the one it

@@ -42,6 +42,7 @@ func exported(t *testing.T) map[string]bool {
 	m.Decisions.WithLabelValues("g", "", "routed")
 	m.ClusterNotFound.WithLabelValues("g", "c")
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0)
+	m.BreakerMode.WithLabelValues("g", "r", "gateway", "prod")
 	fams, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
