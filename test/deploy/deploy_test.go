@@ -138,6 +138,12 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("the dashboard does not show %s", s)
 		}
 	}
+	// #54: the datasource is a variable (before, uid "prometheus" was
+	// hard-coded: the dashboard failed on any other Grafana).
+	raw := string(read(t, "deploy/grafana/fusebox-dashboard.json"))
+	if strings.Contains(raw, `"uid": "prometheus"`) || !strings.Contains(raw, `"type": "datasource"`) || !strings.Contains(raw, `"uid": "${datasource}"`) {
+		t.Error("the dashboard's datasource is not the ${datasource} variable")
+	}
 	// Provisioned next to Prometheus in docker-compose.yaml.
 	compose := string(read(t, "docker-compose.yaml"))
 	if !strings.Contains(compose, "./deploy/grafana/fusebox-dashboard.json:") || !strings.Contains(compose, "./deploy/grafana/provisioning:") {
