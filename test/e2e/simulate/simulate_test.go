@@ -81,8 +81,29 @@ func TestSimulateRefusesAMissingCluster(t *testing.T) {
 	if err == nil || !strings.Contains(out.String(), path+`:6: gateways[0].routes[1].cluster: cluster "bedrock_usel"`) {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
-	// The shipped envoy.yaml by default: its clusters are not these.
-	if err := Run(&strings.Builder{}, Options{Config: path}); err == nil {
-		t.Fatal("a config naming clusters the shipped envoy.yaml lacks was simulated")
+	// #54: without -envoy nothing is checked, and the simulation runs
+	// (before, the shipped envoy.yaml was the default and refused these).
+	out.Reset()
+	if err := Run(&out, Options{Config: path, Duration: 4, OutageAt: 1, RecoverAt: 2}); err != nil || !strings.Contains(out.String(), "clusters not checked") {
+		t.Fatalf("a config simulated with no Envoy config: %v\n%s", err, out.String())
+	}
+}
+
+// #54: with -envoy, a route the simulation does not drive (another
+// model's) whose cluster the Envoy config lacks is a warning, not a
+// refusal.
+func TestSimulateWarnsOnRoutesItDoesNotDrive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "two.yaml")
+	cfg := "gateways:\n  - id: g\n    models: [{name: m, routes: [a:b:c, d:e:f]}, {name: n, routes: [x:y:z]}]\n    routes:\n" +
+		"      - {key: a:b:c, cluster: anthropic_direct}\n      - {key: d:e:f, cluster: bedrock_use1}\n      - {key: x:y:z, cluster: elsewhere}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := Run(&out, Options{Config: path, Envoy: ownEnvoy(t), Model: "m", Duration: 4, OutageAt: 1, RecoverAt: 2}); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), `warning: `+path+`:7: gateways[0].routes[2].cluster: cluster "elsewhere"`) {
+		t.Fatalf("no warning for the route not driven:\n%s", out.String())
 	}
 }
