@@ -40,10 +40,22 @@ type ModelSummary struct {
 	// "floor" (the capacity floor keeps some unhealthy routes in:
 	// max_ejection_percent), "saturated" (healthy routes whose quota is
 	// nearly gone are passed over), "try_all" or "fail_fast" (nothing is
-	// healthy: when_all_open; fail_fast too when every route is forced
-	// open).
+	// healthy: when_all_open), "fail_fast_forced" (a try_all model whose
+	// routes are all unhealthy and some forced open: forced routes are
+	// left out of try_all, so it fails fast).
 	Degradation string `json:"degradation"`
+	// Forced lists the routes forced open (an operator's force-open).
+	// Forced routes are left out of try_all (R-F3): a model configured
+	// when_all_open: try_all whose every route is forced fails fast, and
+	// degradation says "fail_fast_forced" (before, plain fail_fast, on a
+	// gateway configured try_all, with nothing saying why).
+	Forced []string `json:"forced"`
 }
+
+// DegradationFailFastForced: a try_all model fails fast because its
+// healthy-looking remainder is forced open, and forced routes are left out
+// of try_all (R-F3).
+const DegradationFailFastForced = "fail_fast_forced"
 
 // Summary computes every gateway's model summaries at now, from the same
 // verdicts and the same selection a decision makes (each route's and its
@@ -58,7 +70,7 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 		g := rt.Gateways[id]
 		for _, name := range g.ModelNames {
 			m := g.Models[name]
-			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}, Saturated: []string{}}
+			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}, Saturated: []string{}, Forced: []string{}}
 			cands := m.Candidates(nil)
 			v := make([]breaker.Verdict, len(cands))
 			for i, r := range cands {
@@ -72,6 +84,9 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 				switch {
 				case !tv.Allowed:
 					s.Unhealthy = append(s.Unhealthy, r.Key)
+					if tv.Forced {
+						s.Forced = append(s.Forced, r.Key)
+					}
 				default:
 					s.Healthy++
 					if tv.WouldSkip {
@@ -87,6 +102,8 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 				s.Saturated = append(s.Saturated, cands[i].Key)
 			}
 			switch {
+			case sel.FailFast && m.Policy.WhenAllOpen == breaker.WhenAllOpenTryAll && len(s.Forced) > 0:
+				s.Degradation = DegradationFailFastForced
 			case sel.FailFast:
 				s.Degradation = breaker.WhenAllOpenFailFast
 			case sel.TryAll:

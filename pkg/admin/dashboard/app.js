@@ -87,6 +87,7 @@ const degradationText = {
   skipping: "skipping unhealthy routes",
   try_all: "every route unhealthy: try_all (sending to unhealthy routes)",
   fail_fast: "every route unhealthy: fail_fast (answering 503)",
+  fail_fast_forced: "answering 503: the routes left are forced open, and forced routes are left out of try_all — force-close one to route again",
   floor: "capacity floor (max_ejection_percent) keeps unhealthy routes in",
   saturated: "passing over routes whose quota is nearly gone (headroom)",
 };
