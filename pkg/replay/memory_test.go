@@ -16,9 +16,9 @@ import (
 // their requests' ends, and the queue now holds at most 65,536 of them
 // (the rest are recorded early and counted). Before, the queue held every
 // one: 3 M such lines from a 5 MB gzip peaked at 3.17 GB, and these two at
-// 265 MiB each (measured with this test). Held here to 96 MiB of
-// heap (they take 56: the reorder window's lines and the queue), well
-// inside the promise's 256 MiB.
+// 132 and 136 MiB (265 at 600,000 lines; measured with this test). Held
+// here to 96 MiB of heap (they take 52–54: the reorder window's lines and
+// the queue), well inside the promise's 256 MiB.
 func TestReplayMemoryIsBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and replays 600,000 lines")
