@@ -18,10 +18,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/cmd/extproc/mainlib"
@@ -36,7 +38,17 @@ import (
 func main() {
 	fast := flag.Bool("fast", false, "run the timeline on a simulated clock (seconds pass instantly)")
 	headroom := flag.Bool("headroom", false, "show the rate-limit headroom instead: a provider's quota routed around before it runs out")
+	serve := flag.String("serve", "", "keep a fusebox running with its outage repeating, its dashboard on this admin address (e.g. 127.0.0.1:8090), until interrupted")
 	flag.Parse()
+	if *serve != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := runServe(ctx, os.Stdout, options{serve: *serve}); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *headroom {
 		if _, _, err := runHeadroom(os.Stdout, options{fast: *fast}); err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
@@ -57,6 +69,9 @@ type options struct {
 	duration    int // seconds of traffic
 	perSecond   int // requests per second
 	envoyConfig string
+	// serve: the admin address of a fusebox kept running with its
+	// incident repeating, for the dashboard (serve.go); "" = the timeline.
+	serve string
 }
 
 // summary is what the demo measured.
@@ -225,7 +240,11 @@ func startLane(name string, o options, envoyYAML string, failover bool, edits ..
 		l.fake = breaker.NewFakeClock(time.Now())
 		opts = append(opts, mainlib.WithClock(l.fake))
 	}
-	args := []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}
+	adminAddr := "127.0.0.1:0"
+	if o.serve != "" && !failover {
+		adminAddr = o.serve
+	}
+	args := []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", adminAddr, "-grace-period", "0s"}
 	// The embedded default config with a recovery ramp (R-D8: after the
 	// probe closes the breaker the route earns its traffic back over 20 s
 	// from 25 %), and, with failover, told that the attempt role runs

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -60,4 +64,48 @@ func TestDemoHeadroomFast(t *testing.T) {
 		t.Errorf("with headroom: %d 429s, served %v; want none, both routes\n%s", on.tooMany, on.servedBy, out.String())
 	}
 	t.Log("\n" + out.String())
+}
+
+// #54: demo -serve keeps a fusebox running with a real incident for the
+// dashboard: the first route opens on the provider's 503s, on the real
+// clock, and the dashboard and API answer at the address it prints; it
+// stops when its context ends.
+func TestDemoServe(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, pw, options{serve: "127.0.0.1:0", outageAt: 1, recoverAt: 60, duration: 120, perSecond: 10})
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var addr string
+	opened := false
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, "http://"); i >= 0 && addr == "" {
+			addr = strings.Fields(line[i:])[0]
+		}
+		if strings.Contains(line, "closed->open (provider_5xx)") {
+			opened = true
+			break
+		}
+	}
+	if addr == "" || !opened {
+		t.Fatalf("no dashboard address (%q) or no open", addr)
+	}
+	base := strings.TrimSuffix(addr, "/dashboard")
+	for _, path := range []string{"/dashboard", "/admin/v1/gateways/default/circuit-breaker"} {
+		resp, err := http.Get(base + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s%s: %v %v", base, path, err, resp)
+		}
+		resp.Body.Close()
+	}
+	cancel()
+	go io.Copy(io.Discard, pr)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
