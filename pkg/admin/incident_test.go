@@ -60,7 +60,6 @@ func TestSummaryTellsTheTruth(t *testing.T) {
 				_ = st.ForceOpen(ctx, key(breaker.RouteID("g", r)), now, 0)
 			}
 		}, 0, "a:r:m,b:r:m,c:r:m", "fail_fast_forced"},
-
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
