@@ -30,19 +30,22 @@ type Journal struct {
 type JournalEntry struct {
 	// ID is unique in the fleet (the replica and its count), so that the
 	// fleet's journal and this replica's merge without a repeat.
-	ID             string  `json:"id"`
-	Replica        string  `json:"replica"`
-	At             float64 `json:"at"` // unix seconds
-	Gateway        string  `json:"gateway"`
-	Route          string  `json:"route"`
-	Scope          Scope   `json:"scope"`
-	Transition     string  `json:"transition"`
-	Reason         string  `json:"reason"`
-	Failures       int     `json:"failures"`
-	Threshold      int     `json:"threshold"`
-	WindowCalls    int64   `json:"window_calls"`
-	WindowFailures int64   `json:"window_failures"`
-	PolicyVersion  string  `json:"policy_version"`
+	ID         string  `json:"id"`
+	Replica    string  `json:"replica"`
+	At         float64 `json:"at"` // unix seconds
+	Gateway    string  `json:"gateway"`
+	Route      string  `json:"route"`
+	Scope      Scope   `json:"scope"`
+	Transition string  `json:"transition"`
+	Reason     string  `json:"reason"`
+	// Origin is the evidence's origin (R-FD1: local, upstream; "" when
+	// the reason is none's alone, TransitionOrigin).
+	Origin         string `json:"origin,omitempty"`
+	Failures       int    `json:"failures"`
+	Threshold      int    `json:"threshold"`
+	WindowCalls    int64  `json:"window_calls"`
+	WindowFailures int64  `json:"window_failures"`
+	PolicyVersion  string `json:"policy_version"`
 	// Next is what handled the gateway's next request for a model this
 	// route serves, once one came: the route chosen and the action.
 	Next *JournalNext `json:"next"`
@@ -91,7 +94,7 @@ func (j *Journal) Add(e Event) JournalEntry {
 	j.seq++
 	j.ring[j.next] = JournalEntry{ID: j.replica + ":" + strconv.FormatUint(j.seq, 10), Replica: j.replica,
 		At: float64(e.At) / 1e9, Gateway: e.ID.Gateway, Route: e.ID.Route, Scope: e.ID.Scope,
-		Transition: e.Transition(), Reason: e.Reason, Failures: e.Failures, Threshold: e.Threshold,
+		Transition: e.Transition(), Reason: e.Reason, Origin: TransitionOrigin(e.Reason), Failures: e.Failures, Threshold: e.Threshold,
 		WindowCalls: e.WindowCalls, WindowFailures: e.WindowFailures, PolicyVersion: e.PolicyVersion}
 	out := j.ring[j.next]
 	j.waiting.Add(1)

@@ -11,7 +11,7 @@ type Metrics struct {
 
 	Transitions     *prometheus.CounterVec   // gateway, route, provider, scope, transition, reason
 	State           *prometheus.GaugeVec     // gateway, route, provider, scope
-	Outcomes        *prometheus.CounterVec   // gateway, route, class, reason
+	Outcomes        *prometheus.CounterVec   // gateway, route, class, reason, origin
 	Decisions       *prometheus.CounterVec   // gateway, model, action
 	ClusterNotFound *prometheus.CounterVec   // gateway, cluster
 	MessageDuration *prometheus.HistogramVec // phase
@@ -88,8 +88,8 @@ func New() *Metrics {
 		}, []string{"gateway", "route", "provider", "scope"}),
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aig_circuit_breaker_outcomes_total",
-			Help: "Attempt outcomes recorded per breaker.",
-		}, []string{"gateway", "route", "class", "reason"}),
+			Help: "Attempt outcomes recorded per breaker; a failure's origin is upstream (the provider answered) or local (Envoy got no answer), R-FD1.",
+		}, []string{"gateway", "route", "class", "reason", "origin"}),
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aig_circuit_breaker_decisions_total",
 			Help: "Routing decisions by action.",

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
 
 // The metric names are part of the contract (SPEC §9): dashboards depend on
@@ -12,7 +14,7 @@ func TestSpecNames(t *testing.T) {
 	m := New()
 	m.Transitions.WithLabelValues("g", "r", "p", "gateway", "closed->open", "provider_5xx").Inc()
 	m.State.WithLabelValues("g", "r", "p", "gateway").Set(1)
-	m.Outcomes.WithLabelValues("g", "r", "failure", "provider_5xx").Inc()
+	m.Outcomes.WithLabelValues("g", "r", "failure", "provider_5xx", breaker.OriginLabel("failure", "provider_5xx")).Inc()
 	m.Decisions.WithLabelValues("g", "", "passthrough").Inc()
 	m.ClusterNotFound.WithLabelValues("g", "c").Inc()
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)
@@ -38,7 +40,7 @@ func TestSpecNames(t *testing.T) {
 	want := map[string]string{
 		"aig_circuit_breaker_transitions_total": "gateway,provider,reason,route,scope,transition",
 		"aig_circuit_breaker_state":             "gateway,provider,route,scope",
-		"aig_circuit_breaker_outcomes_total":    "class,gateway,reason,route",
+		"aig_circuit_breaker_outcomes_total":    "class,gateway,origin,reason,route", // origin: SPEC R-FD1
 		"aig_circuit_breaker_decisions_total":   "action,gateway,model",
 		"aig_extproc_cluster_not_found_total":   "cluster,gateway",
 		"aig_extproc_message_duration_seconds":  "phase",
@@ -71,7 +73,7 @@ func TestMetricsPageListsEverySeries(t *testing.T) {
 	m.StoreErrors.WithLabelValues("record").Inc()
 	m.Transitions.WithLabelValues("g", "r", "p", "gateway", "closed->open", "x").Inc()
 	m.State.WithLabelValues("g", "r", "p", "gateway").Set(1)
-	m.Outcomes.WithLabelValues("g", "r", "failure", "x").Inc()
+	m.Outcomes.WithLabelValues("g", "r", "failure", "x", breaker.OriginLabel("failure", "x")).Inc()
 	m.Decisions.WithLabelValues("g", "", "passthrough").Inc()
 	m.ClusterNotFound.WithLabelValues("g", "c").Inc()
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0.001)

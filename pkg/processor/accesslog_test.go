@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 
@@ -180,13 +181,13 @@ func TestAccessLogEntryJudgesWhatTheRouteRoleNeverSaw(t *testing.T) {
 				al.send(entry)
 			}
 			eventually(t, "the outcome is recorded", func() bool {
-				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", tc.class, tc.reason)) == 1
+				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", tc.class, tc.reason, breaker.OriginLabel(tc.class, tc.reason))) == 1
 			})
 			// The same entry again (Envoy never does; a replay might) is a
 			// duplicate, and nothing is recorded twice.
 			al.send(entry)
 			eventually(t, "the duplicate is counted", func() bool { return e.entries(EntryDuplicate) == 1 })
-			if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); tc.reason != "client_cancel" && v != 0 {
+			if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel", breaker.OriginLabel("neither", "client_cancel"))); tc.reason != "client_cancel" && v != 0 {
 				t.Fatalf("also recorded as a client cancel: %v", v)
 			}
 		})
@@ -205,7 +206,7 @@ func TestAccessLogNeverRecordsTwice(t *testing.T) {
 	c.end()
 	al.send(logEntry{decision: id, cluster: "c_openai_us", code: 503, details: "upstream_reset_before_response_started{connection_failure}", flags: uf})
 	eventually(t, "the entry is read", func() bool { return e.entries(EntryDuplicate) == 1 })
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "failure", "connection_error")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "failure", "connection_error", breaker.OriginLabel("failure", "connection_error"))); v != 1 {
 		t.Fatalf("connection_error recorded %v times", v)
 	}
 }
@@ -234,10 +235,10 @@ func TestForgedAccessLogEntryRecordsNothing(t *testing.T) {
 	})
 	e.clk.Advance(60 * time.Millisecond)
 	eventually(t, "the decision ends as a neither after access_log.wait_ms", func() bool {
-		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")) == 1
+		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome", breaker.OriginLabel("neither", "no_outcome"))) == 1
 	})
 	for _, r := range []string{"openai:us:gpt", "azure:eu:gpt"} {
-		if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", r, "failure", "connection_error")); v != 0 {
+		if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", r, "failure", "connection_error", breaker.OriginLabel("failure", "connection_error"))); v != 0 {
 			t.Fatalf("%s: a forged entry recorded a failure", r)
 		}
 	}
@@ -271,7 +272,7 @@ func TestNoAccessLogStreamStillEnds(t *testing.T) {
 			e.clk.Advance(60 * time.Millisecond)
 		}
 		eventually(t, "the neither is recorded", func() bool {
-			return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason)) == 1
+			return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason, breaker.OriginLabel("neither", reason))) == 1
 		})
 		if e.srv.decisions.len() != 0 {
 			t.Fatal("a decision is still kept")
@@ -304,7 +305,7 @@ func TestAccessLogEntryOnAnotherReplica(t *testing.T) {
 				al.send(entry)
 			}
 			connErr := func(e *env) float64 {
-				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "failure", "connection_error"))
+				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "failure", "connection_error", breaker.OriginLabel("failure", "connection_error")))
 			}
 			eventually(t, "the connection error is recorded once", func() bool { return connErr(a)+connErr(b) == 1 })
 			if s := a.status("default", "openai:us:gpt"); s.WindowFailures != 1 {
@@ -316,7 +317,7 @@ func TestAccessLogEntryOnAnotherReplica(t *testing.T) {
 			if a.srv.decisions.len() != 0 {
 				t.Fatal("the decision is still kept after its wait")
 			}
-			if n := testutil.ToFloat64(a.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")); n != 0 {
+			if n := testutil.ToFloat64(a.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome", breaker.OriginLabel("neither", "no_outcome"))); n != 0 {
 				t.Fatalf("also recorded as a neither: %v", n)
 			}
 			if connErr(a)+connErr(b) != 1 {

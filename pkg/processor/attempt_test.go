@@ -12,6 +12,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 )
 
@@ -58,7 +59,7 @@ func (c *call) send2(tok, id string, n int, path string) *extprocv3.ProcessingRe
 }
 
 func (e *env) outcomes(route, class, reason string) float64 {
-	return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", route, class, reason))
+	return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", route, class, reason, breaker.OriginLabel(class, reason)))
 }
 
 // R-X2/R-X3: each attempt applies its route's rewrites (the header map is

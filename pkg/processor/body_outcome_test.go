@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -90,7 +91,7 @@ func TestBodyOutcomes(t *testing.T) {
 					}
 					c.end()
 				}
-				if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", tc.route, tc.class, tc.reason)); v != 1 {
+				if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", tc.route, tc.class, tc.reason, breaker.OriginLabel(tc.class, tc.reason))); v != 1 {
 					t.Fatalf("outcome{%s,%s} = %v", tc.class, tc.reason, v)
 				}
 			})

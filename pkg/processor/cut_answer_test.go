@@ -5,6 +5,7 @@ import (
 	"time"
 
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -54,7 +55,7 @@ func TestABrokenAnswerTakesTheEntrysLabel(t *testing.T) {
 				al.send(entry)
 			}
 			outcome := func(reason string) float64 {
-				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason))
+				return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", reason, breaker.OriginLabel("neither", reason)))
 			}
 			if tc.flags == nil {
 				// No entry: a client_cancel once the wait is over, not before.

@@ -8,6 +8,7 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -339,7 +340,7 @@ func TestOffMode(t *testing.T) {
 	if s := e.status("default", "openai:us:off"); s.WindowCalls != 0 || s.State != "closed" || s.Generation != 1 {
 		t.Fatalf("off recorded: %+v", s)
 	}
-	if got := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:off", "failure", "provider_5xx")); got != 0 {
+	if got := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:off", "failure", "provider_5xx", breaker.OriginLabel("failure", "provider_5xx"))); got != 0 {
 		t.Fatalf("off counted %v outcomes", got)
 	}
 }

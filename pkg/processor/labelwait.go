@@ -86,10 +86,10 @@ func (st *stream) countLabel(reason string) {
 	}
 	m := st.s.metrics.Outcomes
 	if lb.route {
-		m.WithLabelValues(st.gw.ID, st.chosen.Key, breaker.Neither.String(), reason).Inc()
+		m.WithLabelValues(st.gw.ID, st.chosen.Key, breaker.Neither.String(), reason, "").Inc()
 	}
 	if lb.fleet {
-		m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), breaker.Neither.String(), reason).Inc()
+		m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), breaker.Neither.String(), reason, "").Inc()
 	}
 }
 

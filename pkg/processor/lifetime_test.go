@@ -96,10 +96,10 @@ wait:
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	// The decision's wait for an entry runs on the injected clock.
-	for e.srv.streams.Load() != 0 || testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")) != 1 {
+	for e.srv.streams.Load() != 0 || testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome", breaker.OriginLabel("neither", "no_outcome"))) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the end: %d streams held, neither recorded %v", e.srv.streams.Load(),
-				testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome")))
+				testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "no_outcome", breaker.OriginLabel("neither", "no_outcome"))))
 		}
 		time.Sleep(5 * time.Millisecond)
 		e.clk.Advance(time.Second)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/judge"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -79,7 +80,7 @@ func TestStatusOutcomes(t *testing.T) {
 			if tc.n == 0 {
 				tc.n = 2
 			}
-			if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", tc.route, tc.class, tc.reason)); v != tc.n {
+			if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", tc.route, tc.class, tc.reason, breaker.OriginLabel(tc.class, tc.reason))); v != tc.n {
 				t.Fatalf("outcomes{%s,%s} = %v", tc.class, tc.reason, v)
 			}
 		})
@@ -157,7 +158,7 @@ func TestCancelFreesProbeSlot(t *testing.T) {
 	if s := e.status("default", "openai:us:gpt"); s.State != "half_open" {
 		t.Fatalf("a cancel changed the state: %+v", s)
 	}
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel", breaker.OriginLabel("neither", "client_cancel"))); v != 1 {
 		t.Fatalf("client_cancel outcomes %v", v)
 	}
 	// A successful probe closes it.
@@ -200,7 +201,7 @@ func TestBodyChunksPipelinedAndTrailers(t *testing.T) {
 		t.Fatalf("want a response_trailers reply, got %v", r)
 	}
 	c.end()
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "success", "success")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "success", "success", breaker.OriginLabel("success", "success"))); v != 1 {
 		t.Fatalf("success %v", v)
 	}
 }
@@ -337,7 +338,7 @@ func TestFleetOutcomes(t *testing.T) {
 		t.Fatalf("stage %q", a)
 	}
 	c.end()
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "fleet:gpu", "failure", "provider_429")); v != 2 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "fleet:gpu", "failure", "provider_429", breaker.OriginLabel("failure", "provider_429"))); v != 2 {
 		t.Fatalf("fleet outcomes %v", v)
 	}
 }
@@ -352,7 +353,7 @@ func TestTruncatedSuccessIsNeither(t *testing.T) {
 	c.end()
 	e.clk.Advance(3 * time.Second) // the label's wait for Envoy's entry
 	waitFor(t, func() bool {
-		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")) == 1
+		return testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel", breaker.OriginLabel("neither", "client_cancel"))) == 1
 	})
 	if s := e.status("default", "openai:us:gpt"); s.WindowCalls != 0 {
 		t.Fatalf("%+v", s)
@@ -378,11 +379,11 @@ func TestResponseBodyModeNone(t *testing.T) {
 		c.end()
 	}
 	run("200", attrs(0, "via_upstream"), "content-type", "text/event-stream")
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:st", "success", "success")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:st", "success", "success", breaker.OriginLabel("success", "success"))); v != 1 {
 		t.Fatalf("2xx at headers: %v", v)
 	}
 	run("503", nil, "content-type", "text/plain")
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:st", "neither", "status_not_listed")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:st", "neither", "status_not_listed", breaker.OriginLabel("neither", "status_not_listed"))); v != 1 {
 		t.Fatalf("503 without attributes: %v", v)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 )
 
@@ -235,10 +236,10 @@ func TestTrailersSkippedCompleteBodyIsSuccess(t *testing.T) {
 	c.respBody("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", false)
 	c.respBody("data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", false)
 	c.end()
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "success", "success")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "success", "success", breaker.OriginLabel("success", "success"))); v != 1 {
 		t.Fatalf("success outcomes %v", v)
 	}
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); v != 0 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel", breaker.OriginLabel("neither", "client_cancel"))); v != 0 {
 		t.Fatalf("client_cancel outcomes %v", v)
 	}
 	// A stream cut before its end marker is still a client cancel.
@@ -249,7 +250,7 @@ func TestTrailersSkippedCompleteBodyIsSuccess(t *testing.T) {
 	c.end()
 	e.clk.Advance(3 * time.Second) // the label's wait for Envoy's entry
 	waitFor(t, func() bool { return e.srv.labels.waiting() == 0 })
-	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel")); v != 1 {
+	if v := testutil.ToFloat64(e.metrics.Outcomes.WithLabelValues("default", "openai:us:gpt", "neither", "client_cancel", breaker.OriginLabel("neither", "client_cancel"))); v != 1 {
 		t.Fatalf("client_cancel outcomes %v", v)
 	}
 }

@@ -281,7 +281,7 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 		if st.label != nil {
 			st.label.route = true // counted once its label is known (labelwait.go)
 		} else {
-			m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason).Inc()
+			m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason, route.Outcome.Origin()).Inc()
 		}
 		st.s.history.Add(st.target.Route.ID(), route.Outcome.Class, now)
 	}
@@ -289,7 +289,7 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 		if st.label != nil {
 			st.label.fleet = true
 		} else {
-			m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), fleet.Outcome.Class.String(), fleet.Outcome.Reason).Inc()
+			m.WithLabelValues(st.gw.ID, st.chosen.Fleet.BreakerKey(), fleet.Outcome.Class.String(), fleet.Outcome.Reason, fleet.Outcome.Origin()).Inc()
 		}
 	}
 }

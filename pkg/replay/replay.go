@@ -91,6 +91,9 @@ type Transition struct {
 	At     float64 `json:"at"` // unix seconds; RFC 3339 in JSON
 	Change string  `json:"change"`
 	Reason string  `json:"reason"`
+	// Origin is the evidence's origin, as live (R-FD1, R-FD5;
+	// breaker.TransitionOrigin).
+	Origin string `json:"origin,omitempty"`
 }
 
 // MarshalJSON writes the time in RFC 3339 (R-R7).
@@ -99,7 +102,8 @@ func (t Transition) MarshalJSON() ([]byte, error) {
 		At     string `json:"at"`
 		Change string `json:"change"`
 		Reason string `json:"reason"`
-	}{rfc3339(t.At), t.Change, t.Reason})
+		Origin string `json:"origin,omitempty"`
+	}{rfc3339(t.At), t.Change, t.Reason, t.Origin})
 }
 
 // Report is one replay's result.
@@ -458,7 +462,7 @@ func (e *engine) event(ev breaker.Event) {
 		return
 	}
 	rr := e.rep.route(ev.ID.Gateway, "", ev.ID.Route)
-	rr.Transitions = append(rr.Transitions, Transition{At: float64(ev.At) / 1e9, Change: ev.Transition(), Reason: ev.Reason})
+	rr.Transitions = append(rr.Transitions, Transition{At: float64(ev.At) / 1e9, Change: ev.Transition(), Reason: ev.Reason, Origin: breaker.TransitionOrigin(ev.Reason)})
 	switch {
 	case ev.To == breaker.Open && ev.From == breaker.Closed:
 		rr.Opens++

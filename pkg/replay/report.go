@@ -25,6 +25,15 @@ func (r *Result) diff() {
 	}
 }
 
+// withOrigin is a transition's reason, with its evidence's origin when it
+// has one (R-FD1): "connection_error, local".
+func withOrigin(t Transition) string {
+	if t.Origin == "" {
+		return t.Reason
+	}
+	return t.Reason + ", " + t.Origin
+}
+
 // WriteText writes the per-route table: candidate, then baseline when
 // there is one.
 func (r *Result) WriteText(w io.Writer) {
@@ -64,7 +73,7 @@ func (r *Result) WriteText(w io.Writer) {
 		tw.Flush()
 		for _, rr := range rep.Routes {
 			for _, t := range rr.Transitions {
-				fmt.Fprintf(w, "  %s %s/%s %s (%s)\n", rfc3339(t.At), rr.Gateway, rr.Route, t.Change, t.Reason)
+				fmt.Fprintf(w, "  %s %s/%s %s (%s)\n", rfc3339(t.At), rr.Gateway, rr.Route, t.Change, withOrigin(t))
 			}
 		}
 		fmt.Fprintln(w)
@@ -92,11 +101,12 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 		}
 		return 100 * (b - a) / (to - from)
 	},
-	"time":    rfc3339,
-	"signed":  func(v int) string { return fmt.Sprintf("%+d", v) },
-	"signed0": func(v float64) string { return fmt.Sprintf("%+.0f", v) },
-	"signedf": func(v float64) string { return fmt.Sprintf("%+.4f", v) },
-	"mid":     func(a, b float64) float64 { return (a + b) / 2 },
+	"time":       rfc3339,
+	"withOrigin": withOrigin,
+	"signed":     func(v int) string { return fmt.Sprintf("%+d", v) },
+	"signed0":    func(v float64) string { return fmt.Sprintf("%+.0f", v) },
+	"signedf":    func(v float64) string { return fmt.Sprintf("%+.4f", v) },
+	"mid":        func(a, b float64) float64 { return (a + b) / 2 },
 	"pct": func(t, from, to float64) float64 {
 		if to <= from {
 			return 0
@@ -123,7 +133,7 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 {{if $rep.HeadroomMoved}}<p>Headroom: {{$rep.HeadroomMoved}} requests moved off a route whose quota was nearly gone, {{$rep.HeadroomAvoided429s}} of them 429s avoided.</p>{{end}}
 <table><tr><th>gateway</th><th>model</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>routed elsewhere</th><th>met a failing route (estimated)</th><th>cost (estimated)</th></tr>
 {{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Model}}</td><td>{{.Route}}</td><td>{{.Opens}}</td><td>{{printf "%.0f" .OpenSec}}</td><td>{{.Served}}</td><td>{{.Rerouted}}</td><td>{{.MetFailing}} ({{.MetFailingEstimated}})</td><td>{{printf "%.4f" .Cost}} ({{printf "%.4f" .CostEstimated}})</td></tr>{{end}}</table>
-{{range $rr := $rep.Routes}}{{range .Transitions}}<p class="note">{{time .At}} {{$rr.Gateway}}/{{$rr.Route}} {{.Change}} ({{.Reason}})</p>{{end}}{{end}}
+{{range $rr := $rep.Routes}}{{range .Transitions}}<p class="note">{{time .At}} {{$rr.Gateway}}/{{$rr.Route}} {{.Change}} ({{withOrigin .}})</p>{{end}}{{end}}
 <div class="legend"><span class="key closed"></span>closed <span class="key half_open"></span>half-open <span class="key open"></span>open <span class="key failmark"></span>a request that met a failing route <span class="key markkey"></span>a transition (hover for its reason)</div>
 <div class="axis"><span style="left:0">{{time $.From}}</span><span style="left:50%">{{time (mid $.From $.To)}}</span><span style="right:0">{{time $.To}}</span></div>
 {{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Bands}}<span class="span {{.State}}" style="left:{{pct .From $.From $.To}}%;width:{{width .From .To $.From $.To}}%"></span>{{end}}{{range .Failures}}<span class="fail" style="left:{{pct . $.From $.To}}%"></span>{{end}}{{range .Transitions}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}</div>{{end}}

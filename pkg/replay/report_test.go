@@ -52,7 +52,7 @@ func TestHTMLShowsWhatTheTextShows(t *testing.T) {
 	for _, rr := range res.Candidate.Routes {
 		want = append(want, fmt.Sprintf("%.4f (%.4f)", rr.Cost, rr.CostEstimated))
 		for _, tr := range rr.Transitions {
-			line := fmt.Sprintf("%s %s/%s %s (%s)", rfc3339(tr.At), rr.Gateway, rr.Route, tr.Change, tr.Reason)
+			line := fmt.Sprintf("%s %s/%s %s (%s)", rfc3339(tr.At), rr.Gateway, rr.Route, tr.Change, withOrigin(tr))
 			if !strings.Contains(text.String(), line) {
 				t.Fatalf("the text lacks its own transition line %q", line)
 			}
@@ -67,5 +67,32 @@ func TestHTMLShowsWhatTheTextShows(t *testing.T) {
 	diffAt, candAt, baseAt := strings.Index(page, "What the candidate changes"), strings.Index(page, "<h2>candidate</h2>"), strings.Index(page, "<h2>baseline</h2>")
 	if diffAt < 0 || candAt < diffAt || baseAt < candAt {
 		t.Errorf("the page's order: difference at %d, candidate at %d, baseline at %d", diffAt, candAt, baseAt)
+	}
+}
+
+// R-FD1, R-FD5: replay's transitions carry their evidence's origin, as
+// the live journal does: a count of 503s is upstream, in the text too.
+func TestReplayTransitionsCarryTheirOrigin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(path, synthetic(20, 10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, err := ReadFiles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := routes.Parse([]byte(cfg), routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Run(rt, log)
+	a := rep.byKey["default|a:r:m"]
+	if a == nil || len(a.Transitions) == 0 || a.Transitions[0].Origin != "upstream" {
+		t.Fatalf("the opening's origin: %+v", a)
+	}
+	var text bytes.Buffer
+	(&Result{Candidate: rep}).WriteText(&text)
+	if !strings.Contains(text.String(), "closed->open (provider_5xx, upstream)") {
+		t.Fatalf("the text lacks the origin:\n%s", text.String())
 	}
 }

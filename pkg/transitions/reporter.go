@@ -73,6 +73,7 @@ func (r *Reporter) Report(e breaker.Event) {
 	r.Log.Info("[circuit_breaker] "+e.Transition(),
 		"transition", e.Transition(),
 		"reason", e.Reason,
+		"origin", breaker.TransitionOrigin(e.Reason),
 		"failures", fmt.Sprintf("%d/%d", e.Failures, e.Threshold),
 		"gateway", gw,
 		"route", e.ID.Route,

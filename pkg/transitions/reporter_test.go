@@ -106,3 +106,28 @@ func TestSaturationIsLogged(t *testing.T) {
 		t.Fatalf("a judge.Saturation was reported as a transition:\n%s", out)
 	}
 }
+
+// R-FD1: a transition's log line and journal entry say whether its
+// evidence was local (Envoy got no answer) or upstream (the provider
+// answered). Before, neither said.
+func TestTransitionsCarryTheirOrigin(t *testing.T) {
+	var buf strings.Builder
+	r := &Reporter{Log: slog.New(slog.NewTextHandler(&buf, nil)), Metrics: metrics.New(), Journal: breaker.NewJournal(8)}
+	for _, tc := range []struct{ route, reason, origin string }{
+		{"openai:us:m", breaker.ReasonConnection, "local"},
+		{"azure:eu:m", breaker.ReasonProvider5xx, "upstream"},
+	} {
+		r.Report(breaker.Event{ID: breaker.RouteID("gw", tc.route), Provider: "p", From: breaker.Closed, To: breaker.Open, Reason: tc.reason})
+		if !strings.Contains(buf.String(), "reason="+tc.reason+" origin="+tc.origin) {
+			t.Fatalf("the log line lacks origin=%s:\n%s", tc.origin, buf.String())
+		}
+	}
+	recent := r.Journal.Recent(10)
+	origins := map[string]string{}
+	for _, e := range recent {
+		origins[e.Route] = e.Origin
+	}
+	if origins["openai:us:m"] != "local" || origins["azure:eu:m"] != "upstream" {
+		t.Fatalf("journal origins %v", origins)
+	}
+}

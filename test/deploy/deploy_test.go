@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/prometheus/common/model"
@@ -38,7 +39,7 @@ func exported(t *testing.T) map[string]bool {
 	m.StoreErrors.WithLabelValues("record")
 	m.Transitions.WithLabelValues("g", "r", "p", "gateway", "closed->open", "x")
 	m.State.WithLabelValues("g", "r", "p", "gateway")
-	m.Outcomes.WithLabelValues("g", "r", "failure", "x")
+	m.Outcomes.WithLabelValues("g", "r", "failure", "x", breaker.OriginLabel("failure", "x"))
 	m.Decisions.WithLabelValues("g", "", "routed")
 	m.ClusterNotFound.WithLabelValues("g", "c")
 	m.MessageDuration.WithLabelValues("request_headers").Observe(0)

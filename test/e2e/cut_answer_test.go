@@ -28,7 +28,7 @@ func TestRouteTimeoutCutsAFlowingAnswer(t *testing.T) {
 		chat(t, p, gpt, true)
 	}
 	neithers := func() int {
-		return metricValue(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",reason="cut_mid_answer",route="openai:us-east:gpt-4o-mini"}`)
+		return metricValue(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",origin="",reason="cut_mid_answer",route="openai:us-east:gpt-4o-mini"}`)
 	}
 	eventually(t, "the cuts are recorded", func() bool { return neithers() >= 3 })
 	m := w.scrape()

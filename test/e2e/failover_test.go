@@ -174,7 +174,7 @@ func TestFailoverHidesAnOutage(t *testing.T) {
 			// On the observer profile the success is recorded at the
 			// response's end, which the client may see first: wait for the
 			// count, then hold it to exactly one per request.
-			const azureOK = `aig_circuit_breaker_outcomes_total{class="success",gateway="failover",reason="success",route="azure:eu-west:gpt-4o-mini"} `
+			const azureOK = `aig_circuit_breaker_outcomes_total{class="success",gateway="failover",origin="",reason="success",route="azure:eu-west:gpt-4o-mini"} `
 			counted := func() string {
 				for _, l := range strings.Split(w.scrape(), "\n") {
 					if strings.HasPrefix(l, azureOK) {
@@ -265,7 +265,7 @@ func TestFailoverRecordsItsLastAttempt(t *testing.T) {
 	}
 	attempts := p.Attempts()
 	last := attempts[len(attempts)-1]
-	series := `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",reason="connection_error",route="openai:eu:gpt-4o-mini"}`
+	series := `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",origin="local",reason="connection_error",route="openai:eu:gpt-4o-mini"}`
 	eventually(t, "the last attempt's connect failure is recorded", func() bool {
 		m := w.scrape()
 		// Attempts 3..n all went to route 3; each one is a connection error.
@@ -278,7 +278,7 @@ func TestFailoverRecordsItsLastAttempt(t *testing.T) {
 		t.Fatalf("last attempt on %s", last.Cluster)
 	}
 	for _, r := range []string{"client_cancel", "no_outcome"} {
-		if strings.Contains(w.scrape(), `class="neither",gateway="failover",reason="`+r+`"`) {
+		if strings.Contains(w.scrape(), `class="neither",gateway="failover",origin="",reason="`+r+`"`) {
 			t.Fatalf("an attempt was recorded as a neither (%s)", r)
 		}
 	}
@@ -475,10 +475,10 @@ func TestFailoverRetryToAMissingClusterIsAConfigError(t *testing.T) {
 		return strings.Contains(w.scrape(), `aig_extproc_cluster_not_found_total{cluster="azure_eu",gateway="failover"} 3`)
 	})
 	m := w.scrape()
-	if strings.Contains(m, `class="failure",gateway="failover",reason="connection_error",route="azure:eu-west:gpt-4o-mini"`) {
+	if strings.Contains(m, `class="failure",gateway="failover",origin="local",reason="connection_error",route="azure:eu-west:gpt-4o-mini"`) {
 		t.Fatal("the retry's UH was charged to the second route as a connection error")
 	}
-	if !strings.Contains(m, `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",reason="connection_error",route="openai:us-east:gpt-4o-mini"} 3`) {
+	if !strings.Contains(m, `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",origin="local",reason="connection_error",route="openai:us-east:gpt-4o-mini"} 3`) {
 		t.Fatal("the refused first attempts were not connection errors")
 	}
 	if !strings.Contains(w.logs.String(), "read as a missing cluster") {

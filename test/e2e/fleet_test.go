@@ -142,7 +142,7 @@ func TestFleetFailoverMeetsAcrossReplicas(t *testing.T) {
 			t.Fatalf("request %d: %d from %q", i, r.status, r.servedBy())
 		}
 	}
-	connErr := `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",reason="connection_error",route="openai:us-east:gpt-4o-mini"}`
+	connErr := `aig_circuit_breaker_outcomes_total{class="failure",gateway="failover",origin="local",reason="connection_error",route="openai:us-east:gpt-4o-mini"}`
 	eventually(t, "three connection errors, across the fleet", func() bool { return w.fleetSum(connErr) == 3 })
 	for _, a := range w.adminAddrs() {
 		eventually(t, "open on replica "+a, func() bool {
@@ -151,7 +151,7 @@ func TestFleetFailoverMeetsAcrossReplicas(t *testing.T) {
 		})
 	}
 	for _, r := range []string{"client_cancel", "no_outcome"} {
-		if n := w.fleetSum(`aig_circuit_breaker_outcomes_total{class="neither",gateway="failover",reason="` + r + `",route="openai:us-east:gpt-4o-mini"}`); n != 0 {
+		if n := w.fleetSum(`aig_circuit_breaker_outcomes_total{class="neither",gateway="failover",origin="",reason="` + r + `",route="openai:us-east:gpt-4o-mini"}`); n != 0 {
 			t.Fatalf("%v refusals became a neither (%s)", n, r)
 		}
 	}

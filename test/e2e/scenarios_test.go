@@ -419,7 +419,7 @@ func TestBrokenStreamsAreNeither(t *testing.T) {
 	neithers := func() int {
 		n := 0
 		for _, r := range []string{"stream_error", "client_cancel"} {
-			n += metricValue(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",reason="`+r+`",route="openai:us-east:gpt-4o-mini"}`)
+			n += metricValue(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",origin="",reason="`+r+`",route="openai:us-east:gpt-4o-mini"}`)
 		}
 		return n
 	}
@@ -513,7 +513,7 @@ func TestTrailersEndAnAnswer(t *testing.T) {
 	if p.Stats().Get("body_end_not_sent") == 0 {
 		t.Fatal("envoysim sent the body's end: the scenario proves nothing")
 	}
-	ok := `aig_circuit_breaker_outcomes_total{class="success",gateway="default",reason="success",route="openai:us-east:gpt-4o-mini"} 4`
+	ok := `aig_circuit_breaker_outcomes_total{class="success",gateway="default",origin="",reason="success",route="openai:us-east:gpt-4o-mini"} 4`
 	eventually(t, "four successes", func() bool {
 		w.clk.Advance(time.Second)
 		return strings.Contains(w.scrape(), ok)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 	"github.com/fusebox-llm/fusebox/test/e2e/fakeprovider"
 )
@@ -128,7 +129,7 @@ func runOutage(t *testing.T, w *world, p *envoysim.Proxy, o outage) {
 			t.Fatalf("request %d into the outage: %d", i, r.status)
 		}
 	}
-	series := `aig_circuit_breaker_outcomes_total{class="` + o.class + `",gateway="default",reason="` + o.reason + `",route="openai:us-east:gpt-4o-mini"} 3`
+	series := `aig_circuit_breaker_outcomes_total{class="` + o.class + `",gateway="default",origin="` + breaker.OriginLabel(o.class, o.reason) + `",reason="` + o.reason + `",route="openai:us-east:gpt-4o-mini"} 3`
 	eventually(t, "three "+o.reason+" outcomes", func() bool { return strings.Contains(w.scrape(), series) })
 	b := w.breaker("default", "openai:us-east:gpt-4o-mini")
 	if !o.opens {
@@ -165,7 +166,7 @@ func TestMutatedEnvoysimFailsTheOutage(t *testing.T) {
 	// a failure.
 	eventually(t, "the neithers are recorded", func() bool {
 		w.clk.Advance(time.Second)
-		return strings.Contains(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",reason="no_outcome",route="openai:us-east:gpt-4o-mini"} 4`)
+		return strings.Contains(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",origin="",reason="no_outcome",route="openai:us-east:gpt-4o-mini"} 4`)
 	})
 	if b := w.breaker("default", "openai:us-east:gpt-4o-mini"); b != nil {
 		t.Fatalf("without the channel the breaker opened: the scenario would not prove the channel: %v", b)

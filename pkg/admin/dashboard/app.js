@@ -123,7 +123,7 @@ function renderTimeline(entries) {
     li.dataset.route = e.route;
     li.dataset.transition = e.transition;
     const who = e.scope === "global" ? `fleet ${e.route}` : `${e.gateway} / ${e.route}`;
-    const evidence = `reason ${e.reason}; window ${e.window_calls} calls, ${e.window_failures} failures` +
+    const evidence = `reason ${e.reason}${e.origin ? ` (${e.origin})` : ""}; window ${e.window_calls} calls, ${e.window_failures} failures` +
       (e.threshold ? ` (threshold ${e.threshold})` : "") + `; policy ${e.policy_version || "—"}`;
     let next = "next request: not yet";
     if (e.next) {
