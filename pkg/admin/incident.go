@@ -50,6 +50,10 @@ type ModelSummary struct {
 	// degradation says "fail_fast_forced" (before, plain fail_fast, on a
 	// gateway configured try_all, with nothing saying why).
 	Forced []string `json:"forced"`
+	// ReplicaScoped lists the unhealthy routes this replica alone holds
+	// open (R-FD3): its Envoy got no answer from them, and too few
+	// replicas saw the same for the fleet to open them.
+	ReplicaScoped []string `json:"replica_scoped"`
 }
 
 // DegradationFailFastForced: a try_all model fails fast because its
@@ -70,7 +74,7 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 		g := rt.Gateways[id]
 		for _, name := range g.ModelNames {
 			m := g.Models[name]
-			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}, Saturated: []string{}, Forced: []string{}}
+			s := ModelSummary{Gateway: id, Model: name, Unhealthy: []string{}, Skipped: []string{}, WouldSkip: []string{}, Saturated: []string{}, Forced: []string{}, ReplicaScoped: []string{}}
 			cands := m.Candidates(nil)
 			v := make([]breaker.Verdict, len(cands))
 			for i, r := range cands {
@@ -86,6 +90,9 @@ func Summary(rt *routes.Runtime, st breaker.Store, now int64) []ModelSummary {
 					s.Unhealthy = append(s.Unhealthy, r.Key)
 					if tv.Forced {
 						s.Forced = append(s.Forced, r.Key)
+					}
+					if tv.ReplicaScoped {
+						s.ReplicaScoped = append(s.ReplicaScoped, r.Key)
 					}
 				default:
 					s.Healthy++

@@ -34,6 +34,10 @@ type Event struct {
 	// SaturatedUntil is when a started one ends, unix ns.
 	Saturation     string
 	SaturatedUntil int64
+	// ReplicaScoped: a transition of one replica's own view of its egress
+	// (R-FD3), that replica's id in Replica; false for the route's state.
+	ReplicaScoped bool
+	Replica       string
 }
 
 // The Saturation values of an event.
@@ -111,4 +115,13 @@ func (m *machine) failuresLocked(now int64, p *Policy) int {
 		return int(f)
 	}
 	return m.tumble.current(now)
+}
+
+// JournalScope is the scope an operator reads for the transition: the
+// breaker's, or ScopeReplica for one replica's own open (R-FD3).
+func (e Event) JournalScope() Scope {
+	if e.ReplicaScoped {
+		return ScopeReplica
+	}
+	return e.ID.Scope
 }

@@ -93,7 +93,7 @@ func (j *Journal) Add(e Event) JournalEntry {
 	}
 	j.seq++
 	j.ring[j.next] = JournalEntry{ID: j.replica + ":" + strconv.FormatUint(j.seq, 10), Replica: j.replica,
-		At: float64(e.At) / 1e9, Gateway: e.ID.Gateway, Route: e.ID.Route, Scope: e.ID.Scope,
+		At: float64(e.At) / 1e9, Gateway: e.ID.Gateway, Route: e.ID.Route, Scope: e.JournalScope(),
 		Transition: e.Transition(), Reason: e.Reason, Origin: TransitionOrigin(e.Reason), Failures: e.Failures, Threshold: e.Threshold,
 		WindowCalls: e.WindowCalls, WindowFailures: e.WindowFailures, PolicyVersion: e.PolicyVersion}
 	out := j.ring[j.next]
@@ -118,7 +118,7 @@ func (j *Journal) Decided(gw, model, route, action string, candidates func(key s
 		if e.Transition == "" || e.Next != nil || e.Gateway != gw && e.Scope != ScopeGlobal {
 			continue
 		}
-		if e.Scope == ScopeGateway && !candidates(e.Route) {
+		if (e.Scope == ScopeGateway || e.Scope == ScopeReplica) && !candidates(e.Route) {
 			continue
 		}
 		e.Next = &JournalNext{Model: model, Route: route, Action: action, At: float64(now) / 1e9}

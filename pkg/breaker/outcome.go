@@ -65,7 +65,15 @@ const (
 	ReasonCutMidAnswer = "cut_mid_answer"
 	// ReasonNoOutcome: no channel said what became of a decision or a
 	// parked attempt within its wait (an expiry, R-DL2).
-	ReasonNoOutcome       = "no_outcome"
+	ReasonNoOutcome = "no_outcome"
+	// ReasonHeldForQuorum: a locally originated failure the shared state
+	// counts only with a quorum of replicas (R-FD2); the replica's own
+	// view of the shared state does not count it meanwhile.
+	ReasonHeldForQuorum = "held_for_quorum"
+	// ReasonRequestFault: the request's failure is its own, not the
+	// route's (R-FD4): the same answer on two routes, or again after a
+	// client's retry, while the routes answer other requests.
+	ReasonRequestFault    = "request_fault"
 	ReasonStreamError     = "stream_error"
 	ReasonLengthCap       = "length_cap"
 	ReasonNoOutput        = "no_output"

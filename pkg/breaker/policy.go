@@ -80,6 +80,15 @@ type Policy struct {
 	// (absent from the canonical JSON, so that a policy without it keeps
 	// its version).
 	Headroom *Headroom `json:"headroom,omitempty"`
+	// LocalOriginQuorum is how many replicas sharing a store must each see
+	// locally originated failures of a route in its window before those
+	// failures count for every replica (R-FD2); below it they open the
+	// seeing replica's own view only. 1 = everywhere at once.
+	LocalOriginQuorum int `json:"local_origin_quorum"`
+	// RequestFaultTTLSec is how long a request judged at fault (its
+	// failures are its own, not the route's: R-FD4) is remembered by its
+	// fingerprint; 0 = request faults are not judged.
+	RequestFaultTTLSec int `json:"request_fault_ttl_sec"`
 
 	// Version is the first 8 hex characters of the SHA-256 of the canonical
 	// JSON above (R-P4). Set by Finish.
@@ -126,6 +135,8 @@ func DefaultPolicy() Policy {
 		WhenAllOpen:         WhenAllOpenTryAll,
 
 		RecoveryRampStartPercent: 10,
+		LocalOriginQuorum:        2,
+		RequestFaultTTLSec:       600,
 	}
 }
 

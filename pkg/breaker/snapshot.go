@@ -70,6 +70,10 @@ func SnapshotOf(s *Memory, k Key, now int64) (Snapshot, error) {
 func (m *machine) restore(s Snapshot) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.restoreLocked(s)
+}
+
+func (m *machine) restoreLocked(s Snapshot) {
 	if s.State != m.state {
 		if s.State == Closed {
 			m.consecutive = 0
@@ -93,6 +97,28 @@ func (m *machine) restore(s Snapshot) {
 		m.gen = 1
 	}
 	m.publish()
+}
+
+// RestoreAsOwn is Restore for a state the view must report as its own
+// transition: an operator's override that Redis answered while the view
+// was the store (a shared store's degraded mode, R-ST4). The view's chain
+// of transitions is then the store's, and one that jumped with no line (a
+// silent open, then "open->closed" when the force ran out) explained
+// nothing (#54, the fleet soak under load). reason names the override.
+func RestoreAsOwn(s *Memory, k Key, snap Snapshot, now int64, reason string) error {
+	m, err := s.get(k)
+	if err != nil {
+		return err
+	}
+	var evs events
+	m.mu.Lock()
+	from := m.state
+	m.restoreLocked(snap)
+	if from != m.state {
+		evs.add(m.event(now, m.policy, from, reason))
+	}
+	m.unlock(&evs)
+	return nil
 }
 
 // AcquireHealthy admits a request on the lock-free path when the local
@@ -135,4 +161,14 @@ func AcquireForced(s *Memory, k Key, now int64) (Admission, bool) {
 		m.blockedUntil <= now && len(m.leases) < p.HalfOpenMaxProbes
 	m.unlock(&evs)
 	return adm, !slot
+}
+
+// CurrentGen is k's generation now on s (0 when not installed): what an
+// outcome recorded on a view that did not admit its request carries.
+func CurrentGen(s *Memory, k Key) uint64 {
+	m, err := s.get(k)
+	if err != nil {
+		return 0
+	}
+	return m.word.Load() >> genShift
 }

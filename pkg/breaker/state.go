@@ -30,6 +30,9 @@ type Scope string
 const (
 	ScopeGateway Scope = "gateway"
 	ScopeGlobal  Scope = "global"
+	// ScopeReplica is no breaker's: it names one replica's own open of a
+	// route (R-FD3) in transitions, logs and the dashboard.
+	ScopeReplica Scope = "replica"
 )
 
 // ID identifies a breaker: gateway + route key for a route breaker; for a

@@ -29,6 +29,10 @@ type Status struct {
 	// headroom floors, until SaturatedUntil (R-H2, R-H4).
 	Saturated      bool     `json:"saturated"`
 	SaturatedUntil *float64 `json:"saturated_until"`
+	// ReplicaScope is this replica's own open of the route (R-FD3): its
+	// locally originated failures, below the fleet's quorum; nil when
+	// there is none.
+	ReplicaScope *ReplicaScope `json:"replica_scope,omitempty"`
 
 	// Notable: open, half-open or Retry-After-blocked; only these appear
 	// in R-API1.
@@ -77,4 +81,28 @@ func (m *machine) status(now int64) Status {
 // closed, with the policy's version.
 func ClosedStatus(scope Scope, p *Policy) Status {
 	return Status{State: Closed.String(), Scope: scope, PolicyVersion: p.Version}
+}
+
+// ReplicaScope is a route's open on one replica alone (R-FD3): Envoy on
+// that replica got no answer from the provider (its egress, not the
+// provider, may be at fault), and too few replicas saw the same for the
+// fleet to open it.
+type ReplicaScope struct {
+	Replica   string   `json:"replica"`
+	State     string   `json:"state"`
+	Reason    string   `json:"reason"`
+	OpenedAt  *float64 `json:"opened_at"`
+	OpenUntil *float64 `json:"open_until"`
+	Reopens   int      `json:"reopens"`
+	Failures  int      `json:"failures"`
+}
+
+// ReplicaScopeOf is the replica scope of st, a status of replica's own
+// view of its egress; nil when that view is closed.
+func ReplicaScopeOf(replica string, st Status) *ReplicaScope {
+	if st.State == Closed.String() && !st.Notable {
+		return nil
+	}
+	return &ReplicaScope{Replica: replica, State: st.State, Reason: st.Reason, OpenedAt: st.OpenedAt,
+		OpenUntil: st.OpenUntil, Reopens: st.Reopens, Failures: st.Failures}
 }

@@ -24,6 +24,10 @@ type TargetVerdict struct {
 	// WouldSkip: a shadow breaker is unhealthy; prod would have skipped
 	// the route, shadow dispatches to it and lists it (R-M2, R-M4).
 	WouldSkip bool
+	// sharedUnhealthy: a breaker's shared state (not one replica's own
+	// open) made the target unhealthy; ReplicaScoped is left only when
+	// none did.
+	sharedUnhealthy bool
 }
 
 // Peek combines the verdicts: the target is unhealthy when either prod
@@ -68,6 +72,8 @@ func (tv *TargetVerdict) merge(v Verdict) {
 		return
 	}
 	tv.Allowed = false
+	tv.sharedUnhealthy = tv.sharedUnhealthy || !v.ReplicaScoped
+	tv.ReplicaScoped = !tv.sharedUnhealthy
 	tv.Forced = tv.Forced || v.Forced
 	tv.Blocked = tv.Blocked || v.Blocked
 	tv.ProbesFull = tv.ProbesFull || v.ProbesFull

@@ -35,6 +35,10 @@ type Verdict struct {
 	Shadow bool
 	// Off: the breaker's policy is off or disabled: not consulted (R-M1).
 	Off bool
+	// ReplicaScoped: the verdict is this replica's own view of its egress
+	// (R-FD2, R-FD3): locally originated failures opened the route here
+	// alone, while the shared state still admits it.
+	ReplicaScoped bool
 }
 
 // Admission is what a dispatched request carries until its outcome is

@@ -29,6 +29,11 @@ type AttemptToken struct {
 	Model    string         `json:"m"` // the client's model name
 	Path     string         `json:"p"` // the client's :path
 	Chain    []AttemptGroup `json:"c"`
+	// FP is the request's fingerprint (hex; R-FD4) and Retried whether
+	// the client said it is a retry: the attempts judge request faults
+	// with them. The token is sealed: neither reaches a provider.
+	FP      string `json:"f,omitempty"`
+	Retried bool   `json:"rt,omitempty"`
 }
 
 // AttemptGroup is one route of the chain with the admission the route role

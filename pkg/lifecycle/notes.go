@@ -26,6 +26,12 @@ type Notes struct {
 	Count func(event, result string)
 	// Internal counts an internal error (fusebox_internal_errors_total).
 	Internal func(where string)
+	// AfterFunc arms the resends' timers; nil = breaker.AfterFunc on
+	// Clock. The processor's ends with it: a resend runs until the
+	// record key's life ends (10 minutes or more), and one armed on a
+	// stopped fusebox kept it, its store and its tables, alive that long
+	// (#54: the fleet soak held 4 of 9 restarted fuseboxes).
+	AfterFunc func(d time.Duration, f func()) breaker.Timer
 
 	mu sync.Mutex
 	// early counts the early-entry notes made since earlyFrom (R-DL5).
@@ -161,7 +167,7 @@ func (n *Notes) Resend(decision, event string, op Op, then func(Act)) {
 		act := n.Run(decision, nil, op)
 		if Unknown(act.How) && n.Clock.Now().Before(until) {
 			every = min(2*every, 5*time.Second)
-			breaker.AfterFunc(n.Clock, every, try)
+			n.after(every, try)
 			return
 		}
 		n.mu.Lock()
@@ -171,7 +177,15 @@ func (n *Notes) Resend(decision, event string, op Op, then func(Act)) {
 			then(act)
 		}
 	}
-	breaker.AfterFunc(n.Clock, every, try)
+	n.after(every, try)
+}
+
+func (n *Notes) after(d time.Duration, f func()) {
+	if n.AfterFunc != nil {
+		n.AfterFunc(d, f)
+		return
+	}
+	breaker.AfterFunc(n.Clock, d, f)
 }
 
 // MaxEarly bounds the notes this replica creates for entries that name no

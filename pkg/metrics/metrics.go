@@ -45,6 +45,14 @@ type Metrics struct {
 	DeploymentMismatch *prometheus.CounterVec // what
 	// RouteBaseline is a route's latency baseline (R-T6).
 	RouteBaseline *prometheus.GaugeVec // gateway, route
+	// ReplicaScopedOpen is 1 while this replica's own view of its egress
+	// holds a route open (R-FD3).
+	ReplicaScopedOpen *prometheus.GaugeVec // gateway, route
+	// RequestFaults counts attempts whose failure was judged the
+	// request's own (R-FD4).
+	RequestFaults *prometheus.CounterVec // gateway, model
+	// ReplicasAlive is how many replicas share the store (R-FD2).
+	ReplicasAlive prometheus.Gauge
 }
 
 // Values of fusebox_refused_total{what}.
@@ -127,6 +135,18 @@ func New() *Metrics {
 			Name: "fusebox_route_latency_baseline_seconds",
 			Help: "A route's p50 latency of successes over the last 15 minutes (R-T6), for routes with slow_call_baseline_multiplier.",
 		}, []string{"gateway", "route"}),
+		ReplicaScopedOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fusebox_replica_scoped_open",
+			Help: "1 while this replica alone holds a route open (R-FD3): its Envoy got no answer from the provider (its egress may be at fault) and too few replicas saw the same for the fleet to open it.",
+		}, []string{"gateway", "route"}),
+		RequestFaults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_request_faults_total",
+			Help: "Attempts whose failure was judged the request's own, not the route's (R-FD4): the same answer again for the same request (a client's retry) while its routes answer other requests; recorded as neither (request_fault).",
+		}, []string{"gateway", "model"}),
+		ReplicasAlive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fusebox_replicas_alive",
+			Help: "Replicas sharing the store (Redis) that beat lately, this one included (R-FD2): the quorum for locally originated failures is capped at it. 0 on the memory store.",
+		}),
 		AccessLogEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_access_log_entries_total",
 			Help: "Envoy access log entries received, by what became of them: recorded, duplicate, unknown_decision, no_decision, cluster_mismatch, ignored.",
@@ -159,7 +179,7 @@ func New() *Metrics {
 	reg.MustRegister(m.Transitions, m.State, m.Outcomes, m.Decisions, m.ClusterNotFound,
 		m.MessageDuration, m.StreamsActive, m.StoreErrors, m.ConfigReloads, m.ConfigFallbacks,
 		m.InternalErrors, m.Refused, m.RouteBaseline, m.AccessLogEntries, m.DecisionEvents, m.DeploymentMismatch,
-		m.RouteHeadroom, m.HeadroomIgnored, m.BreakerMode,
+		m.RouteHeadroom, m.HeadroomIgnored, m.BreakerMode, m.ReplicaScopedOpen, m.ReplicasAlive, m.RequestFaults,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the reload series so a scrape shows zeros before any reload.
 	m.ConfigReloads.WithLabelValues("success")

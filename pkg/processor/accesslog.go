@@ -38,7 +38,10 @@ const (
 
 // entryOutcome is what one access log entry says of its request.
 type entryOutcome struct {
-	res     breaker.Result
+	res breaker.Result
+	// trace: the decision's span as its metadata names it (R-TR3); ""
+	// when it was not traced.
+	trace   string
 	cluster string // upstream_cluster: "" when no host was picked (NC, UH)
 	attempt uint32 // upstream_request_attempt_count, 0 unknown
 	flags   uint64 // the judged response flags (judge.EntryFlags)
@@ -172,6 +175,9 @@ func (s *Server) takeEntry(e *accesslogdatav3.HTTPAccessLogEntry) string {
 		return EntryNoDecision
 	}
 	out := entryResult(e)
+	if s.tracer != nil {
+		out.trace = cp.GetMetadata().GetFilterMetadata()["fusebox"].GetFields()[traceKey].GetStringValue()
+	}
 	s.reached.note(out.cluster)
 	out.id = lifecycle.NewOpID('e')
 	s.sealedChain(id, &out)

@@ -2,9 +2,12 @@ package processor
 
 import (
 	"context"
+	"encoding/hex"
 	"strconv"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/extproc"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -61,6 +64,9 @@ func (s *Server) parseAttemptToken(tok string) (attemptToken, error) {
 // taken now (closed routes: a generation, no slot).
 func (st *stream) chainToken(groups []chainGroup) string {
 	t := attemptToken{V: 1, Decision: st.decisionID, Gateway: st.gw.ID, Model: st.modelName, Path: st.path}
+	if st.hasFP {
+		t.FP, t.Retried = hex.EncodeToString(st.fp[:]), st.retried
+	}
 	for _, g := range groups {
 		t.Chain = append(t.Chain, attemptGroup{Route: g.route.Key, RouteGen: g.adm.Route.Gen, RouteLease: g.adm.Route.Lease,
 			FleetGen: g.adm.Fleet.Gen, FleetLease: g.adm.Fleet.Lease})
@@ -148,6 +154,8 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 	if st.target == nil {
 		return attemptPassthrough()
 	}
+	st.modelName = t.Model
+	st.attemptFingerprint(t, n)
 	st.adm = breaker.TargetAdmission{Route: breaker.Admission{Gen: g.RouteGen, Lease: g.RouteLease},
 		Fleet: breaker.Admission{Gen: g.FleetGen, Lease: g.FleetLease}}
 	if n > 1 {
@@ -155,6 +163,16 @@ func (a *attemptStream) onHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processin
 		st.adm.Route.Lease, st.adm.Fleet.Lease = 0, 0
 	}
 	st.tracked = !st.target.Peek(context.Background(), st.s.store, st.startNs).Off
+	if st.s.tracer != nil && st.decisionID != "" {
+		// Under its decision's span, when the decision was traced here.
+		if dec := st.s.traced.get(st.decisionID); dec != nil {
+			st.attemptSpan = dec.Attempt(n, route.Key, route.Provider, time.Unix(0, st.startNs))
+		} else {
+			// Another replica's decision: under the attempt's own
+			// context from Envoy, in the request's trace.
+			st.attemptSpan = st.s.tracer.AttemptIn(st.traceParent, n, route.Key, route.Provider, time.Unix(0, st.startNs))
+		}
+	}
 	// A previous attempt of this request that ended before any response
 	// headers was retried by Envoy: its connection failed or was reset.
 	// The note hears of every attempt's arrival: an attempt number seen
@@ -270,5 +288,6 @@ func (st *stream) recordNeither() {
 // its wait; a neither that frees its slot, named for what happened (not a
 // client cancel).
 func (st *stream) recordNeitherExpired() {
+	st.traceChannel = tracing.ChannelExpiry
 	st.record(breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonNoOutcome, ElapsedMs: -1}, st.now())
 }

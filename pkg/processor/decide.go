@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
 	"github.com/fusebox-llm/fusebox/pkg/plan"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
 
 	"github.com/fusebox-llm/fusebox/pkg/extproc"
 
@@ -54,6 +56,7 @@ func (st *stream) decide() decision {
 			fmt.Sprintf("model %q is not served by gateway %q", extproc.EchoName(st.modelName), gw.ID))}
 	}
 	st.model = m
+	st.noteFingerprint(st.reqBody)
 	cands := m.Candidates(st.residency)
 	if len(cands) == 0 {
 		st.s.metrics.Decisions.WithLabelValues(gw.ID, m.Name, plan.ActionRejected).Inc()
@@ -82,7 +85,7 @@ func (st *stream) decide() decision {
 	}
 	pl := plan.PlanRoutes(now, pk.verdicts, pol.MaxEjectionPercent, pol.WhenAllOpen, ramp, obuf[:0], sbuf[:0])
 	if pl.FailFast {
-		return st.failFast(m, cands, pl.Selection, now)
+		return st.failFast(m, cands, pk.verdicts, pl.Selection, now)
 	}
 	skipped, chosenAt := st.admit(cands, pk.verdicts, pl, now)
 	idx := pl.Order[chosenAt]
@@ -105,6 +108,10 @@ func (st *stream) decide() decision {
 	d.stage = stage
 	if st.rt.Envoy.Failover {
 		st.withChainOf(&d, action, cands, pk.verdicts, pl.Order, chosenAt, m.MaxAttempts, now)
+	}
+	if st.s.tracer != nil {
+		// Before keepDecision: the decision's metadata names its span.
+		st.traceDecision(m, cands, pk.verdicts, pl.Order, skipped, chosenAt, action)
 	}
 	if st.tracked {
 		st.keepDecision(&d, m)
@@ -186,9 +193,13 @@ func (r *liveRamp) Draw(i int) uint16 {
 }
 
 // failFast answers a model with no route left under fail_fast (R-F3).
-func (st *stream) failFast(m *routes.Model, cands []*routes.Route, sel plan.Selection, now int64) decision {
+func (st *stream) failFast(m *routes.Model, cands []*routes.Route, v []breaker.Verdict, sel plan.Selection, now int64) decision {
 	st.s.metrics.Decisions.WithLabelValues(st.gw.ID, m.Name, plan.ActionFailFast).Inc()
 	st.journalDecided(m, cands, nil, plan.ActionFailFast, now)
+	if st.s.tracer != nil {
+		st.traceDecision(m, cands, v, nil, sel.Skipped, -1, plan.ActionFailFast)
+		st.span.End(time.Unix(0, now))
+	}
 	hdrs := []*corev3.HeaderValueOption{extproc.SetHeader("retry-after", strconv.FormatInt(sel.RetryAfterSec, 10))}
 	if !m.Policy.FailFastClientRetry {
 		// The official SDKs otherwise sleep up to 60 s on retry-after
@@ -275,6 +286,11 @@ func (st *stream) keepDecision(d *decision, m *routes.Model) {
 	ns := d.stage.Fields["fusebox"].GetStructValue().Fields
 	ns["model"] = structpb.NewStringValue(m.Name)
 	ns["gateway"] = structpb.NewStringValue(st.gw.ID)
+	if st.span != nil {
+		// The decision's span (W3C traceparent), for an outcome that
+		// another replica records from the access log entry (R-TR3).
+		ns[traceKey] = structpb.NewStringValue(tracing.Traceparent(st.span.Context()))
+	}
 	if st.handedOver {
 		return
 	}

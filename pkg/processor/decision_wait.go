@@ -5,6 +5,7 @@ import (
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
 )
 
 // A route-role decision on the replica that made it, from its stream's end
@@ -66,6 +67,10 @@ func (s *Server) entryForStream(p *pending, id string, out entryOutcome) string 
 
 // recordEntry records what an entry says for st's decision.
 func (st *stream) recordEntry(out entryOutcome) {
+	st.traceChannel = tracing.ChannelAccessLog
+	if st.traceRef == "" {
+		st.traceRef = out.trace
+	}
 	st.reportClusterNotFound(out.res)
 	st.record(out.res, st.now())
 }
@@ -223,7 +228,7 @@ func (st *stream) waitEventLate(p *pending, ev lifecycle.WaitEvent, how lifecycl
 	if act.Hold {
 		p.mu.Lock()
 		if act.Next != lifecycle.WaitDone {
-			p.timer = breaker.AfterFunc(s.clock, p.wait, func() { st.waitEvent(p, lifecycle.WExpire, lifecycle.HowNone, nil, nil) })
+			p.timer = s.timers.after(s.clock, p.wait, func() { st.waitEvent(p, lifecycle.WExpire, lifecycle.HowNone, nil, nil) })
 			if act.Next == lifecycle.WaitNote && ev == lifecycle.WAnswer && how == lifecycle.HowParked && p.held == nil {
 				p.held = &s.held // taken above
 			}
@@ -238,7 +243,7 @@ func (st *stream) waitEventLate(p *pending, ev lifecycle.WaitEvent, how lifecycl
 	}
 	if act.AskExpire {
 		if ev == lifecycle.WExpired {
-			breaker.AfterFunc(s.clock, lifecycle.ResendEvery, func() { st.askExpire(p) })
+			s.timers.after(s.clock, lifecycle.ResendEvery, func() { st.askExpire(p) })
 		} else {
 			st.askExpire(p)
 		}
@@ -312,7 +317,7 @@ func (st *stream) reparkDecision(p *pending) {
 	if !start {
 		return
 	}
-	breaker.AfterFunc(s.clock, lifecycle.ResendEvery, func() {
+	s.timers.after(s.clock, lifecycle.ResendEvery, func() {
 		p.mu.Lock()
 		write, giveUp := p.rewrite.fire(s.clock.Now().UnixNano(), p.w == lifecycle.WaitAlone || p.w == lifecycle.WaitGone)
 		p.mu.Unlock()
@@ -402,7 +407,7 @@ func (st *stream) recheckDecision(p *pending) {
 	if i > 0 {
 		delay -= recheckAfter[i-1]
 	}
-	breaker.AfterFunc(s.clock, delay, func() {
+	s.timers.after(s.clock, delay, func() {
 		p.mu.Lock()
 		inNote := p.w == lifecycle.WaitNote
 		p.mu.Unlock()

@@ -124,6 +124,8 @@ type env struct {
 	// pace spaces the observer's chunks (observeWith), as an upstream
 	// streams them; 0: back to back.
 	pace time.Duration
+	// traceparent, when set, is sent on every stream (Envoy's tracer).
+	traceparent string
 }
 
 func newEnv(t *testing.T, opts ...func(*Options)) *env {
@@ -153,6 +155,9 @@ func newEnvOn(t *testing.T, config string, wire bool, opts ...func(*Options)) *e
 	}
 	e := &env{t: t, clk: breaker.NewFakeClock(testT0), metrics: metrics.New(), holder: routes.NewHolder(rt), events: make(chan breaker.Event, 100)}
 	e.store = breaker.NewMemory(func(ev breaker.Event) {
+		if e.srv != nil {
+			e.srv.OnTransition(ev) // mainlib's reporter does (traces)
+		}
 		select {
 		case e.events <- ev:
 		default:
@@ -204,6 +209,9 @@ func (e *env) open(role string) *call {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if role != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, RoleHeader, role)
+	}
+	if e.traceparent != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", e.traceparent)
 	}
 	s, err := e.client.Process(ctx)
 	if err != nil {

@@ -70,7 +70,7 @@ func (st *stream) recordBroken() {
 		st.label = nil // nothing was counted (recorded elsewhere first)
 		return
 	}
-	switch reason, added := s.labels.add(id, st, wait, s.clock); {
+	switch reason, added := s.labels.add(id, st, wait, s.clock, &s.timers); {
 	case reason != "":
 		st.countLabel(reason) // the entry came first
 	case !added:
@@ -96,7 +96,7 @@ func (st *stream) countLabel(reason string) {
 // add makes st wait for decision id's label, unless an entry already
 // left one (kept by keepEarly within the wait): then reason is it. added
 // is false when the table is full.
-func (l *labelWaits) add(id string, st *stream, wait time.Duration, clock breaker.Clock) (reason string, added bool) {
+func (l *labelWaits) add(id string, st *stream, wait time.Duration, clock breaker.Clock, ts *timerSet) (reason string, added bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.early[id]; ok {
@@ -113,7 +113,7 @@ func (l *labelWaits) add(id string, st *stream, wait time.Duration, clock breake
 	}
 	w := &labelWait{st: st}
 	l.m[id] = w
-	w.timer = breaker.AfterFunc(clock, wait, func() {
+	w.timer = ts.after(clock, wait, func() {
 		if l.take(id, w) {
 			st.countLabel(breaker.ReasonClientCancel)
 		}

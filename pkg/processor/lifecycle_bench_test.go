@@ -78,7 +78,12 @@ func newLifecycle() *benchLifecycle {
 }
 
 func (l *benchLifecycle) run(b *testing.B, client extprocv3.ExternalProcessorClient) {
-	s, err := client.Process(context.Background())
+	l.runCtx(b, context.Background(), client)
+}
+
+// runCtx is run with the stream's context (its metadata: Envoy's trace).
+func (l *benchLifecycle) runCtx(b *testing.B, ctx context.Context, client extprocv3.ExternalProcessorClient) {
+	s, err := client.Process(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,7 +129,11 @@ func benchServer(b *testing.B, srv extprocv3.ExternalProcessorServer) extprocv3.
 }
 
 func fuseboxBenchServer(b *testing.B, opts ...func(*Options)) *Server {
-	rt, err := routes.Parse([]byte(testConfig), routes.Options{})
+	return fuseboxBenchServerOn(b, testConfig, opts...)
+}
+
+func fuseboxBenchServerOn(b *testing.B, config string, opts ...func(*Options)) *Server {
+	rt, err := routes.Parse([]byte(config), routes.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,6 +158,11 @@ func BenchmarkLifecycle(b *testing.B) {
 	}{
 		{"null", func(b *testing.B) extprocv3.ExternalProcessorServer { return nullServer{} }},
 		{"fusebox", func(b *testing.B) extprocv3.ExternalProcessorServer { return fuseboxBenchServer(b) }},
+		// Request faults off (R-FD4): what the request's fingerprint (a
+		// keyed hash of the 8 KiB body) costs, in the same run.
+		{"fusebox-no-request-faults", func(b *testing.B) extprocv3.ExternalProcessorServer {
+			return fuseboxBenchServerOn(b, strings.Replace(testConfig, "base: {enabled: true,", "base: {enabled: true, request_fault_ttl_sec: 0,", 1))
+		}},
 		// With the stream lifetime bounds (R-L13), as mainlib runs it: the
 		// cost of the serving goroutine and the watch per stream.
 		{"fusebox-bounded", func(b *testing.B) extprocv3.ExternalProcessorServer {

@@ -61,6 +61,8 @@ func newMeetings(s *Server) *meetings {
 		},
 		Count:    func(event, result string) { s.metrics.DecisionEvents.WithLabelValues(event, result).Inc() },
 		Internal: func(where string) { s.metrics.InternalErrors.WithLabelValues(where).Inc() },
+		// Ended by Stop with every other timer of the server (timers.go).
+		AfterFunc: func(d time.Duration, f func()) breaker.Timer { return s.timers.after(s.clock, d, f) },
 	}
 	return &meetings{s: s, notes: notes, ttl: lifecycle.ParkFor, max: 10000, here: map[string]*parkedHere{}}
 }
@@ -179,7 +181,7 @@ func (m *meetings) do(id string, h *parkedHere, act lifecycle.WaitAct, how lifec
 	}
 	m.mu.Lock()
 	if act.Hold && h.w != lifecycle.WaitDone {
-		h.timer = breaker.AfterFunc(m.s.clock, m.ttl, func() { m.expire(id, h) })
+		h.timer = m.s.timers.after(m.s.clock, m.ttl, func() { m.expire(id, h) })
 	}
 	repark := act.Repark || h.rewrite.unanswered
 	m.mu.Unlock()
@@ -204,7 +206,7 @@ func (m *meetings) repark(id string, h *parkedHere) {
 	if !start {
 		return
 	}
-	breaker.AfterFunc(m.s.clock, lifecycle.ResendEvery, func() {
+	m.s.timers.after(m.s.clock, lifecycle.ResendEvery, func() {
 		m.mu.Lock()
 		write, giveUp := h.rewrite.fire(m.s.clock.Now().UnixNano(), h.w == lifecycle.WaitAlone || h.w == lifecycle.WaitGone)
 		m.mu.Unlock()
@@ -243,7 +245,7 @@ func (m *meetings) askExpire(id string, h *parkedHere) {
 	if act.AskExpire {
 		// Unknown: applied again after a while.
 		act.AskExpire = false
-		breaker.AfterFunc(m.s.clock, lifecycle.ResendEvery, func() { m.askExpire(id, h) })
+		m.s.timers.after(m.s.clock, lifecycle.ResendEvery, func() { m.askExpire(id, h) })
 	}
 	m.do(id, h, act, how, lifecycle.Entry{}, false, nil)
 }

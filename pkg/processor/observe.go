@@ -6,6 +6,8 @@ import (
 
 	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/fusebox-llm/fusebox/pkg/streamlife"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fusebox-llm/fusebox/pkg/extproc"
 
@@ -78,7 +80,11 @@ func withObserve(stage *structpb.Struct, route, note string) *structpb.Struct {
 // observerStream is the observer role's stream: one response, observed.
 type observerStream struct {
 	s *Server
-	j *stream // the judging component, once the decision is known
+	// traceParent: the context Envoy sent on the observer's stream (the
+	// request's trace), for an outcome whose decision span another
+	// replica holds.
+	traceParent trace.SpanContext
+	j           *stream // the judging component, once the decision is known
 	// done: the stream names no decision fusebox can record (no fusebox
 	// metadata, a route since removed, an untracked route): the rest is
 	// read and dropped.
@@ -94,6 +100,9 @@ func (o *observerStream) handle(req *extprocv3.ProcessingRequest) *extprocv3.Pro
 	if !o.done && o.j == nil && req.GetResponseHeaders() != nil {
 		if o.j = o.begin(req); o.j == nil {
 			o.done = true
+		} else {
+			o.j.traceChannel = tracing.ChannelObserver
+			o.j.traceParent = o.traceParent
 		}
 	}
 	if o.j != nil && !o.done {

@@ -1,8 +1,10 @@
 package processor
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fusebox-llm/fusebox/pkg/plan"
@@ -40,6 +42,14 @@ func (st *stream) onRequestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 				st.contentType = extproc.HeaderValue(hv)
 			case ":path":
 				st.path = extproc.HeaderValue(hv)
+			case "x-stainless-retry-count":
+				// The official SDKs' retry count (R-FD4): a retry of a
+				// request that failed.
+				n, err := strconv.Atoi(strings.TrimSpace(extproc.HeaderValue(hv)))
+				st.retried = err == nil && n > 0
+			case "idempotency-key", "x-idempotency-key":
+				// Hashed at once: a header value is never kept.
+				st.idem, st.hasIdem = sha256.Sum256([]byte(extproc.HeaderValue(hv))), true
 			}
 		}
 	}
@@ -143,7 +153,9 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		return extproc.BodyReply(nil)
 	}
 	st.modelName = f.Name
+	st.reqBody = b.Body // the fingerprint's (decide); not kept past it
 	d := st.decide()
+	st.reqBody = nil
 	if d.immediate != nil {
 		return d.immediate
 	}

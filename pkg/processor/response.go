@@ -176,6 +176,12 @@ func (st *stream) onResponseEnd() {
 // local replies the route role is never shown (Envoy 1.34–1.36): the access
 // log channel settles it (finishDecision).
 func (st *stream) finish() {
+	if st.span != nil {
+		defer st.span.End(time.Unix(0, st.now())) // the route role's stream ends here
+	}
+	if st.attemptSpan != nil {
+		defer st.attemptSpan.End(time.Unix(0, st.now())) // and the attempt role's
+	}
 	switch {
 	case !st.tracked || st.recorded:
 	case st.handedOver && !st.respStarted:
@@ -243,11 +249,22 @@ func (st *stream) keyRecord(res *breaker.Result) {
 // apply records res on the attempt's breakers and counts it; withMeta: the
 // reply that follows carries the outcome to the access log.
 func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
+	if st.judgeAside(res, now) {
+		return // judged and recorded off the reply path (requestfault.go)
+	}
+	st.applyJudged(res, now, withMeta)
+}
+
+// applyJudged is apply once request faults are judged.
+func (st *stream) applyJudged(res breaker.Result, now int64, withMeta bool) {
 	base := st.comp.bases[st.chosen]
 	if base != nil {
 		res.BaselineMs = base.P50(now)
 	}
 	st.keyRecord(&res)
+	if st.hasFP && !st.faultJudged && st.chosen.Policy.RequestFaultTTLSec > 0 {
+		res = st.requestFault(res, now)
+	}
 	if res.DecidedAt == 0 {
 		// When the attempt was sent: an announcement of enough headroom
 		// ends a saturation only for a request sent after it began (R-H7).
@@ -284,6 +301,9 @@ func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
 			m.WithLabelValues(st.gw.ID, st.chosen.Key, route.Outcome.Class.String(), route.Outcome.Reason, route.Outcome.Origin()).Inc()
 		}
 		st.s.history.Add(st.target.Route.ID(), route.Outcome.Class, now)
+	}
+	if st.s.tracer != nil && route.Applied {
+		st.traceOutcome(route, fleet, now)
 	}
 	if fleet.Applied {
 		if st.label != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/fusebox-llm/fusebox/pkg/streamlife"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
 
 	"github.com/fusebox-llm/fusebox/pkg/extproc"
 
@@ -46,6 +47,13 @@ type Server struct {
 	reached reachedClusters
 	// labels: broken answers waiting for their entry's label (labelwait.go).
 	labels labelWaits
+	// timers: every pending call the server armed, ended by Stop
+	// (timers.go).
+	timers timerSet
+	// tracer: nil when tracing is off; traced: the spans waiting for an
+	// outcome (trace.go).
+	tracer *tracing.Tracer
+	traced tracedDecisions
 	// tokens seals the hand-offs between streams (lifecycle/seal.go).
 	tokens lifecycle.Sealer
 	// journal, when set, keeps the recent transitions and what handled
@@ -90,8 +98,10 @@ type Server struct {
 	alStreams          atomic.Int64
 	onAccessLogStreams func(n int64)
 	history            *breaker.History
-	stalls             stallWatch
-	baselines          *judge.Baselines
+	// faults is this replica's ledger of request faults (requestfault.go).
+	faults    *faultLedger
+	stalls    stallWatch
+	baselines *judge.Baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 	mism           mismatches
@@ -133,6 +143,8 @@ type Options struct {
 	// MaxHeld bounds the decisions held in memory while they wait in their
 	// note, and the attempts parked here (held.go); 0 = heldBound().
 	MaxHeld int
+	// Tracer makes the decisions' spans (SPEC §17); nil = tracing off.
+	Tracer *tracing.Tracer
 }
 
 // NewServer returns the ext_proc service.
@@ -149,7 +161,7 @@ func NewServer(o Options) *Server {
 	s := &Server{cfg: o.Config, store: o.Store, clock: o.Clock, metrics: o.Metrics, log: o.Log, timed: true,
 		maxStreams: int64(o.MaxStreams), history: o.History, baselines: judge.NewBaselines(),
 		streamIdle: o.StreamIdle, streamMax: o.StreamDuration,
-		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch}
+		decisions: newDecisionTable(), onAccessLogStreams: o.OnAccessLogStreams, onMismatch: o.OnMismatch, tracer: o.Tracer}
 	s.held.max = int64(o.MaxHeld)
 	if s.held.max <= 0 {
 		s.held.max = heldBound()
@@ -164,6 +176,8 @@ func NewServer(o Options) *Server {
 	s.entryWorkers = make(chan struct{}, maxEntryWorkers)
 	s.replica = mrand.Uint64() | 1
 	s.tokens = lifecycle.NewSealer(o.TokenKey)
+	s.faults = newFaultLedger(o.TokenKey)
+
 	s.journal = o.Journal
 	// Registered once per registry: a second Server on the same metrics
 	// (tests) shares the first's gauge.
@@ -222,14 +236,25 @@ func (s *Server) serve(stream extprocv3.ExternalProcessor_ProcessServer, act *st
 	var st roleStream
 	switch env := s.cfg.Load().Envoy; role {
 	case roleRoute:
-		st = newStream(s)
+		rs := newStream(s)
+		if s.tracer != nil {
+			rs.traceParent = s.tracer.Parent(stream.Context())
+		}
+		st = rs
 	case roleAttempt:
 		if !env.Failover {
 			s.mismatch(MismatchAttempt)
 		}
-		st = newAttemptStream(s)
+		a := newAttemptStream(s)
+		if s.tracer != nil {
+			a.j.traceParent = s.tracer.Parent(stream.Context())
+		}
+		st = a
 	case roleObserve:
 		o := newObserverStream(s)
+		if s.tracer != nil {
+			o.traceParent = s.tracer.Parent(stream.Context())
+		}
 		if !env.Observer {
 			// Not deployed: what it says is recorded nowhere (a forged
 			// or misrouted observer must not steer a breaker).

@@ -5,6 +5,8 @@ import (
 
 	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fusebox-llm/fusebox/pkg/extproc"
 
@@ -33,6 +35,17 @@ type stream struct {
 
 	startNs int64 // request headers received (coarse clock)
 
+	// The trace (trace.go): the context Envoy sent on the stream, the
+	// decision's span (route role), the attempt's (attempt role), and the
+	// channel an outcome recorded on this stream came by ("" = its own).
+	traceParent  trace.SpanContext
+	span         *tracing.Span
+	attemptSpan  *tracing.Attempt
+	traceChannel string
+	// traceRef: the decision's span as its metadata named it (an entry
+	// recorded on a replica that does not hold the span).
+	traceRef string
+
 	// label: a broken answer's outcome, recorded, whose count waits for
 	// the reason Envoy's entry gives (labelwait.go); nil otherwise.
 	label *brokenLabel
@@ -45,8 +58,21 @@ type stream struct {
 	residency      []string
 	awaitingBody   bool // the decision waits for the buffered body
 	rewriteBody    bool // the chosen route needs the body's model rewritten
-	clientCluster  bool // the request carried our cluster header
-	path           string
+	// The request's fingerprint (requestfault.go, R-FD4): hasFP once
+	// known; retried: an SDK's retry count above 0; idem: the hash of an
+	// idempotency key (never the key).
+	fp      fingerprint
+	hasFP   bool
+	retried bool
+	hasIdem bool
+	idem    [32]byte
+	// faultJudged: this attempt's outcome was judged for request faults.
+	faultJudged bool
+	// reqBody is the buffered request body while decide runs (its
+	// fingerprint), nil otherwise.
+	reqBody       []byte
+	clientCluster bool // the request carried our cluster header
+	path          string
 
 	// Failover (SPEC §11): the route role hands the attempt's judging to
 	// the attempt role once it made a chain.

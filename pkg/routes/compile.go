@@ -126,6 +126,7 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 		Admin:    f.Admin,
 		Envoy:    f.Envoy,
 		Store:    f.Store,
+		Tracing:  f.Tracing,
 		Headers:  f.Headers,
 		Gateways: map[string]*Gateway{},
 		Fleets:   map[string]*Fleet{},
@@ -133,6 +134,7 @@ func Compile(f *File, opt Options) (*Runtime, error) {
 	if f.Envoy.Failover && f.Envoy.Observer {
 		c.errf("envoy: failover and observer cannot both be true: in the failover deployment the attempt role records every attempt (envoy/envoy-failover.yaml); the observer is for envoy/envoy-observer.yaml")
 	}
+	c.checkTracing(f.Tracing)
 	rt.AccessLogWait = DefaultAccessLogWaitMs * time.Millisecond
 	if v := f.AccessLog.WaitMs; v != nil {
 		if *v < 0 || *v > 60000 {

@@ -21,10 +21,24 @@ type File struct {
 	Envoy           EnvoySpec              `yaml:"envoy"`
 	Admin           AdminConfig            `yaml:"admin"`
 	Store           StoreConfig            `yaml:"store"`
+	Tracing         TracingConfig          `yaml:"tracing"`
 	Headers         Headers                `yaml:"headers"`
 	Policies        map[string]*PolicySpec `yaml:"policies"`
 	Fleets          []FleetSpec            `yaml:"fleets"`
 	Gateways        []GatewaySpec          `yaml:"gateways"`
+}
+
+// TracingConfig is the tracing section (SPEC §17, R-TR1): off unless
+// enabled here or OTEL_TRACES_EXPORTER=otlp in the environment; each field
+// set here wins over its OTEL_* variable. Start-only.
+type TracingConfig struct {
+	Enabled *bool `yaml:"enabled"`
+	// Endpoint is the OTLP collector's URL (http://host:4317 for gRPC,
+	// http://host:4318 for HTTP; the HTTP exporter adds /v1/traces).
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is grpc or http/protobuf.
+	Protocol    string `yaml:"protocol"`
+	ServiceName string `yaml:"service_name"`
 }
 
 // Listen holds the two listener addresses.

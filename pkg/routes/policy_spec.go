@@ -32,6 +32,8 @@ type PolicySpec struct {
 	BaselineMultiplier  *float64
 	RecoveryRampSec     *int64
 	RecoveryRampStart   *float64
+	LocalOriginQuorum   *int64
+	RequestFaultTTLSec  *int64
 	HalfOpenMaxProbes   *int64
 	ProbeTimeoutMs      *int64
 	BackoffMultiplier   *float64
@@ -180,6 +182,8 @@ var policyFields = func() map[string]policyField {
 		enumField("when_all_open", []string{breaker.WhenAllOpenTryAll, breaker.WhenAllOpenFailFast}, func(s *PolicySpec) **string { return &s.WhenAllOpen }),
 		intField("recovery_ramp_sec", 0, 3600, func(s *PolicySpec) **int64 { return &s.RecoveryRampSec }),
 		floatField("recovery_ramp_start_percent", 1, 100, func(s *PolicySpec) **float64 { return &s.RecoveryRampStart }),
+		intField("local_origin_quorum", 1, 1000, func(s *PolicySpec) **int64 { return &s.LocalOriginQuorum }),
+		intField("request_fault_ttl_sec", 0, 86400, func(s *PolicySpec) **int64 { return &s.RequestFaultTTLSec }),
 		{"headroom", decodeHeadroom},
 		{"policy", func(s *PolicySpec, n *yaml.Node) error {
 			if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
@@ -304,6 +308,8 @@ func (s *PolicySpec) applyTo(p *breaker.Policy) {
 	}
 	setInt(&p.RecoveryRampSec, s.RecoveryRampSec)
 	setFloat(&p.RecoveryRampStartPercent, s.RecoveryRampStart)
+	setInt(&p.LocalOriginQuorum, s.LocalOriginQuorum)
+	setInt(&p.RequestFaultTTLSec, s.RequestFaultTTLSec)
 	switch {
 	case s.Headroom == headroomOff:
 		p.Headroom = nil

@@ -22,6 +22,7 @@ type Runtime struct {
 	// Envoy is the envoy section (start-only).
 	Envoy    EnvoySpec
 	Store    StoreConfig
+	Tracing  TracingConfig
 	Headers  Headers
 	Gateways map[string]*Gateway
 	// GatewayIDs lists gateways in file order.

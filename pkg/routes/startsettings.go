@@ -10,16 +10,17 @@ import (
 // (R-P10). A reload keeps the values in force and warns when the file
 // changed one.
 type StartSettings struct {
-	Listen Listen
-	Limits Limits
-	Admin  AdminConfig
-	Store  StoreConfig
-	Envoy  EnvoySpec
+	Listen  Listen
+	Limits  Limits
+	Admin   AdminConfig
+	Store   StoreConfig
+	Envoy   EnvoySpec
+	Tracing TracingConfig
 }
 
 // StartSettingsOf returns rt's start-only settings.
 func StartSettingsOf(rt *Runtime) StartSettings {
-	return StartSettings{Listen: rt.Listen, Limits: rt.Limits, Admin: rt.Admin, Store: rt.Store, Envoy: rt.Envoy}
+	return StartSettings{Listen: rt.Listen, Limits: rt.Limits, Admin: rt.Admin, Store: rt.Store, Envoy: rt.Envoy, Tracing: rt.Tracing}
 }
 
 // Changed names every start-only field that differs between s and o, in
@@ -52,6 +53,7 @@ func (s StartSettings) Changed(o StartSettings) []string {
 	diff("admin", s.Admin, o.Admin)
 	diff("store", s.Store, o.Store)
 	diff("envoy", s.Envoy, o.Envoy)
+	diff("tracing", s.Tracing, o.Tracing)
 	return out
 }
 

@@ -151,6 +151,10 @@ func TestInvalidConfigs(t *testing.T) {
 		{"retry_after bad", cfg(`{retry_after: honour}`, "", ""), []string{"circuit_breaker.retry_after"}},
 		{"max retry after zero", cfg(`{max_retry_after_sec: 0}`, "", ""), []string{"circuit_breaker.max_retry_after_sec"}},
 		{"ejection > 100", cfg(`{max_ejection_percent: 101}`, "", ""), []string{"circuit_breaker.max_ejection_percent"}},
+		{"quorum 0", cfg(`{local_origin_quorum: 0}`, "", ""), []string{"circuit_breaker.local_origin_quorum"}},
+		{"quorum not whole", cfg(`{local_origin_quorum: 1.5}`, "", ""), []string{"circuit_breaker.local_origin_quorum"}},
+		{"request fault ttl over a day", cfg(`{request_fault_ttl_sec: 86401}`, "", ""), []string{"circuit_breaker.request_fault_ttl_sec"}},
+		{"request fault ttl negative", cfg(`{request_fault_ttl_sec: -1}`, "", ""), []string{"circuit_breaker.request_fault_ttl_sec"}},
 		{"when_all_open bad", cfg(`{when_all_open: panic}`, "", ""), []string{"circuit_breaker.when_all_open"}},
 		{"unknown policy field", cfg(`{failure_treshold: 3}`, "", ""), []string{"circuit_breaker.failure_treshold: unknown field"}},
 		{"circuit_breaker not an object", cfg(`[1]`, "", ""), []string{"must be an object"}},
@@ -160,7 +164,9 @@ func TestInvalidConfigs(t *testing.T) {
 		// R-P7
 		{"mixed api", strings.Replace(cfg("", "", ""), "cluster: c2", "cluster: c2\n        api: anthropic", 1), []string{`model "m1": routes: all routes of a model must speak the same api`}},
 		// Strict decoding of the rest of the document.
-		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: access_log, admin, decision_wait_sec, envoy, fleets, gateways, headers, limits, listen, policies, store; did you mean "listen"?)`}},
+		{"tracing protocol", "tracing: {protocol: http/json}\n" + cfg("", "", ""), []string{`tracing.protocol: must be one of grpc, http/protobuf, got "http/json"`}},
+		{"tracing endpoint", "tracing: {endpoint: collector:4317}\n" + cfg("", "", ""), []string{`tracing.endpoint: must be an http:// or https:// URL with a host (the OTLP collector), got "collector:4317"`}},
+		{"unknown top-level field", "listn: {}\n" + cfg("", "", ""), []string{`line 1: unknown field "listn" in the top level (known: access_log, admin, decision_wait_sec, envoy, fleets, gateways, headers, limits, listen, policies, store, tracing; did you mean "listen"?)`}},
 		{"unknown route field", strings.Replace(cfg("", "", ""), "cluster: c1", "cluster: c1\n        clustr: x", 1), []string{`unknown field "clustr" in a route (known: api, bias,`}},
 		{"no gateways", "gateways: []\n", []string{"at least one gateway"}},
 		{"duplicate gateway", cfg("", "", "") + "  - id: gw1\n    models: [{name: x, routes: [a:b]}]\n    routes: [{key: a:b, cluster: c}]\n", []string{`gateway "gw1": id: defined twice`}},

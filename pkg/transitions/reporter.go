@@ -29,10 +29,13 @@ type Reporter struct {
 	// every route of a provider) is one call on one connection, not one
 	// each. Beyond maxFleetQueue waiting, or when the store cannot take
 	// them, entries stay in this replica's journal only.
-	fleet   atomic.Pointer[fleetJournal]
-	fleetMu sync.Mutex
-	queued  [][]byte
-	writing bool
+	fleet atomic.Pointer[fleetJournal]
+	// listener, once Listen names it, hears every event first (the
+	// processor's traces: an outcome's span shows the transition it made).
+	listener atomic.Pointer[func(breaker.Event)]
+	fleetMu  sync.Mutex
+	queued   [][]byte
+	writing  bool
 }
 
 type fleetJournal struct{ breaker.FleetJournal }
@@ -51,6 +54,9 @@ const maxFleetQueue = 256
 
 // Report handles one transition, or a saturation's start or end.
 func (r *Reporter) Report(e breaker.Event) {
+	if fn := r.listener.Load(); fn != nil {
+		(*fn)(e)
+	}
 	gw := e.ID.Gateway
 	if e.Saturation != "" {
 		r.saturation(e)
@@ -61,15 +67,13 @@ func (r *Reporter) Report(e breaker.Event) {
 			r.toFleet(f, entry)
 		}
 	}
+	if e.ReplicaScoped {
+		r.replicaScoped(e)
+		return
+	}
 	r.Metrics.Transitions.WithLabelValues(gw, e.ID.Route, e.Provider, string(e.ID.Scope), e.Transition(), e.Reason).Inc()
 	r.Metrics.State.WithLabelValues(gw, e.ID.Route, e.Provider, string(e.ID.Scope)).Set(float64(e.To))
-	openUntil := ""
-	switch {
-	case e.OpenUntil == breaker.Never:
-		openUntil = "never"
-	case e.OpenUntil != 0:
-		openUntil = time.Unix(0, e.OpenUntil).UTC().Format(time.RFC3339Nano)
-	}
+	openUntil := openUntilText(e)
 	r.Log.Info("[circuit_breaker] "+e.Transition(),
 		"transition", e.Transition(),
 		"reason", e.Reason,
@@ -88,6 +92,45 @@ func (r *Reporter) Report(e breaker.Event) {
 		"ramp_until", rampUntil(e),
 		"decided_by", decidedBy(e),
 	)
+}
+
+// replicaScoped reports a transition of this replica's own open (R-FD3):
+// its gauge and one line, with the replica and scope replica. The route's
+// state and transition counters are the fleet's, and stay as they are.
+func (r *Reporter) replicaScoped(e breaker.Event) {
+	open := 0.0
+	if e.To != breaker.Closed {
+		open = 1
+	}
+	r.Metrics.ReplicaScopedOpen.WithLabelValues(e.ID.Gateway, e.ID.Route).Set(open)
+	r.Log.Info("[circuit_breaker] "+e.Transition(),
+		"transition", e.Transition(),
+		"reason", e.Reason,
+		"origin", breaker.TransitionOrigin(e.Reason),
+		"failures", fmt.Sprintf("%d/%d", e.Failures, e.Threshold),
+		"gateway", e.ID.Gateway,
+		"route", e.ID.Route,
+		"provider", e.Provider,
+		"scope", string(breaker.ScopeReplica),
+		"replica", e.Replica,
+		"policy_version", e.PolicyVersion,
+		"open_until", openUntilText(e),
+		"window_calls", e.WindowCalls,
+		"window_failures", e.WindowFailures,
+		"reopens", e.Reopens,
+		"decided_by", decidedBy(e),
+	)
+}
+
+// openUntilText is an event's open_until for the log line.
+func openUntilText(e breaker.Event) string {
+	switch {
+	case e.OpenUntil == breaker.Never:
+		return "never"
+	case e.OpenUntil != 0:
+		return time.Unix(0, e.OpenUntil).UTC().Format(time.RFC3339Nano)
+	}
+	return ""
 }
 
 // saturation logs a route's quota headroom crossing its floor, and the end
@@ -166,3 +209,6 @@ func (r *Reporter) writeFleet(f *fleetJournal) {
 		_ = f.AppendJournal(context.Background(), batch...) // the store bounds it and counts its failures
 	}
 }
+
+// Listen makes fn hear every event the store reports, before it is logged.
+func (r *Reporter) Listen(fn func(breaker.Event)) { r.listener.Store(&fn) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // slowFleet is a fleet journal whose writes block until released, and
@@ -129,5 +130,42 @@ func TestTransitionsCarryTheirOrigin(t *testing.T) {
 	}
 	if origins["openai:us:m"] != "local" || origins["azure:eu:m"] != "upstream" {
 		t.Fatalf("journal origins %v", origins)
+	}
+}
+
+// TestReplicaScopedTransition (R-FD3): one replica's own open is its
+// gauge, a [circuit_breaker] line with scope=replica and the replica, and
+// a journal entry with scope replica; the route's state and transition
+// counters (the fleet's) do not move.
+func TestReplicaScopedTransition(t *testing.T) {
+	var logs strings.Builder
+	m := metrics.New()
+	j := breaker.NewJournal(8)
+	r := &Reporter{Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m, Journal: j}
+	id := breaker.ID{Gateway: "gw", Route: "openai:us:m", Scope: breaker.ScopeGateway}
+	r.Report(breaker.Event{ID: id, Provider: "openai", From: breaker.Closed, To: breaker.Open, Reason: breaker.ReasonConnection,
+		At: int64(time.Second), Failures: 3, Threshold: 3, ReplicaScoped: true, Replica: "pod-a", DecidedBy: breaker.DecidedByLocal})
+	if got := testutil.ToFloat64(m.ReplicaScopedOpen.WithLabelValues("gw", "openai:us:m")); got != 1 {
+		t.Fatalf("fusebox_replica_scoped_open = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.Transitions); n != 0 {
+		t.Fatalf("the route's transition counter moved: %d series", n)
+	}
+	if n := testutil.CollectAndCount(m.State); n != 0 {
+		t.Fatalf("the route's state gauge moved: %d series", n)
+	}
+	line := logs.String()
+	for _, want := range []string{"[circuit_breaker] closed->open", "scope=replica", "replica=pod-a", "origin=local", "failures=3/3"} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("log line %q lacks %q", line, want)
+		}
+	}
+	if es := j.Recent(8); len(es) != 1 || es[0].Scope != breaker.ScopeReplica {
+		t.Fatalf("journal %+v, want one entry with scope replica", es)
+	}
+	r.Report(breaker.Event{ID: id, Provider: "openai", From: breaker.HalfOpen, To: breaker.Closed, Reason: breaker.ReasonProbeSuccess,
+		At: int64(2 * time.Second), ReplicaScoped: true, Replica: "pod-a"})
+	if got := testutil.ToFloat64(m.ReplicaScopedOpen.WithLabelValues("gw", "openai:us:m")); got != 0 {
+		t.Fatalf("fusebox_replica_scoped_open after the close = %v, want 0", got)
 	}
 }

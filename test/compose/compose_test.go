@@ -38,7 +38,7 @@ func TestComposeFileIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"envoy", "fusebox", "redis", "providers", "prometheus", "grafana"} {
+	for _, name := range []string{"envoy", "fusebox", "redis", "providers", "prometheus", "grafana", "otel-collector"} {
 		if _, err := p.GetService(name); err != nil {
 			t.Errorf("service %s: %v", name, err)
 		}
@@ -65,6 +65,14 @@ func TestComposeFileIsValid(t *testing.T) {
 		}
 		if _, ok := fb.DependsOn["redis"]; !ok {
 			t.Errorf("%s does not wait for redis", name)
+		}
+		// Traces (#55): both replicas export to the compose collector, the
+		// one envoy-compose.yaml's tracer sends Envoy's spans to.
+		if e := fb.Environment["OTEL_TRACES_EXPORTER"]; e == nil || *e != "otlp" {
+			t.Errorf("%s: tracing is off (OTEL_TRACES_EXPORTER %v)", name, e)
+		}
+		if e := fb.Environment["OTEL_EXPORTER_OTLP_ENDPOINT"]; e == nil || !strings.Contains(*e, "otel-collector:4317") {
+			t.Errorf("%s: OTEL_EXPORTER_OTLP_ENDPOINT %v, not the compose collector", name, e)
 		}
 		cfg := ""
 		for i, a := range fb.Command {

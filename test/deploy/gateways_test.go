@@ -3,6 +3,8 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	istionet "istio.io/client-go/pkg/apis/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -126,6 +129,7 @@ func TestEnvoyGatewayPolicies(t *testing.T) {
 			t.Errorf("unexpected patch type %s", p.Type)
 		}
 	}
+	egProvidersHaveKeys(t, byKind)
 	// A misspelt field fails the strict decode.
 	bad := bytes.Replace(byKind["EnvoyExtensionPolicy"][0], []byte("failOpen: true"), []byte("failOpn: true"), 1)
 	if err := yaml.UnmarshalStrict(bad, &egv1a1.EnvoyExtensionPolicy{}); err == nil {
@@ -219,4 +223,81 @@ func stripsFuseboxPrefix(t *testing.T, where string, ext *corev3.TypedExtensionC
 		}
 	}
 	t.Errorf("%s: the early header mutation does not strip the x-fusebox- prefix: %v", where, &hm)
+}
+
+// egProvidersHaveKeys (#54): every provider HTTPRoute of the Envoy Gateway
+// example carries its key where fusebox's cluster_header route passes
+// too: a credentialInjection filter on the backendRef (Envoy Gateway puts
+// it in that backendRef's own cluster, .../backend/0); the filter names a
+// Secret of the file that has the "credential" key Envoy Gateway reads;
+// the Backend speaks TLS to the provider's host; and the cluster names
+// docs/clusters.md tells users to write are the ones those routes make.
+func egProvidersHaveKeys(t *testing.T, byKind map[string][][]byte) {
+	t.Helper()
+	secrets := map[string]corev1.Secret{}
+	for _, b := range byKind["Secret"] {
+		var s corev1.Secret
+		strict(t, b, &s)
+		secrets[s.Name] = s
+	}
+	filters := map[string]egv1a1.HTTPRouteFilter{}
+	for _, b := range byKind["HTTPRouteFilter"] {
+		var f egv1a1.HTTPRouteFilter
+		strict(t, b, &f)
+		filters[f.Name] = f
+	}
+	backends := map[string]egv1a1.Backend{}
+	for _, b := range byKind["Backend"] {
+		var be egv1a1.Backend
+		strict(t, b, &be)
+		backends[be.Name] = be
+	}
+	clusters := map[string]bool{}
+	for _, b := range byKind["HTTPRoute"] {
+		var r gwapiv1.HTTPRoute
+		strict(t, b, &r)
+		if len(r.Spec.Rules) != 1 || len(r.Spec.Rules[0].BackendRefs) != 1 {
+			t.Errorf("HTTPRoute %s: want one rule with one backendRef (one cluster a provider)", r.Name)
+			continue
+		}
+		ref := r.Spec.Rules[0].BackendRefs[0]
+		keyed := false
+		for _, f := range ref.Filters {
+			if f.ExtensionRef == nil || f.ExtensionRef.Kind != "HTTPRouteFilter" {
+				continue
+			}
+			ci := filters[string(f.ExtensionRef.Name)].Spec.CredentialInjection
+			if ci == nil {
+				t.Errorf("HTTPRoute %s: filter %s injects no credential", r.Name, f.ExtensionRef.Name)
+				continue
+			}
+			s, ok := secrets[string(ci.Credential.ValueRef.Name)]
+			if _, has := s.StringData["credential"]; !ok || !has {
+				t.Errorf("HTTPRoute %s: Secret %q with key \"credential\" is not in the file", r.Name, ci.Credential.ValueRef.Name)
+			}
+			keyed = true
+		}
+		if !keyed {
+			t.Errorf("HTTPRoute %s: no credentialInjection on its backendRef; fusebox's route would reach the provider with no key", r.Name)
+		}
+		be, ok := backends[string(ref.Name)]
+		if !ok || be.Spec.TLS == nil || len(be.Spec.Endpoints) != 1 || be.Spec.Endpoints[0].FQDN == nil ||
+			be.Spec.TLS.SNI == nil || string(*be.Spec.TLS.SNI) != be.Spec.Endpoints[0].FQDN.Hostname {
+			t.Errorf("HTTPRoute %s: Backend %q missing, or without TLS to its own host", r.Name, ref.Name)
+		}
+		// A backendRef with filters is a cluster of its own (Envoy
+		// Gateway's NeedsClusterPerSetting, irDestinationSettingName).
+		clusters[fmt.Sprintf("httproute/%s/%s/rule/0/backend/0", r.Namespace, r.Name)] = true
+	}
+	if len(clusters) < 2 {
+		t.Fatalf("provider HTTPRoutes: %v", clusters)
+	}
+	doc := string(read(t, "docs/clusters.md"))
+	sec := doc[strings.Index(doc, "## Envoy Gateway"):]
+	sec = sec[:strings.Index(sec, "\n## ")+1]
+	for _, m := range regexp.MustCompile(`cluster: (httproute/\S+?)[,}]`).FindAllStringSubmatch(sec, -1) {
+		if !clusters[m[1]] {
+			t.Errorf("docs/clusters.md names cluster %s; the example's routes make %v", m[1], clusters)
+		}
+	}
 }

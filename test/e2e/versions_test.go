@@ -164,8 +164,13 @@ func TestMutatedEnvoysimFailsTheOutage(t *testing.T) {
 	// Nothing said what became of them within access_log.wait_ms (on the
 	// world's clock): a neither that names the expiry (no_outcome), never
 	// a failure.
+	// The wait is access_log.wait_ms (2 s), or decision_wait_sec (300 s)
+	// when the e2e observer step runs fusebox with envoy.observer: 30 s a
+	// poll reaches either in a few polls, however slowly a busy machine
+	// polls. (1 s a poll needed 300 polls inside eventually's 15 s: the
+	// first loaded CI run of #54 polled fewer and failed.)
 	eventually(t, "the neithers are recorded", func() bool {
-		w.clk.Advance(time.Second)
+		w.clk.Advance(30 * time.Second)
 		return strings.Contains(w.scrape(), `aig_circuit_breaker_outcomes_total{class="neither",gateway="default",origin="",reason="no_outcome",route="openai:us-east:gpt-4o-mini"} 4`)
 	})
 	if b := w.breaker("default", "openai:us-east:gpt-4o-mini"); b != nil {

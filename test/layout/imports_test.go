@@ -32,6 +32,8 @@ var rank = map[string]int{
 	"pkg/streamlife":                   1,
 	"pkg/tlsfiles":                     0,
 	"pkg/tlsfiles/tlstest":             0,
+	"pkg/tracing":                      0,
+	"pkg/tracing/otlptest":             0,
 	"pkg/routes":                       1,
 	"pkg/extproc":                      1,
 	"pkg/lifecycle":                    1,
@@ -55,6 +57,7 @@ var rank = map[string]int{
 // doc.go files promise.
 var only = map[string][]string{
 	"pkg/grpcwire":  {},              // the transport knows nothing of fusebox
+	"pkg/tracing":   {},              // spans from plain values: it knows no breaker
 	"pkg/extproc":   {"pkg/echo"},    // the wire: client text echoed in error bodies
 	"pkg/lifecycle": {"pkg/breaker"}, // the decision's rules and its note store
 	"pkg/judge":     {"pkg/breaker", "pkg/extproc"},

@@ -337,6 +337,21 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			case <-stop:
 			case <-time.After(every):
 			}
+			// ...and longer, up to five pauses more, while no request met
+			// it: on a loaded machine a route the last fault opened or
+			// blocked may take no request in one pause (the loaded CI run
+			// at 00d19b9: a 429 on anthropic_us answered nobody). A fault
+			// that never bites in six pauses is still reported.
+			for extra := time.Now().Add(5 * every); time.Now().Before(extra); {
+				if ok, _ := tookEffect(step, before, r.evidence(p)); ok {
+					break
+				}
+				select {
+				case <-stop:
+					extra = time.Time{}
+				case <-time.After(every / 4):
+				}
+			}
 		}
 		got := r.evidence(p)
 		got.adminStatus, got.restartError = after.adminStatus, after.restartError

@@ -32,6 +32,8 @@ type loggedTransition struct {
 //   - local: one replica's local view while Redis was unreachable, from
 //     the state it last learned (legality only for the first) until that
 //     replica's "Redis is reachable again".
+//   - replica: one replica's own view of its egress (scope=replica,
+//     R-FD3), in log order; a lifetime begins closed.
 //
 // The replica is the "[rN] " prefix the rig writes before each replica's
 // lines.
@@ -54,11 +56,14 @@ func checkTransitions(logs string, onRedis bool, n *int) []string {
 	memory := map[string][]loggedTransition{}
 	local := map[string][]loggedTransition{}
 	shared := map[string][]loggedTransition{}
+	scoped := map[string][]loggedTransition{}
 	flushMemory := func(replica string) {
-		for k, c := range memory {
-			if replica == "" || strings.HasPrefix(k, replica+"|") {
-				check(c, "closed")
-				delete(memory, k)
+		for _, chains := range []map[string][]loggedTransition{memory, scoped} {
+			for k, c := range chains {
+				if replica == "" || strings.HasPrefix(k, replica+"|") {
+					check(c, "closed")
+					delete(chains, k)
+				}
 			}
 		}
 	}
@@ -102,6 +107,8 @@ func checkTransitions(logs string, onRedis bool, n *int) []string {
 		t := loggedTransition{replica: replica, route: field(rest, "route"), tr: field(rest, "transition"), by: field(rest, "decided_by"), seq: seq}
 		t.gen, _ = strconv.ParseUint(field(rest, "generation"), 10, 64)
 		switch {
+		case field(rest, "scope") == "replica" && t.by == "local" && onRedis:
+			scoped[replica+"|"+t.route] = append(scoped[replica+"|"+t.route], t)
 		case t.by == "redis" && onRedis:
 			shared[t.route] = append(shared[t.route], t)
 		case t.by == "local" && onRedis:

@@ -55,6 +55,16 @@ func TestCheckTransitions(t *testing.T) {
 		}, 1},
 		{"redis: a memory store's line", true, []string{line("", "closed->open", "memory", 2)}, 1},
 		{"memory: an illegal edge", false, []string{line("", "closed->half_open", "memory", 2)}, 1},
+		// R-FD3: a replica's own open is a chain of its own, beside its
+		// local view's and the shared one.
+		{"redis: a replica-scoped chain is its own", true, []string{
+			line("r1", "closed->open", "local", 2) + " scope=replica", line("", "closed->open", "redis", 2),
+			line("r1", "open->half_open", "local", 3) + " scope=replica", line("r1", "closed->open", "local", 2),
+			line("r1", "half_open->closed", "local", 4) + " scope=replica",
+		}, 0},
+		{"redis: a replica-scoped chain begins closed", true, []string{
+			line("r1", "open->half_open", "local", 3) + " scope=replica",
+		}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := 0

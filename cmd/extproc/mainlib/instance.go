@@ -26,6 +26,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/processor"
 	"github.com/fusebox-llm/fusebox/pkg/routes"
 	"github.com/fusebox-llm/fusebox/pkg/tlsfiles"
+	"github.com/fusebox-llm/fusebox/pkg/tracing"
 )
 
 // Instance is a running fusebox.
@@ -44,6 +45,7 @@ type Instance struct {
 	ctx             context.Context
 	serveErr        chan error
 	proc            *processor.Server
+	tracer          *tracing.Tracer
 	// group is what Start started, stopped by Wait in reverse order.
 	group components
 }

@@ -352,15 +352,28 @@ func TestBinarySIGTERMExitsZero(t *testing.T) {
 	// machine at load 4–16 the same idle 2 s measured 11.2 ms of CPU
 	// where an idle machine measures 2.5 ms, so a 0.5 % bound on CPU time
 	// judged the machine, not fusebox (#54).
+	// Up to three 2 s windows, the first 1.5 s after "serving": a
+	// free-running ticker or a spinning goroutine fails every one, while
+	// the start-up's last work (the clock parks one second after its last
+	// read) may still fall into the first on a loaded machine: at load 15
+	// beside a CI run, the first window counted 1,045 runs where the same
+	// binary idle measures about 70 (#54).
 	time.Sleep(1500 * time.Millisecond)
-	c0, w0 := threadsCPU(t, cmd.Process.Pid)
-	time.Sleep(2 * time.Second)
-	c1, w1 := threadsCPU(t, cmd.Process.Pid)
-	if wakes := w1 - w0; wakes > 200 {
-		t.Errorf("idle for 2 s, fusebox ran %d times (a ticker faster than 100 Hz)", wakes)
+	var wakes int64
+	var used time.Duration
+	for range 3 {
+		c0, w0 := threadsCPU(t, cmd.Process.Pid)
+		time.Sleep(2 * time.Second)
+		c1, w1 := threadsCPU(t, cmd.Process.Pid)
+		if wakes, used = w1-w0, c1-c0; wakes <= 200 && used <= 200*time.Millisecond {
+			break
+		}
 	}
-	if used := c1 - c0; used > 200*time.Millisecond {
-		t.Errorf("idle for 2 s, fusebox used %v of CPU (a goroutine that spins)", used)
+	if wakes > 200 {
+		t.Errorf("idle for 2 s (three times), fusebox ran %d times the last (a ticker faster than 100 Hz)", wakes)
+	}
+	if used > 200*time.Millisecond {
+		t.Errorf("idle for 2 s (three times), fusebox used %v of CPU the last (a goroutine that spins)", used)
 	}
 	// A SIGHUP on the embedded default config is said and ignored. Before,
 	// nothing was registered for it without -config, and it killed the

@@ -54,7 +54,13 @@ func Start(ctx context.Context, args []string, stderr io.Writer, opts ...Option)
 	if err := in.listen(w); err != nil {
 		return nil, err
 	}
+	if err := in.startTracing(ctx, w); err != nil {
+		return nil, err
+	}
 	in.buildServers(w)
+	if in.tracer != nil {
+		w.reporter.Listen(w.proc.OnTransition)
+	}
 	// The store runs before anything is served: a stream's record must
 	// find its workers. The ext_proc server starts last and stops first.
 	in.group.add(w.storeWorkers, in.adminServer(), loop("stall watch", func(ctx context.Context) {
@@ -297,6 +303,11 @@ func (in *Instance) grpcServerComponent() component {
 			case <-stopped:
 			case <-time.After(5 * time.Second):
 				in.grpcSrv.Stop()
+			}
+			// Nothing served now: the decisions' timers go with it, so
+			// none keeps the stopped fusebox alive (timers.go).
+			if in.proc != nil {
+				in.proc.Stop()
 			}
 		},
 	}

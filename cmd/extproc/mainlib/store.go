@@ -92,6 +92,7 @@ func openStore(cfg routes.StoreConfig, d storeDeps) (*storeWiring, error) {
 		OnError:   func(op string) { m.StoreErrors.WithLabelValues(op).Inc() },
 		OnOverlay: d.onOverlay, HMACKey: key,
 		OnRefused: func(what string) { m.Refused.WithLabelValues(what).Inc() },
+		OnAlive:   func(n int) { m.ReplicasAlive.Set(float64(n)) },
 		OnHealth: func(ready, degraded bool, detail string) {
 			h.Set("store", admin.Component{Ready: ready, Degraded: degraded, Detail: detail})
 		},

@@ -44,6 +44,12 @@ function recovery(row, now) {
     parts.push("saturated for " + Math.ceil(row.saturated_until - now) + " s (quota headroom below the floor)");
   }
   if (row.state === "half_open") parts.push("probing");
+  const rs = row.replica_scope;
+  if (rs && rs.state === "open" && rs.open_until != null) {
+    parts.push("open on replica " + rs.replica + " for " + Math.max(0, Math.ceil(rs.open_until - now)) + " s more");
+  } else if (rs && rs.state === "half_open") {
+    parts.push("probing on replica " + rs.replica);
+  }
   return parts.join("; ") || "—";
 }
 
@@ -66,6 +72,15 @@ function stateCell(row, now, shadowKey) {
     td.className = "state state-ramp";
     td.dataset.ramp = String(row.ramp_percent);
     td.textContent = `closed (ramping: ${Math.round(row.ramp_percent)} % of its traffic)`;
+    return td;
+  }
+  const rs = row.replica_scope;
+  if (row.state === "closed" && rs && rs.state !== "closed" && !blocked) {
+    // This replica alone holds it open (R-FD3): its Envoy got no answer
+    // from the provider; the fleet still routes to it.
+    td.className = "state state-replica";
+    td.dataset.replicaScope = rs.state;
+    td.textContent = `closed for the fleet; ${rs.state} on replica ${rs.replica} (its egress: no answer, reason ${rs.reason || "—"})`;
     return td;
   }
   const saturated = row.saturated && row.saturated_until != null && row.saturated_until > now;
@@ -108,7 +123,8 @@ function renderSummary(rows) {
     const degr = cell(degradationText[r.degradation] || r.degradation);
     degr.dataset.degradation = r.degradation;
     tr.append(cell(r.gateway), cell(r.model), cell(`${r.healthy} / ${r.total}`), degr,
-      cell(r.unhealthy.join(", ") || "—"), cell(r.would_skip.join(", ") || "—"));
+      cell(r.unhealthy.map(k => (r.replica_scoped || []).includes(k) ? k + " (this replica only)" : k).join(", ") || "—"),
+      cell(r.would_skip.join(", ") || "—"));
     tbody.appendChild(tr);
   }
   return unhealthyGateways;
@@ -122,7 +138,9 @@ function renderTimeline(entries) {
     const li = document.createElement("li");
     li.dataset.route = e.route;
     li.dataset.transition = e.transition;
-    const who = e.scope === "global" ? `fleet ${e.route}` : `${e.gateway} / ${e.route}`;
+    const who = e.scope === "global" ? `fleet ${e.route}` :
+      e.scope === "replica" ? `${e.gateway} / ${e.route} on this replica alone` : `${e.gateway} / ${e.route}`;
+    li.dataset.scope = e.scope;
     const evidence = `reason ${e.reason}${e.origin ? ` (${e.origin})` : ""}; window ${e.window_calls} calls, ${e.window_failures} failures` +
       (e.threshold ? ` (threshold ${e.threshold})` : "") + `; policy ${e.policy_version || "—"}`;
     let next = "next request: not yet";

@@ -323,7 +323,12 @@ local function recent_add(id, evs)
   if #evs > 0 then s.recent_events[id] = evs end
 end
 
-if op == "rec" and A.id and string.find(s.recent_ids, ";" .. A.id .. "@", 1, true) then
+-- An operator's override (fo, fc, rst) carries an id too: one whose answer
+-- was lost is sent again, in order with the outcomes recorded after it,
+-- and must not apply twice (a second force-close would wipe out the
+-- failures counted since the first).
+local idempotent = op == "rec" or op == "fo" or op == "fc" or op == "rst"
+if idempotent and A.id and string.find(s.recent_ids, ";" .. A.id .. "@", 1, true) then
   -- A repeat: applied already.
   events = s.recent_events[A.id] or {}
   op = "repeat"
@@ -410,6 +415,26 @@ if op == "rec" then
     -- came). It counts, under its own generation, as after a vanished key
     -- (#49: the first failure after a flush must open the route again).
     s.generation = agen
+  end
+  -- Quorum for local evidence (R-FD2): a failure Envoy originated
+  -- (A.origin_local: no answer came) counts for the fleet only once
+  -- P.local_origin_quorum replicas (at most A.alive, the replicas alive)
+  -- each saw one of this route's in the window; below it the failure is
+  -- held: it opened the sender's own view only (its egress view). local_seen
+  -- keeps each replica's last local failure, pruned to the window.
+  if class == 2 and A.origin_local and A.replica then
+    if type(s.local_seen) ~= "table" then s.local_seen = {} end
+    local span = P.window_sec * 1000
+    if (s.local_seen[A.replica] or 0) < now then s.local_seen[A.replica] = now end
+    local n = 0
+    for r, at in pairs(s.local_seen) do
+      if at + span <= now then s.local_seen[r] = nil else n = n + 1 end
+    end
+    local q = P.local_origin_quorum or 1
+    local alive = A.alive or 1
+    if alive < 1 then alive = 1 end
+    if q > alive then q = alive end
+    if n < q then class = 0 end
   end
   if agen ~= s.generation then
     res.stale = 1
@@ -530,7 +555,7 @@ elseif op == "fc" or op == "rst" then
   if from == 0 then s.generation = s.generation + 1 end
 end
 
-if op == "rec" and A.id then recent_add(A.id, events) end
+if idempotent and A.id then recent_add(A.id, events) end
 -- The key holds the end of its life on the script's clock (Redis's TIME);
 -- Redis drops it then too.
 if keyed and op == "rec" then

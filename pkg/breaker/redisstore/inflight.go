@@ -48,6 +48,10 @@ const maxUnsent = 1024
 type answer struct {
 	kind answerKind
 	tok  uint64 // answerRecord: the token of the outcome it answers
+	// reason: answerOverride: the override's reason (breaker.ReasonForced,
+	// ReasonForceClose, ReasonReset), for the view's own line when the
+	// view is the store (apply).
+	reason string
 }
 
 type answerKind int
@@ -171,7 +175,13 @@ func (s *Store) owe(e *entry, j recJob) {
 		}
 	}
 	if len(e.fl.unsent) >= maxUnsent {
-		e.fl.unsent = dropRange(e.fl.unsent, 0, 1)
+		// The oldest outcome goes; an operator's override never does (an
+		// acknowledged admin change is not lost).
+		i := slices.IndexFunc(e.fl.unsent, func(j recJob) bool { return !isOverride(j.op) })
+		if i < 0 {
+			i = 0
+		}
+		e.fl.unsent = dropRange(e.fl.unsent, i, i+1)
 		s.count("unsent_dropped")
 	}
 	j.tok = 0
@@ -194,6 +204,9 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 	e.fl.unsent = nil
 	e.viewMu.Unlock()
 	for i, j := range jobs {
+		if overrideRanOut(j, now) {
+			continue
+		}
 		// Without emitMu during the call: a decision's probe call must not
 		// wait behind the write-back.
 		r, err := s.call(ctx, e, j.op, j.now, j.args)
@@ -208,8 +221,24 @@ func (s *Store) sendUnsent(ctx context.Context, e *entry, now int64) error {
 			e.viewMu.Unlock()
 			return err
 		}
+		if isOverride(j.op) {
+			e.overrideSent.Store(true)
+		}
 	}
 	return nil
+}
+
+// dropQueuedOverrides forgets the overrides queued for e: one Redis has
+// answered since supersedes them.
+func (s *Store) dropQueuedOverrides(e *entry) {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	if slices.ContainsFunc(e.fl.unsent, func(j recJob) bool { return isOverride(j.op) }) {
+		e.fl.unsent = slices.DeleteFunc(e.fl.unsent, func(j recJob) bool { return isOverride(j.op) })
+		if len(e.fl.unsent) == 0 {
+			e.fl.unsent = nil
+		}
+	}
 }
 
 // hasUnsent reports whether e holds outcomes Redis has not taken.

@@ -1,8 +1,11 @@
 package redisstore
 
 import (
+	"context"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 )
@@ -62,5 +65,59 @@ func TestATakenOverflowHoldsNothing(t *testing.T) {
 	s.takeOverflow(0, nil)
 	if cap(s.over[0].jobs) != 0 {
 		t.Fatalf("an empty overflow keeps a %d-slot array", cap(s.over[0].jobs))
+	}
+}
+
+// An operator's override that Redis answers while the local view is the
+// store (degraded: another call failed meanwhile) moves the view's own
+// chain, and the chain says so (#54). Before, the view was restored with
+// no line: the fleet soak under load read a local "open->closed after
+// closed" when the force ran out.
+func TestAnOverrideAnsweredWhileDegradedIsTheViewsOwnTransition(t *testing.T) {
+	clk := breaker.NewFakeClock(time.Unix(1_700_000_000, 0))
+	var got []breaker.Event
+	s := New(Options{Clock: clk, OnEvent: func(ev breaker.Event) { got = append(got, ev) }})
+	id := breaker.ID{Gateway: "default", Route: "openai:us-east:gpt-4o-mini"}
+	pol := breaker.DefaultPolicy()
+	keys, _, err := s.Install(context.Background(), clk.Now().UnixNano(), []breaker.Spec{{ID: id, Policy: &pol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.get(keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now().UnixNano()
+	for _, c := range []struct {
+		name     string
+		degraded bool
+		snap     breaker.Snapshot
+		reason   string
+		want     string // "" = no line
+	}{
+		{"synced: the script's own line says it", false, breaker.Snapshot{State: breaker.Open, Generation: 2, Reason: breaker.ReasonForced, Forced: true, OpenedAt: now}, breaker.ReasonForced, ""},
+		{"synced: a close too", false, breaker.Snapshot{State: breaker.Closed, Generation: 3}, breaker.ReasonForceClose, ""},
+		{"degraded: force-open", true, breaker.Snapshot{State: breaker.Open, Generation: 4, Reason: breaker.ReasonForced, Forced: true, OpenedAt: now}, breaker.ReasonForced, "closed->open forced local"},
+		{"degraded: the same state again", true, breaker.Snapshot{State: breaker.Open, Generation: 5, Reason: breaker.ReasonForced, Forced: true, OpenedAt: now}, breaker.ReasonForced, ""},
+		{"degraded: reset", true, breaker.Snapshot{State: breaker.Closed, Generation: 6}, breaker.ReasonReset, "open->closed reset local"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.sync.p.Store(int32(synced))
+			if c.degraded {
+				s.sync.step(callFailed)
+			}
+			got = nil
+			s.apply(e, "inc", c.snap.Generation, c.snap, answer{kind: answerOverride, reason: c.reason})
+			var lines []string
+			for _, ev := range got {
+				lines = append(lines, ev.From.String()+"->"+ev.To.String()+" "+ev.Reason+" "+ev.DecidedBy)
+			}
+			if strings.Join(lines, "; ") != c.want {
+				t.Fatalf("lines %q, want %q", lines, c.want)
+			}
+			if snap, _ := breaker.SnapshotOf(s.local, e.lk, now); snap.State != c.snap.State {
+				t.Fatalf("the view is %v, want %v", snap.State, c.snap.State)
+			}
+		})
 	}
 }

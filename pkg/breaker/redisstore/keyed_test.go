@@ -28,7 +28,9 @@ func TestOneRequestCountsOnceAcrossABlip(t *testing.T) {
 			srv := redistest.Start(t)
 			px := srv.Proxy(t)
 			clk := breaker.NewFakeClock(time.Now())
-			p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 2 })
+			// A timeout is a local failure: with quorum 1 it counts for
+			// every replica at once (quorum_test.go holds the quorum).
+			p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold, p.LocalOriginQuorum = 2, 1 })
 			a := replicasWith(t, proxiedClient(t, px), "keyed:", clk, p, 1, 100*time.Millisecond, nil)[0]
 			b := replicasWith(t, srv.Client(t), "keyed:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) {
 				o.ReplicaID = "b"

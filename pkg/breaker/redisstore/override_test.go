@@ -85,3 +85,60 @@ func TestOverridesMadeInAnOutageAreReplayed(t *testing.T) {
 		})
 	}
 }
+
+// TestATimedOutOverrideKeepsItsPlace (R-ST8, R-DL11): an operator's
+// force-close that Redis did not answer in time (its answer late, or the
+// call lost) is sent again when Redis answers, before the failures
+// recorded after it and once: the route those failures opened stays open
+// in Redis and on every replica. Before, the queued override was replayed
+// after the failures, and ran a second time when Redis had applied it:
+// the route closed again for the whole fleet (the flake of
+// TestRedisThatWentBackIsHealed on a loaded CI machine).
+func TestATimedOutOverrideKeepsItsPlace(t *testing.T) {
+	cases := []struct {
+		name  string
+		fault func(px *redistest.Proxy, on bool)
+	}{
+		{"its answer late", func(px *redistest.Proxy, on bool) {
+			if on {
+				px.Latency(0, 300*time.Millisecond)
+			} else {
+				px.Latency(0, 0)
+			}
+		}},
+		{"the call lost", func(px *redistest.Proxy, on bool) { px.Blackhole(on) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			px, a, b, clk := openOnTwo(t, "ovrq:")
+			ctx := context.Background()
+			now := func() int64 { return clk.Now().UnixNano() }
+			for range 3 { // a warm connection: the call is sent at once
+				if _, err := a.st.Status(ctx, a.key, now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.fault(px, true)
+			if err := a.st.ForceClose(ctx, a.key, now()); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a degraded", a.st.Degraded)
+			if !a.st.Peek(ctx, a.key, now()).Allowed {
+				t.Fatal("the force-close did not reach a's view")
+			}
+			// The route fails again after the operator's close, in the same
+			// millisecond: it opens on a's view.
+			recordFail(t, a, clk)
+			if a.st.Peek(ctx, a.key, now()).Allowed {
+				t.Fatal("the failure did not open a's view")
+			}
+			tc.fault(px, false)
+			eventually(t, "a back on Redis", func() bool { return !a.st.Degraded() })
+			st, err := b.st.Status(ctx, b.key, now())
+			if err != nil || st.State != "open" {
+				t.Fatalf("Redis after the write-back: %+v %v, want open", st, err)
+			}
+			eventually(t, "open on a's view", func() bool { return !a.st.Peek(ctx, a.key, now()).Allowed })
+		})
+	}
+}

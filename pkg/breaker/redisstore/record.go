@@ -22,6 +22,10 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		return breaker.Recorded{}, err
 	}
 	p := e.policy
+	if eadm, rest, probe := s.egressAdmission(adm); probe || s.eg.notClosed.Load() != 0 || s.egressActs(e) {
+		adm = rest
+		s.recordEgress(ctx, e, now, eadm, probe, r, p.Judge(r))
+	}
 	// ladm is what the local view frees: a slot it gave (this replica's
 	// local lease), nothing else (a Redis lease expires in Redis; another
 	// replica's local lease is its own). adm goes to Redis, which never
@@ -64,7 +68,14 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		// that ends after the resync is counted in Redis too (before, on
 		// the local view only).
 		var own breaker.Recorded
-		job.tok, own = s.recordOwn(ctx, e, now, ladm, r, o.Class == breaker.Failure)
+		ownRes, failure := r, o.Class == breaker.Failure
+		if failure && o.Origin() == breaker.OriginLocal && s.egressActs(e) {
+			// Held for a quorum (R-FD2): it is this replica's egress
+			// view's evidence (recordEgress), not the shared state's,
+			// unless Redis counts it.
+			ownRes, failure = breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonHeldForQuorum, Key: r.Key, KeyLifeMs: r.KeyLifeMs}, false
+		}
+		job.tok, own = s.recordOwn(ctx, e, now, ladm, ownRes, failure)
 		if own.AlreadyApplied {
 			// This replica sent the key already (R-DL11): Redis has it, or
 			// will from that first call or its resend. Only a slot this
@@ -118,6 +129,11 @@ func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.
 		{"route_scope", e.id.Scope == breaker.ScopeGateway}, {"status", r.Status},
 		{"block_retry_after", p.RetryAfter == breaker.RetryAfterBlock}, {"max_retry_after_sec", p.MaxRetryAfterSec},
 	}}
+	if o.Class == breaker.Failure && o.Origin() == breaker.OriginLocal {
+		// Envoy got no answer: it may be this replica's egress. Redis
+		// counts it for the fleet only with a quorum of replicas (R-FD2).
+		j.args = append(j.args, arg{"origin_local", true}, arg{"replica", s.origin}, arg{"alive", s.alive.Load()})
+	}
 	if r.Key != "" {
 		// Keyed (R-DL11): Redis applies the key once while it lives, from
 		// whichever replica and channel it comes.

@@ -154,7 +154,7 @@ func (tab *table) changed(keys []string) []*entry {
 // read yet (installed since), on local state alone, with an override or
 // outcomes Redis has not taken, or behind Redis.
 func (e *entry) unsettled() bool {
-	return e.last.Load() == nil || e.bad.Load() || e.pendingOverride.Load() != nil || e.behind.Load() || e.hasUnsent()
+	return e.last.Load() == nil || e.bad.Load() || e.behind.Load() || e.hasUnsent()
 }
 
 // writeBackBroken heals the breakers about to be read that need it first:
@@ -167,7 +167,7 @@ func (s *Store) writeBackBroken(ctx context.Context, read []*entry, now int64) {
 			s.healBehind(ctx, e, now)
 			continue
 		}
-		if e.bad.Load() || e.pendingOverride.Load() != nil || e.hasUnsent() {
+		if e.bad.Load() || e.hasUnsent() {
 			if s.sendUnsent(ctx, e, now) == nil {
 				_ = s.settleLocal(ctx, e, now)
 			}

@@ -43,8 +43,12 @@ func (s *Store) refreshLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		s.Refresh(ctx)
+		if !s.sync.localIsTheStore() {
+			s.beatIfDue(ctx)
+		}
 		select {
 		case <-ctx.Done():
+			s.leave()
 			return
 		case <-t.C:
 		case <-s.kick:

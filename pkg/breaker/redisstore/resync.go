@@ -7,20 +7,16 @@ import (
 )
 
 // settleLocal writes back what e's local view learned while Redis did not
-// answer for it: an operator's override first (it wins over Redis's natural
-// state), then a local open, when there was no override or the open came
-// after it (its own evidence after the operator's word).
+// answer for it and its outcomes and overrides (sent before, in order) do
+// not carry: an open, or a Retry-After block. A forced open is left out
+// when the queue carried an operator's override: that override wrote
+// what the operator said (the view's force is the override's own).
 func (s *Store) settleLocal(ctx context.Context, e *entry, now int64) error {
 	snap, err := breaker.SnapshotOf(s.local, e.lk, now)
 	if err != nil {
 		return nil
 	}
-	po := e.pendingOverride.Load()
-	replayed, err := s.replayOverride(ctx, e, now)
-	if err != nil {
-		return err
-	}
-	if replayed && !(snap.State == breaker.Open && !snap.Forced && snap.OpenedAt > po.at) {
+	if e.overrideSent.Swap(false) && snap.Forced {
 		return nil
 	}
 	return s.writeBackSnap(ctx, e, now, snap)

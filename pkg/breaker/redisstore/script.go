@@ -27,18 +27,6 @@ type arg struct {
 // args are a call's named arguments, in the order they are encoded.
 type args []arg
 
-// with returns a copy of a with name set to v.
-func (a args) with(name string, v any) args {
-	out := append(args(nil), a...)
-	for i := range out {
-		if out[i].name == name {
-			out[i].v = v
-			return out
-		}
-	}
-	return append(out, arg{name, v})
-}
-
 // get is the value of name, nil when absent.
 func (a args) get(name string) any {
 	for _, x := range a {
@@ -66,7 +54,7 @@ func policyArgs(p *breaker.Policy) string {
 		{"slow_call_rate_percent", p.SlowCallRatePercent}, {"half_open_max_probes", p.HalfOpenMaxProbes},
 		{"probe_timeout_ms", p.ProbeTimeoutMs}, {"backoff_multiplier", p.BackoffMultiplier},
 		{"max_cooldown_ms", p.MaxCooldownMs}, {"ttl_ms", ttl},
-		{"tracks_slow", p.TracksSlow()}, {"stall_ms", p.StallMs},
+		{"tracks_slow", p.TracksSlow()}, {"stall_ms", p.StallMs}, {"local_origin_quorum", p.LocalOriginQuorum},
 	}))
 }
 

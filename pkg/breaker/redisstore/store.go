@@ -69,6 +69,9 @@ type Options struct {
 	// missing or bad signature ("feed_unsigned", "overlay_unsigned",
 	// "note_unsigned").
 	OnRefused func(what string)
+	// OnAlive hears how many replicas share the store, at each beat
+	// (members.go).
+	OnAlive func(n int)
 }
 
 // Store is the Redis breaker.Store. Decisions read a local view (a
@@ -93,6 +96,8 @@ type Store struct {
 	// store's own: the decision pays no extra call or Verdict copy.
 	*viewMemory
 	local *breaker.Memory
+	// eg is this replica's own view of its egress (egress.go).
+	eg *egressView
 	// sync is the store's phase on its way back to Redis (syncstate.go).
 	sync   syncState
 	ready  atomic.Bool
@@ -119,6 +124,10 @@ type Store struct {
 	writingBack atomic.Int64
 	over        []overflow // each worker\'s jobs past its full queue
 	started     atomic.Bool
+	// alive is how many replicas beat in the store lately; lastBeat when
+	// this one last did (members.go).
+	alive    atomic.Int64
+	lastBeat atomic.Int64
 	// lastHealth is the readiness last reported to OnHealth.
 	lastHealth atomic.Int32
 	healthMu   sync.Mutex
@@ -139,6 +148,7 @@ type entry struct {
 	id        breaker.ID
 	key       string
 	lk        breaker.Key
+	egk       breaker.Key // the breaker on the egress view
 	policy    *breaker.Policy
 	policyArg string // the policy as the script reads it (policyArgs)
 	pbID      *replicav1.BreakerId
@@ -158,10 +168,11 @@ type entry struct {
 	bad atomic.Bool
 	// hinted: the feed said this breaker changed; the hint loop reads it.
 	hinted atomic.Bool
-	// pendingOverride is an override made while Redis did not answer.
-	pendingOverride atomic.Pointer[pendingOverride]
 	// behind: Redis answered with a state older than the view's (apply).
 	behind atomic.Bool
+	// overrideSent: the last write-back of the queue sent an operator's
+	// override (settleLocal).
+	overrideSent atomic.Bool
 }
 
 // localLease marks a probe slot taken on the local view while Redis was
@@ -238,6 +249,7 @@ func New(opts Options) *Store {
 	s.leaseTag = uint64(h.Sum32()&0xFFFF) << tagShift
 	s.tab.Store(&table{byID: map[breaker.ID]*entry{}, byKey: map[string]*entry{}})
 	s.viewMemory = s.local
+	s.eg = s.newEgress()
 	return s
 }
 
@@ -257,6 +269,10 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 	if err != nil {
 		return nil, nil, err
 	}
+	egks, _, err := s.eg.mem.Install(ctx, now, specs)
+	if err != nil {
+		return nil, nil, err
+	}
 	old := s.tab.Load()
 	nt := &table{byID: make(map[breaker.ID]*entry, len(specs)), byKey: make(map[string]*entry, len(specs))}
 	fresh := false
@@ -264,7 +280,7 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 		if _, ok := nt.byID[sp.ID]; ok {
 			continue
 		}
-		e := &entry{id: sp.ID, key: s.Key(sp.ID), lk: keys[i], policy: sp.Policy, policyArg: policyArgs(sp.Policy),
+		e := &entry{id: sp.ID, key: s.Key(sp.ID), lk: keys[i], egk: egks[i], policy: sp.Policy, policyArg: policyArgs(sp.Policy),
 			pbID: &replicav1.BreakerId{Gateway: sp.ID.Gateway, Route: sp.ID.Route, Scope: scopeOf(sp.ID.Scope)}}
 		if prev, kept := old.byID[sp.ID]; kept {
 			prev.viewMu.Lock()
@@ -317,6 +333,14 @@ func (s *Store) remote(e *entry) bool { return !s.sync.localIsTheStore() && !e.b
 // across replicas. When Redis is unreachable the local view admits up to
 // half_open_max_probes on its own.
 func (s *Store) Acquire(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
+	if s.eg.notClosed.Load() != 0 {
+		return s.acquireEgress(ctx, k, now, force)
+	}
+	return s.acquireShared(ctx, k, now, force)
+}
+
+// acquireShared admits by the shared state alone.
+func (s *Store) acquireShared(ctx context.Context, k breaker.Key, now int64, force bool) (breaker.Admission, bool, error) {
 	// A healthy local view admits on the memory store's own lock-free
 	// path: one atomic load, no round trip.
 	if adm, ok := breaker.AcquireHealthy(s.local, k); ok {
@@ -372,6 +396,9 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 	e, err := s.get(k)
 	if err != nil {
 		return err
+	}
+	if eadm, _, ok := s.egressAdmission(adm); ok {
+		return s.eg.mem.Release(ctx, e.egk, eadm)
 	}
 	if adm.Lease&localLease != 0 {
 		n, mine := s.localSlot(adm.Lease)
@@ -441,50 +468,42 @@ func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op strin
 	if err != nil {
 		return err
 	}
+	if op != "fo" {
+		// An operator's close or reset ends this replica's own open too.
+		_ = s.eg.mem.Reset(ctx, e.egk, now)
+	}
+	// The override's id (R-DL11's rule for outcomes, kept for overrides
+	// too): Redis applies it once, however often it is sent.
+	a = append(a, arg{"id", newRecordID()})
 	if s.remote(e) {
-		if _, err := s.runAs(ctx, e, op, now, answer{kind: answerOverride}, a); err == nil {
-			e.pendingOverride.Store(nil) // a later override supersedes one queued
+		if _, err := s.runAs(ctx, e, op, now, answer{kind: answerOverride, reason: overrideReason[op]}, a); err == nil {
+			s.dropQueuedOverrides(e) // a later override supersedes one queued
 			return nil
 		}
 	}
-	// Redis is not answering: the override applies to the local view now
-	// and is queued to be replayed when Redis returns (R-ST8). An operator's
-	// force wins over a natural open, and a force-close or reset is written
-	// back too; before, the write-back merge kept Redis's natural open and
-	// wrote neither.
-	e.pendingOverride.Store(&pendingOverride{op: op, at: now, args: a})
+	// Redis did not answer (it may have applied the override all the same:
+	// a timeout is not a refusal). The override applies to the local view
+	// now and is queued with the outcomes Redis has not taken, in order, to
+	// be sent when Redis answers again (R-ST8): the outcomes recorded after
+	// it count after it, and a repeat of one Redis ran changes nothing.
+	// Before, it was replayed after those outcomes, and ran twice when its
+	// answer had only been late: a force-close then wiped out the failures
+	// that had opened the route since, on every replica.
+	s.owe(e, recJob{e: e, op: op, now: now, args: a})
 	return local(e)
 }
 
-// pendingOverride is an operator's override made while Redis was not
-// answering, to replay when it is.
-type pendingOverride struct {
-	op   string
-	at   int64 // when it was made
-	args args
-}
+// overrideReason is the reason of each override's transition.
+var overrideReason = map[string]string{"fo": breaker.ReasonForced, "fc": breaker.ReasonForceClose, "rst": breaker.ReasonReset}
 
-// replayOverride writes e's queued override to Redis; a force-open keeps
-// what remains of its duration. It reports whether one was written.
-func (s *Store) replayOverride(ctx context.Context, e *entry, now int64) (bool, error) {
-	po := e.pendingOverride.Load()
-	if po == nil {
-		return false, nil
-	}
-	a := po.args
-	if d, _ := a.get("duration_ms").(int64); po.op == "fo" && d > 0 {
-		left := po.at/ms + d - now/ms
-		if left <= 0 {
-			e.pendingOverride.CompareAndSwap(po, nil)
-			return false, nil // it ran out during the outage
-		}
-		a = a.with("duration_ms", left)
-	}
-	if _, err := s.runAs(ctx, e, po.op, now, answer{kind: answerOverride}, a); err != nil {
-		return false, err
-	}
-	e.pendingOverride.CompareAndSwap(po, nil)
-	return true, nil
+// isOverride reports whether op is an operator's override.
+func isOverride(op string) bool { _, ok := overrideReason[op]; return ok }
+
+// overrideRanOut reports whether j, a queued force-open with a duration,
+// ended before now: it is not sent (the route would open for nothing).
+func overrideRanOut(j recJob, now int64) bool {
+	d, _ := j.args.get("duration_ms").(int64)
+	return j.op == "fo" && d > 0 && j.now/ms+d <= now/ms
 }
 
 // Status implements breaker.Store, reading Redis (and making due
@@ -494,18 +513,30 @@ func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.S
 	if err != nil {
 		return breaker.Status{}, err
 	}
+	var st breaker.Status
 	if s.remote(e) {
 		if r, err := s.run(ctx, e, "adv", now, nil); err == nil {
-			return statusOf(e, r, now), nil
+			st = statusOf(e, r, now)
 		}
 	}
-	return s.local.Status(ctx, e.lk, now)
+	if st.State == "" {
+		if st, err = s.local.Status(ctx, e.lk, now); err != nil {
+			return st, err
+		}
+	}
+	if rs := s.egressStatus(ctx, e, now); rs != nil {
+		st.ReplicaScope, st.Notable = rs, true
+	}
+	return st, nil
 }
 
 // Sweep implements breaker.Store: due transitions of the breakers this
 // replica sees as not closed (on the local view while Redis is
 // unreachable).
 func (s *Store) Sweep(ctx context.Context, now int64) error {
+	if s.eg.notClosed.Load() != 0 {
+		_ = s.eg.mem.Sweep(ctx, now)
+	}
 	if s.sync.localIsTheStore() {
 		return s.local.Sweep(ctx, now)
 	}

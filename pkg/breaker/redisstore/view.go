@@ -77,7 +77,13 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 		return
 	}
 	e.seq = seq
-	_ = breaker.Restore(s.local, e.lk, snap)
+	if a.kind == answerOverride && s.sync.localIsTheStore() {
+		// The view is the store: the override moves its chain, and the
+		// chain says so (decided_by=local), as the view's own force would.
+		_ = breaker.RestoreAsOwn(s.local, e.lk, snap, s.opts.Clock.Now().UnixNano(), a.reason)
+	} else {
+		_ = breaker.Restore(s.local, e.lk, snap)
+	}
 	if s.opts.OnView != nil {
 		s.opts.OnView(e.id, snap.State)
 	}

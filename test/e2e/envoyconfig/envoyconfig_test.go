@@ -445,3 +445,35 @@ func TestRoutesThatDifferAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// The compose Envoy traces (#55): its tracer is the OpenTelemetry one,
+// sending to a cluster the file has, at the compose collector's address
+// (docker-compose.yaml's otel-collector, where fusebox exports too).
+func TestComposeEnvoyTraces(t *testing.T) {
+	b, err := Load(filepath.Join(envoyDir, "envoy-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Harness(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracing == nil || cfg.Tracing.RandomSampling != 100 {
+		t.Fatalf("envoy-compose.yaml does not trace: %+v", cfg.Tracing)
+	}
+	found := false
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() != cfg.Tracing.Cluster {
+			continue
+		}
+		for _, le := range c.GetLoadAssignment().GetEndpoints() {
+			for _, e := range le.GetLbEndpoints() {
+				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+				found = found || sa.GetAddress() == "otel-collector" && sa.GetPortValue() == 4317
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("the tracer's cluster %q is not the compose collector (otel-collector:4317)", cfg.Tracing.Cluster)
+	}
+}

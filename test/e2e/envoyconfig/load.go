@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
@@ -135,6 +137,21 @@ func Harness(b *bootstrapv3.Bootstrap) (envoysim.Config, error) {
 			case *structpb.Value_NumberValue:
 				cfg.Runtime[k] = fmt.Sprint(x.NumberValue)
 			}
+		}
+	}
+	if tr := hcm.GetTracing(); tr.GetProvider() != nil {
+		var otel tracev3.OpenTelemetryConfig
+		if !tr.GetProvider().GetTypedConfig().MessageIs(&otel) {
+			// Fail closed: a tracer envoysim does not play would send
+			// other headers in Envoy than in the tests.
+			return cfg, fmt.Errorf("the tracer %s is not played by envoysim (only envoy.tracers.opentelemetry)", tr.GetProvider().GetName())
+		}
+		if err := tr.GetProvider().GetTypedConfig().UnmarshalTo(&otel); err != nil {
+			return cfg, err
+		}
+		cfg.Tracing = &envoysim.TracingConfig{Cluster: otel.GetGrpcService().GetEnvoyGrpc().GetClusterName(), ServiceName: otel.GetServiceName(), RandomSampling: 100}
+		if rs := tr.GetRandomSampling(); rs != nil {
+			cfg.Tracing.RandomSampling = rs.GetValue()
 		}
 	}
 	obsCluster, epCluster := "", ""

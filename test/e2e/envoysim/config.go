@@ -21,6 +21,9 @@ type Config struct {
 	// sets (e.g. a residency for an EU listener).
 	VHostHeaders map[string]string
 	ExtProc      ExtProcConfig
+	// Tracing is the connection manager's OpenTelemetry tracer (nil = no
+	// tracing): tracing.go.
+	Tracing *TracingConfig
 	// ResponseHeadersToAdd are the virtual host's response_headers_to_add:
 	// a literal value, or %DYNAMIC_METADATA(namespace:key)% (not added
 	// when empty, as Envoy's formatter leaves it).

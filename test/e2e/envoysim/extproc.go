@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -24,13 +25,17 @@ var errAttemptReset = errors.New("upstream request reset during its filters")
 
 // epStream is the ext_proc filter's stream for one request.
 type epStream struct {
-	p      *Proxy
-	c      *ExtProcConfig // the filter's settings (the route role's, or an upstream attempt role's)
-	modes  modes
-	ctx    context.Context
-	cancel context.CancelFunc
-	s      extprocv3.ExternalProcessor_ProcessClient
-	first  bool
+	// traceCtx: the request's span (tracing.go); traceSpan: this
+	// stream's client span, ended with the stream.
+	traceCtx  context.Context
+	traceSpan trace.Span
+	p         *Proxy
+	c         *ExtProcConfig // the filter's settings (the route role's, or an upstream attempt role's)
+	modes     modes
+	ctx       context.Context
+	cancel    context.CancelFunc
+	s         extprocv3.ExternalProcessor_ProcessClient
+	first     bool
 	// failed: processing stopped (an error or timeout with
 	// failure_mode_allow); the request continues unprocessed.
 	failed  atomic.Bool
@@ -105,6 +110,9 @@ func (e *epStream) open() error {
 	md := metadata.New(nil)
 	for k, v := range e.c.InitialMetadata {
 		md.Set(k, v)
+	}
+	if e.p.tracer != nil && e.traceCtx != nil {
+		e.traceSpan = e.p.tracer.extProcSpan(e.traceCtx, md)
 	}
 	e.ctx, e.cancel = context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
 	s, err := extprocv3.NewExternalProcessorClient(e.p.epClusters[e.c].pick()).Process(e.ctx)
@@ -293,6 +301,10 @@ func (e *epStream) fail(err error) (allowed bool) {
 func (e *epStream) close() {
 	e.sendMu.Lock()
 	defer e.sendMu.Unlock()
+	if e.traceSpan != nil {
+		e.traceSpan.End()
+		e.traceSpan = nil
+	}
 	if e.closed.Swap(true) || e.s == nil {
 		return
 	}

@@ -212,6 +212,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// with it, even while that filter waits for its reply.
 		abody := append([]byte(nil), body...)
 		ep := newEPStreamFor(p, &fo.Attempt)
+		ep.traceCtx = e.traceCtx
 		dialed := make(chan error, 1)
 		phaseDone := make(chan struct{})
 		go func() {

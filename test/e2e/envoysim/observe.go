@@ -67,6 +67,7 @@ func (p *Proxy) newObserver(e *Entry, reqID string) *obsStream {
 	}
 	o := &obsStream{p: p, ep: newEPStreamFor(p, p.cfg.Observer), e: e, done: make(chan struct{}), over: make(chan struct{}), reqID: reqID}
 	o.ep.first = false // observability mode sends no protocol_config
+	o.ep.traceCtx = e.traceCtx
 	o.cond = sync.NewCond(&o.mu)
 	p.obsOpen.Add(1)
 	p.obsMu.Lock()

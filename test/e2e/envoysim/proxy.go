@@ -17,12 +17,15 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Proxy is a running Envoy stand-in.
 type Proxy struct {
 	cfg Config
+	// tracer plays Envoy's tracer when the config traces (tracing.go).
+	tracer *tracer
 	// retries are the retry resources in use per cluster (retries.go).
 	retryUse retryCounters
 	// grpc holds one connection per fusebox host; epClusters is the
@@ -72,6 +75,13 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.BufferLimit = 1 << 20 // per_connection_buffer_limit_bytes' default
 	}
 	p := &Proxy{cfg: cfg, active: map[string]*atomic.Int64{}}
+	if cfg.Tracing != nil {
+		t, err := newTracer(*cfg.Tracing)
+		if err != nil {
+			return nil, err
+		}
+		p.tracer = t
+	}
 	p.stats.recordChunks = cfg.ChunkDelays
 	for name := range cfg.Clusters {
 		p.active[name] = &atomic.Int64{}
@@ -143,6 +153,9 @@ func (p *Proxy) Close() {
 	}
 	p.grpc.close()
 	p.transport.CloseIdleConnections()
+	if p.tracer != nil {
+		p.tracer.close()
+	}
 }
 
 // Stats returns the counters.
@@ -291,7 +304,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.set(k, v)
 	}
 
+	if p.tracer != nil {
+		var sp trace.Span
+		entry.traceCtx, sp = p.tracer.requestSpan(h, r.URL.Path)
+		defer sp.End()
+	}
 	ep := newEPStream(p)
+	ep.traceCtx = entry.traceCtx
 	entry.routeEP = ep
 	ep.entry = entry
 	defer ep.close()

@@ -1,6 +1,7 @@
 package envoysim
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -136,7 +137,9 @@ func (s *Stats) Get(name string) int {
 // Entry is one access-log line: what the client got and why.
 type Entry struct {
 	// logged: written to the log already (record runs once).
-	logged   bool
+	logged bool
+	// traceCtx: the request's span, when the proxy traces (tracing.go).
+	traceCtx context.Context
 	Start    time.Time
 	Method   string
 	Path     string

@@ -40,6 +40,9 @@ type Fault struct {
 	// OnRequest, when set, runs as each request arrives (a test moves a
 	// fake clock with it: the time a hung request costs).
 	OnRequest func() `json:"-"`
+	// OnlyBodyContaining, when set, limits the fault to requests whose
+	// body contains it (a poison request); the others are served as usual.
+	OnlyBodyContaining string `json:"only_body_containing,omitempty"`
 }
 
 // Provider is one fake upstream (one Envoy cluster).
@@ -213,6 +216,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := p.fault
 	p.last, p.model, p.path = r.Header.Clone(), req.Model, r.URL.RequestURI()
 	p.mu.Unlock()
+	if f.OnlyBodyContaining != "" && !strings.Contains(string(body), f.OnlyBodyContaining) {
+		f = Fault{}
+	}
 
 	if f.OnRequest != nil {
 		f.OnRequest()
