@@ -196,6 +196,11 @@ func (s *Memory) Sweep(_ context.Context, now int64) error {
 	return nil
 }
 
+// InProcess reports that every call of this store is answered in this
+// process, at once: a caller may make one where it would not wait for a
+// remote store (InProcessStore).
+func (s *Memory) InProcess() bool { return true }
+
 // NoteCount is how many notes the store keeps (live ones, and expired ones
 // its sweep has not reclaimed yet).
 func (s *Memory) NoteCount() int { return s.notes.Len() }

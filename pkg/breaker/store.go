@@ -56,6 +56,21 @@ type Store interface {
 	SwapNote(ctx context.Context, name string, prev, next []byte, ttl time.Duration) (cur []byte, ok bool, err error)
 }
 
+// InProcessStore is a Store whose calls never leave the process (Memory):
+// they cannot stall, so a caller may make them where a remote store's
+// call would be sent off the reply path. A wrapper that embeds the Store
+// interface is not one.
+type InProcessStore interface {
+	Store
+	InProcess() bool
+}
+
+// IsInProcess reports whether st's calls never leave the process.
+func IsInProcess(st Store) bool {
+	p, ok := st.(InProcessStore)
+	return ok && p.InProcess()
+}
+
 // Spec is one breaker a configuration wants, with its resolved policy.
 type Spec struct {
 	ID     ID

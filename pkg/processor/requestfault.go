@@ -59,6 +59,10 @@ type faultLedger struct {
 	m   map[fingerprint]*faultEntry
 	// shares bounds the note calls under way (sharing is best effort).
 	shares chan struct{}
+	// aside runs a judging that needs the store off the reply path (go,
+	// counted in busy so tests can wait for it; a test holds it).
+	aside func(func())
+	busy  sync.WaitGroup
 }
 
 // maxLedger bounds the fingerprints a replica remembers.
@@ -71,7 +75,15 @@ func newFaultLedger(tokenKey []byte) *faultLedger {
 		_, _ = rand.Read(k)
 	}
 	h := sha256.Sum256(append([]byte("fusebox request fingerprint\x00"), k...))
-	return &faultLedger{key: h[:], m: map[fingerprint]*faultEntry{}, shares: make(chan struct{}, 64)}
+	l := &faultLedger{key: h[:], m: map[fingerprint]*faultEntry{}, shares: make(chan struct{}, 64)}
+	l.aside = func(f func()) {
+		l.busy.Add(1)
+		go func() {
+			defer l.busy.Done()
+			f()
+		}()
+	}
+	return l
 }
 
 // of is the fingerprint of a request's content (kind "body") or of its
@@ -132,12 +144,16 @@ func (l *faultLedger) judge(fp fingerprint, sig, route string, again bool, now, 
 	return false, false
 }
 
-// has reports whether the ledger remembers fp (a failure or a fault).
-func (l *faultLedger) has(fp fingerprint, now int64) bool {
+// has reports whether the ledger remembers fp (a failure or a fault),
+// and whether as a fault.
+func (l *faultLedger) has(fp fingerprint, now int64) (known, fault bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.m[fp]
-	return e != nil && e.until > now
+	if e == nil || e.until <= now {
+		return false, false
+	}
+	return true, e.fault
 }
 
 // learn takes what another replica noted of fp (readAhead).
@@ -227,19 +243,24 @@ func (s *Server) readAhead(fp fingerprint, ttl time.Duration) <-chan struct{} {
 	go func() {
 		defer close(done)
 		defer func() { <-s.faults.shares }()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		// prev nil, next nil: a read (deleting a note that is not there).
-		cur, _, err := s.store.SwapNote(ctx, noteName(fp), nil, nil, ttl)
-		if err != nil || cur == nil {
-			return
-		}
-		now := s.clock.Now().UnixNano()
-		if e, ok := parseNote(cur, now, ttl.Nanoseconds()); ok {
-			s.faults.learn(fp, e, now)
-		}
+		s.readNote(fp, ttl)
 	}()
 	return done
+}
+
+// readNote reads fp's note from the store into the ledger.
+func (s *Server) readNote(fp fingerprint, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	// prev nil, next nil: a read (deleting a note that is not there).
+	cur, _, err := s.store.SwapNote(ctx, noteName(fp), nil, nil, ttl)
+	if err != nil || cur == nil {
+		return
+	}
+	now := s.clock.Now().UnixNano()
+	if e, ok := parseNote(cur, now, ttl.Nanoseconds()); ok {
+		s.faults.learn(fp, e, now)
+	}
 }
 
 // answeredOthers is the guard: route (of the stream's gateway) has
@@ -262,8 +283,11 @@ func (st *stream) answeredOthers(route string, now int64) bool {
 
 // requestFault judges res, the attempt's result, before it is recorded:
 // an upstream failure the ledger names the request's is returned as a
-// neither (request_fault); anything else unchanged.
-func (st *stream) requestFault(res breaker.Result, now int64) breaker.Result {
+// neither (request_fault); anything else unchanged. offPath: it runs
+// aside (judgeAside), where the guard may read the store; on the reply
+// path it never does, and a failure whose judging would need it (a
+// fingerprint another stream has just judged a fault) counts.
+func (st *stream) requestFault(res breaker.Result, now int64, offPath bool) breaker.Result {
 	st.faultJudged = true
 	p := st.chosen.Policy
 	o := p.Judge(res)
@@ -276,7 +300,8 @@ func (st *stream) requestFault(res breaker.Result, now int64) breaker.Result {
 	}
 	ttl := int64(p.RequestFaultTTLSec) * int64(time.Second)
 	s := st.s
-	fault, first := s.faults.judge(st.fp, sig, st.chosen.Key, st.again(), now, ttl, func(route string) bool { return st.answeredOthers(route, now) })
+	guard := func(route string) bool { return offPath && st.answeredOthers(route, now) }
+	fault, first := s.faults.judge(st.fp, sig, st.chosen.Key, st.again(), now, ttl, guard)
 	e := faultEntry{sig: sig, route: st.chosen.Key, fault: fault}
 	s.share(st.fp, e, time.Duration(ttl))
 	if !fault {
@@ -323,12 +348,19 @@ func (st *stream) again() bool { return st.retried || st.hasIdem || st.attempt >
 // judgeAside takes over recording res when judging it needs the store:
 // an upstream failure of a fingerprinted request that was sent again (the
 // try or attempt before it may have failed on another replica: its note
-// is read first), or that this replica's ledger knows. The routes' guard
+// is read first), or that this replica's ledger holds as a request fault.
+// A failure of a fingerprint the ledger knows only as failed, in a
+// request not sent again, can be no request fault (identical bodies from
+// different clients are not one request): it is recorded on the reply
+// path, before the reply, as every other outcome, so that the client's
+// next request meets the breaker it moved. On an in-process store
+// (memory), whose calls cannot stall, the judging that needs the store
+// happens there too, before the reply. The routes' guard
 // is then read from the store too (every replica's outcomes, not this
 // one's). Both are calls the reply must not wait for: the judging and
 // the record happen off the reply path, as a record waiting for an
 // arrival's note does. It reports whether it took res.
-func (st *stream) judgeAside(res breaker.Result, now int64) bool {
+func (st *stream) judgeAside(res breaker.Result, now int64, withMeta bool) bool {
 	if !st.hasFP || st.faultJudged || st.chosen.Policy.RequestFaultTTLSec <= 0 {
 		return false
 	}
@@ -336,22 +368,31 @@ func (st *stream) judgeAside(res breaker.Result, now int64) bool {
 	if o.Class != breaker.Failure || o.Origin() != breaker.OriginUpstream {
 		return false
 	}
-	known := st.s.faults.has(st.fp, now)
-	if !known && !st.again() {
+	known, fault := st.s.faults.has(st.fp, now)
+	if !fault && !st.again() {
 		return false
 	}
 	st.faultJudged = true
 	ttl := time.Duration(st.chosen.Policy.RequestFaultTTLSec) * time.Second
-	go func() {
+	if st.s.storeInProcess {
+		if !known {
+			st.s.readNote(st.fp, ttl)
+		}
+		st.keyRecord(&res)
+		res = st.requestFault(res, now, true)
+		st.applyJudged(res, now, withMeta)
+		return true
+	}
+	st.s.faults.aside(func() {
 		if !known {
 			if read := st.s.readAhead(st.fp, ttl); read != nil {
 				<-read
 			}
 		}
 		st.keyRecord(&res)
-		res = st.requestFault(res, now)
+		res = st.requestFault(res, now, true)
 		st.applyJudged(res, now, false)
-	}()
+	})
 	return true
 }
 

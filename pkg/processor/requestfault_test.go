@@ -3,9 +3,11 @@ package processor
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -87,32 +89,43 @@ func TestRequestFaults(t *testing.T) {
 		{"request_fault_ttl_sec 0: not judged", "nf", 5, poisonRetried, "open", 3, 0, "openai:us:nf"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnvConfig(t, faultConfig)
-			for i := range tc.warm {
-				e.sendBody(tc.model, "warm "+strconv.Itoa(i), "200")
+		for _, remote := range []bool{false, true} {
+			name := tc.name
+			if remote {
+				name += " (remote store: judged aside)"
 			}
-			for _, s := range tc.steps {
-				e.clk.Advance(s.advance)
-				e.sendBody(tc.model, s.content, s.status, "x-stainless-retry-count", strconv.Itoa(s.retry))
-			}
-			st := e.status("default", tc.route)
-			if st.State != tc.state {
-				t.Errorf("state %s, want %s", st.State, tc.state)
-			}
-			if tc.state == "closed" && st.Failures != tc.failures {
-				t.Errorf("failures counted %d, want %d", st.Failures, tc.failures)
-			}
-			if got := testutil.ToFloat64(e.metrics.RequestFaults.WithLabelValues("default", tc.model)); got != tc.faults {
-				t.Errorf("fusebox_request_faults_total %v, want %v", got, tc.faults)
-			}
-			if tc.faults > 0 {
-				series := e.metrics.Outcomes.WithLabelValues("default", tc.route, "neither", "request_fault", "")
-				if got := testutil.ToFloat64(series); got != tc.faults {
-					t.Errorf("neither/request_fault outcomes %v, want %v", got, tc.faults)
+			t.Run(name, func(t *testing.T) {
+				e := newEnvConfig(t, faultConfig, func(o *Options) {
+					if remote {
+						o.Store = remoteStore{o.Store}
+					}
+				})
+				for i := range tc.warm {
+					e.sendBody(tc.model, "warm "+strconv.Itoa(i), "200")
 				}
-			}
-		})
+				for _, s := range tc.steps {
+					e.clk.Advance(s.advance)
+					e.sendBody(tc.model, s.content, s.status, "x-stainless-retry-count", strconv.Itoa(s.retry))
+					e.srv.faults.busy.Wait() // a judging aside has recorded
+				}
+				st := e.status("default", tc.route)
+				if st.State != tc.state {
+					t.Errorf("state %s, want %s", st.State, tc.state)
+				}
+				if tc.state == "closed" && st.Failures != tc.failures {
+					t.Errorf("failures counted %d, want %d", st.Failures, tc.failures)
+				}
+				if got := testutil.ToFloat64(e.metrics.RequestFaults.WithLabelValues("default", tc.model)); got != tc.faults {
+					t.Errorf("fusebox_request_faults_total %v, want %v", got, tc.faults)
+				}
+				if tc.faults > 0 {
+					series := e.metrics.Outcomes.WithLabelValues("default", tc.route, "neither", "request_fault", "")
+					if got := testutil.ToFloat64(series); got != tc.faults {
+						t.Errorf("neither/request_fault outcomes %v, want %v", got, tc.faults)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -142,6 +155,73 @@ func TestRequestFaultAcrossReplicas(t *testing.T) {
 	}
 	if st := a.status("default", "openai:us:m"); st.Failures != 1 {
 		t.Fatalf("failures counted in the shared store %d, want 1 (the first only)", st.Failures)
+	}
+}
+
+// remoteStore hides the memory store's InProcess: the processor treats
+// it as a remote store, whose calls it keeps off the reply path.
+type remoteStore struct{ breaker.Store }
+
+// TestARepeatedBodyIsRecordedBeforeItsReply (R-FD4): a failure is
+// recorded before its reply, as every outcome is, so that the client's
+// next request meets the breaker it moved, unless its judging needs a
+// remote store. Before, every failure of a fingerprint this replica knew
+// was judged and recorded aside, after the reply, even one that can be no
+// request fault (a request not sent again, whose fingerprint is known only
+// as failed) and even on the memory store; e2e TestFailFastAndTryAll,
+// which sends one body six times, found on a loaded CI machine a breaker
+// that had not opened yet. Now on a remote store only a retry, or a
+// fingerprint held as a fault, goes aside; on the memory store, none.
+func TestARepeatedBodyIsRecordedBeforeItsReply(t *testing.T) {
+	cases := []struct {
+		name   string
+		remote bool
+		retry  []int // each request's x-stainless-retry-count (-1: none)
+		held   int   // judgings left aside
+		state  string
+	}{
+		{"remote: one body three times, no retry header", true, []int{-1, -1, -1}, 0, "open"},
+		{"remote: a retry goes aside", true, []int{-1, 1}, 1, "closed"},
+		{"memory: one body three times, no retry header", false, []int{-1, -1, -1}, 0, "open"},
+		{"memory: a retry is judged before its reply", false, []int{-1, 1, 2}, 0, "open"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnvConfig(t, faultConfig, func(o *Options) {
+				if tc.remote {
+					o.Store = remoteStore{o.Store}
+				}
+			})
+			var mu sync.Mutex
+			var held []func()
+			e.srv.faults.aside = func(f func()) {
+				mu.Lock()
+				defer mu.Unlock()
+				held = append(held, f)
+			}
+			for _, r := range tc.retry {
+				var kv []string
+				if r >= 0 {
+					kv = []string{"x-stainless-retry-count", strconv.Itoa(r)}
+				}
+				e.sendBody("m", "same", "500", kv...)
+			}
+			mu.Lock()
+			n := len(held)
+			mu.Unlock()
+			if n != tc.held {
+				t.Errorf("%d judgings aside, want %d", n, tc.held)
+			}
+			if st := e.status("default", "openai:us:m"); st.State != tc.state || (st.State == "closed" && st.Failures != len(tc.retry)-n) {
+				t.Errorf("before the reply: %s with %d failures, want %s with %d", st.State, st.Failures, tc.state, len(tc.retry)-n)
+			}
+			for _, f := range held {
+				f()
+			}
+			if st := e.status("default", "openai:us:m"); st.State == "closed" && st.Failures != len(tc.retry) {
+				t.Errorf("after the judging aside: %d failures, want %d", st.Failures, len(tc.retry))
+			}
+		})
 	}
 }
 

@@ -249,8 +249,8 @@ func (st *stream) keyRecord(res *breaker.Result) {
 // apply records res on the attempt's breakers and counts it; withMeta: the
 // reply that follows carries the outcome to the access log.
 func (st *stream) apply(res breaker.Result, now int64, withMeta bool) {
-	if st.judgeAside(res, now) {
-		return // judged and recorded off the reply path (requestfault.go)
+	if st.judgeAside(res, now, withMeta) {
+		return // judged and recorded (requestfault.go)
 	}
 	st.applyJudged(res, now, withMeta)
 }
@@ -263,7 +263,7 @@ func (st *stream) applyJudged(res breaker.Result, now int64, withMeta bool) {
 	}
 	st.keyRecord(&res)
 	if st.hasFP && !st.faultJudged && st.chosen.Policy.RequestFaultTTLSec > 0 {
-		res = st.requestFault(res, now)
+		res = st.requestFault(res, now, false)
 	}
 	if res.DecidedAt == 0 {
 		// When the attempt was sent: an announcement of enough headroom

@@ -99,9 +99,11 @@ type Server struct {
 	onAccessLogStreams func(n int64)
 	history            *breaker.History
 	// faults is this replica's ledger of request faults (requestfault.go).
-	faults    *faultLedger
-	stalls    stallWatch
-	baselines *judge.Baselines
+	faults *faultLedger
+	// storeInProcess: the store's calls cannot stall (breaker.IsInProcess).
+	storeInProcess bool
+	stalls         stallWatch
+	baselines      *judge.Baselines
 	// tooLargeLogged limits the message_too_large log to one line a minute.
 	tooLargeLogged atomic.Int64
 	mism           mismatches
@@ -177,6 +179,7 @@ func NewServer(o Options) *Server {
 	s.replica = mrand.Uint64() | 1
 	s.tokens = lifecycle.NewSealer(o.TokenKey)
 	s.faults = newFaultLedger(o.TokenKey)
+	s.storeInProcess = breaker.IsInProcess(o.Store)
 
 	s.journal = o.Journal
 	// Registered once per registry: a second Server on the same metrics
