@@ -286,6 +286,17 @@ func (st *stream) keepDecision(d *decision, m *routes.Model) {
 	ns := d.stage.Fields["fusebox"].GetStructValue().Fields
 	ns["model"] = structpb.NewStringValue(m.Name)
 	ns["gateway"] = structpb.NewStringValue(st.gw.ID)
+	// Whose egress, and which request (R-FD5): replay holds a replica's
+	// local failures for a quorum of replicas, and judges request faults
+	// by the fingerprint (keyed: never the body) and whether it was sent
+	// again, as live did.
+	ns["replica"] = st.s.replicaName
+	if st.hasFP {
+		ns["fp"] = structpb.NewStringValue(st.fp.Logged())
+		if st.again() {
+			ns["again"] = structpb.NewBoolValue(true)
+		}
+	}
 	if st.span != nil {
 		// The decision's span (W3C traceparent), for an outcome that
 		// another replica records from the access log entry (R-TR3).

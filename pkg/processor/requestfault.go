@@ -2,35 +2,20 @@ package processor
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
-	"hash/crc32"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/judge"
 )
 
-// Request faults (SPEC R-FD4). Some failures name the request, not the
-// route: a provider answers 500 to one malformed tool schema, one image
-// its decoder rejects, one prompt that crashes a worker, and the SDKs
-// retry it twice by themselves. Counted as the route's, one such request
-// from one client opens every route of its model for every tenant.
-//
-// A request's fingerprint is a keyed hash (the fleet's token key) of its
-// gateway, model and body, or of its idempotency key when fusebox did not
-// read the body; never the body itself, and never written in clear. When
-// the same fingerprint fails again with the same answer (a client's retry,
-// or the same request sent again) while each route involved answers other
-// requests (successes at least half of its outcomes in the rate window),
-// the failure is the request's: recorded as a neither (request_fault),
-// and the fingerprint is remembered for request_fault_ttl_sec, so that its
-// later failures are neither too. Every other failure counts as before; a
-// real outage, which fails every request, never passes the guard.
+// Request faults (SPEC R-FD4): the rule and the ledger are judge's
+// (judge/requestfault.go), shared with replay (R-FD5). A guess counted as
+// the route's would let one request from one client open every route of
+// its model for every tenant; judged the request's, it counts for none.
 //
 // The ledger is this replica's; the fleet shares it through the store's
 // notes (rf:<fingerprint>), written off the request path, and read before
@@ -39,24 +24,14 @@ import (
 // on another replica is known.
 
 // fingerprint names one request's content, keyed.
-type fingerprint [16]byte
-
-func (f fingerprint) short() string { return hex.EncodeToString(f[:4]) }
+type fingerprint = judge.Fingerprint
 
 // faultEntry is what the ledger knows of a fingerprint.
-type faultEntry struct {
-	sig    string // the failed answer ("503", or a reason without a status)
-	route  string // the route it first failed on
-	fault  bool   // judged the request's own
-	until  int64  // unix ns: forgotten after
-	logged bool
-}
+type faultEntry = judge.FaultEntry
 
-// faultLedger is this replica's memory of failed fingerprints, bounded.
+// faultLedger is this replica's ledger, with its sharing through the store.
 type faultLedger struct {
-	key []byte
-	mu  sync.Mutex
-	m   map[fingerprint]*faultEntry
+	*judge.FaultLedger
 	// shares bounds the note calls under way (sharing is best effort).
 	shares chan struct{}
 	// aside runs a judging that needs the store off the reply path (go,
@@ -65,17 +40,8 @@ type faultLedger struct {
 	busy  sync.WaitGroup
 }
 
-// maxLedger bounds the fingerprints a replica remembers.
-const maxLedger = 1 << 14
-
 func newFaultLedger(tokenKey []byte) *faultLedger {
-	k := tokenKey
-	if len(k) == 0 {
-		k = make([]byte, 32)
-		_, _ = rand.Read(k)
-	}
-	h := sha256.Sum256(append([]byte("fusebox request fingerprint\x00"), k...))
-	l := &faultLedger{key: h[:], m: map[fingerprint]*faultEntry{}, shares: make(chan struct{}, 64)}
+	l := &faultLedger{FaultLedger: judge.NewFaultLedger(tokenKey), shares: make(chan struct{}, 64)}
 	l.aside = func(f func()) {
 		l.busy.Add(1)
 		go func() {
@@ -86,105 +52,6 @@ func newFaultLedger(tokenKey []byte) *faultLedger {
 	return l
 }
 
-// of is the fingerprint of a request's content (kind "body") or of its
-// idempotency key (kind "idem") on gateway gw for model. The content is
-// summed by two CRC-32s (Castagnoli and IEEE, both in hardware: an 8 KiB
-// body costs 0.5 µs where SHA-256 over it cost 5 µs, and a 1 MiB prompt
-// would have cost 0.6 ms on the decision path), and the keyed SHA-256 of
-// the sums, the length and the names is the fingerprint: 64 bits of
-// content are plenty to tell apart the requests of ten minutes, and
-// nothing of the content is kept.
-func (l *faultLedger) of(kind, gw, model string, content []byte) fingerprint {
-	buf := make([]byte, 0, 128)
-	buf = append(buf, l.key...)
-	for _, s := range []string{kind, gw, model} {
-		buf = append(buf, s...)
-		buf = append(buf, 0)
-	}
-	buf = binary.BigEndian.AppendUint64(buf, uint64(len(content)))
-	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(content, castagnoli))
-	buf = binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(content))
-	sum := sha256.Sum256(buf)
-	var f fingerprint
-	copy(f[:], sum[:])
-	return f
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// judge decides one upstream failure of fp (answer sig, on route) at now:
-// fault when fp is remembered as a request fault, or failed before with
-// the same answer, and guard passes every route involved; first when this
-// call made it one (its log line is due).
-func (l *faultLedger) judge(fp fingerprint, sig, route string, again bool, now, ttl int64, guard func(route string) bool) (fault, first bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e := l.m[fp]
-	if e != nil && e.until <= now {
-		delete(l.m, fp)
-		e = nil
-	}
-	switch {
-	case e != nil && e.fault:
-		if !guard(route) {
-			return false, false
-		}
-		e.until = now + ttl
-		return true, false
-	case e != nil && e.sig == sig && again:
-		if !guard(route) || (e.route != route && !guard(e.route)) {
-			return false, false
-		}
-		e.fault, e.until = true, now+ttl
-		first = !e.logged
-		e.logged = true
-		return true, first
-	}
-	l.put(fp, &faultEntry{sig: sig, route: route, until: now + ttl}, now)
-	return false, false
-}
-
-// has reports whether the ledger remembers fp (a failure or a fault),
-// and whether as a fault.
-func (l *faultLedger) has(fp fingerprint, now int64) (known, fault bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e := l.m[fp]
-	if e == nil || e.until <= now {
-		return false, false
-	}
-	return true, e.fault
-}
-
-// learn takes what another replica noted of fp (readAhead).
-func (l *faultLedger) learn(fp fingerprint, e *faultEntry, now int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if cur := l.m[fp]; cur != nil && cur.until > now && (cur.fault || !e.fault) {
-		return
-	}
-	l.put(fp, e, now)
-}
-
-// put stores e (l.mu held), dropping expired entries, then any, past the
-// bound.
-func (l *faultLedger) put(fp fingerprint, e *faultEntry, now int64) {
-	if len(l.m) >= maxLedger {
-		for k, v := range l.m {
-			if v.until <= now {
-				delete(l.m, k)
-			}
-		}
-		for k := range l.m {
-			if len(l.m) < maxLedger {
-				break
-			}
-			delete(l.m, k)
-		}
-	}
-	l.m[fp] = e
-}
-
 // noteName is fp's note in the store.
 func noteName(fp fingerprint) string { return "rf:" + hex.EncodeToString(fp[:]) }
 
@@ -192,10 +59,10 @@ func noteName(fp fingerprint) string { return "rf:" + hex.EncodeToString(fp[:]) 
 // once), the answer, and the route.
 func noteValue(e *faultEntry) []byte {
 	kind := "f"
-	if e.fault {
+	if e.Fault {
 		kind = "x"
 	}
-	return []byte(kind + "|" + e.sig + "|" + e.route)
+	return []byte(kind + "|" + e.Sig + "|" + e.Route)
 }
 
 func parseNote(v []byte, now, ttl int64) (*faultEntry, bool) {
@@ -203,7 +70,7 @@ func parseNote(v []byte, now, ttl int64) (*faultEntry, bool) {
 	if len(parts) != 3 || (parts[0] != "f" && parts[0] != "x") {
 		return nil, false
 	}
-	return &faultEntry{fault: parts[0] == "x", sig: parts[1], route: parts[2], until: now + ttl, logged: parts[0] == "x"}, true
+	return &faultEntry{Fault: parts[0] == "x", Sig: parts[1], Route: parts[2], Until: now + ttl, Logged: parts[0] == "x"}, true
 }
 
 // share writes what this replica learned of fp to the store, off the
@@ -222,7 +89,7 @@ func (s *Server) share(fp fingerprint, e faultEntry, ttl time.Duration) {
 		var prev []byte
 		for range 3 {
 			cur, ok, err := s.store.SwapNote(ctx, name, prev, next, ttl)
-			if ok || err != nil || (!e.fault && cur != nil) {
+			if ok || err != nil || (!e.Fault && cur != nil) {
 				return // written; or the store failed; or a note is there already
 			}
 			prev = cur
@@ -259,7 +126,7 @@ func (s *Server) readNote(fp fingerprint, ttl time.Duration) {
 	}
 	now := s.clock.Now().UnixNano()
 	if e, ok := parseNote(cur, now, ttl.Nanoseconds()); ok {
-		s.faults.learn(fp, e, now)
+		s.faults.Learn(fp, e, now)
 	}
 }
 
@@ -277,8 +144,7 @@ func (st *stream) answeredOthers(route string, now int64) bool {
 	if err != nil {
 		return false
 	}
-	ok := s.WindowCalls - s.WindowFailures
-	return ok > 0 && 2*ok >= s.WindowCalls
+	return judge.AnswersOthers(s)
 }
 
 // requestFault judges res, the attempt's result, before it is recorded:
@@ -301,8 +167,8 @@ func (st *stream) requestFault(res breaker.Result, now int64, offPath bool) brea
 	ttl := int64(p.RequestFaultTTLSec) * int64(time.Second)
 	s := st.s
 	guard := func(route string) bool { return offPath && st.answeredOthers(route, now) }
-	fault, first := s.faults.judge(st.fp, sig, st.chosen.Key, st.again(), now, ttl, guard)
-	e := faultEntry{sig: sig, route: st.chosen.Key, fault: fault}
+	fault, first := s.faults.Judge(st.fp, sig, st.chosen.Key, st.again(), now, ttl, guard)
+	e := faultEntry{Sig: sig, Route: st.chosen.Key, Fault: fault}
 	s.share(st.fp, e, time.Duration(ttl))
 	if !fault {
 		return res
@@ -311,7 +177,7 @@ func (st *stream) requestFault(res breaker.Result, now int64, offPath bool) brea
 	if first {
 		s.log.Warn("[request_fault] one request's failures are its own, not the route's: they count for no route while it is remembered",
 			"gateway", st.gw.ID, "model", st.modelName, "route", st.chosen.Key, "answer", sig,
-			"fingerprint", st.fp.short(), "remembered_sec", p.RequestFaultTTLSec)
+			"fingerprint", st.fp.Short(), "remembered_sec", p.RequestFaultTTLSec)
 	}
 	return breaker.Result{Kind: breaker.KindNeither, Reason: breaker.ReasonRequestFault, ElapsedMs: res.ElapsedMs,
 		Key: res.Key, KeyLifeMs: res.KeyLifeMs, DecidedAt: res.DecidedAt}
@@ -328,9 +194,9 @@ func (st *stream) noteFingerprint(body []byte) {
 	}
 	switch {
 	case body != nil:
-		st.fp = st.s.faults.of("body", st.gw.ID, st.modelName, body)
+		st.fp = st.s.faults.Of("body", st.gw.ID, st.modelName, body)
 	case st.hasIdem:
-		st.fp = st.s.faults.of("idem", st.gw.ID, st.modelName, st.idem[:])
+		st.fp = st.s.faults.Of("idem", st.gw.ID, st.modelName, st.idem[:])
 	default:
 		return
 	}
@@ -368,7 +234,7 @@ func (st *stream) judgeAside(res breaker.Result, now int64, withMeta bool) bool 
 	if o.Class != breaker.Failure || o.Origin() != breaker.OriginUpstream {
 		return false
 	}
-	known, fault := st.s.faults.has(st.fp, now)
+	known, fault := st.s.faults.Has(st.fp, now)
 	if !fault && !st.again() {
 		return false
 	}

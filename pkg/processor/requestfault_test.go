@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
+	"github.com/fusebox-llm/fusebox/pkg/judge"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -225,14 +226,53 @@ func TestARepeatedBodyIsRecordedBeforeItsReply(t *testing.T) {
 	}
 }
 
-// BenchmarkFingerprint is what a routed request pays for R-FD4: the keyed
-// hash of its body (8 KiB, BenchmarkLifecycle's).
-func BenchmarkFingerprint(b *testing.B) {
-	l := newFaultLedger([]byte("k"))
-	body := []byte(strings.Repeat("x", 8<<10))
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		_ = l.of("body", "default", "gpt", body)
+// TestTheLineSaysWhoseAndWhichRequest (R-FD5): the decision's metadata,
+// which Envoy writes into the access log line, names the replica and, for
+// a model that judges request faults, the request's keyed fingerprint and
+// whether it was sent again: replay holds local failures for a quorum of
+// replicas and judges request faults from them. Before, the line had
+// neither, and replay counted every failure for its route.
+func TestTheLineSaysWhoseAndWhichRequest(t *testing.T) {
+	cases := []struct {
+		name  string
+		model string
+		kv    []string
+		fp    bool
+		again bool
+	}{
+		{"a first try", "m", nil, true, false},
+		{"an SDK's retry", "m", []string{"x-stainless-retry-count", "1"}, true, true},
+		{"an idempotency key", "m", []string{"idempotency-key", "k-1"}, true, true},
+		{"request faults off: no fingerprint", "nf", []string{"x-stainless-retry-count", "1"}, false, false},
+	}
+	e := newEnvConfig(t, faultConfig, func(o *Options) { o.Replica = "pod-a-1f2e" })
+	fps := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.open("")
+			c.reqHeaders(false, append([]string{"content-type", "application/json"}, tc.kv...)...)
+			d := c.reqBody(`{"model":"` + tc.model + `","messages":[{"role":"user","content":"hi"}]}`)
+			ns := d.GetDynamicMetadata().GetFields()["fusebox"].GetStructValue().GetFields()
+			if got := ns["replica"].GetStringValue(); got != "pod-a-1f2e" {
+				t.Errorf("replica %q", got)
+			}
+			fp := ns["fp"].GetStringValue()
+			if _, ok := judge.ParseLogged(fp); ok != tc.fp {
+				t.Errorf("fp %q, want one: %v", fp, tc.fp)
+			}
+			if got := ns["again"].GetBoolValue(); got != tc.again {
+				t.Errorf("again %v, want %v", got, tc.again)
+			}
+			if fp != "" {
+				fps[fp] = true
+			}
+			c.respHeaders("200", false, nil, "content-type", "application/json")
+			c.respBody(`{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`, true)
+			c.end()
+		})
+	}
+	// One body, read each time: one fingerprint, whatever the headers.
+	if len(fps) != 1 {
+		t.Errorf("%d fingerprints, want 1 (the body's): %v", len(fps), fps)
 	}
 }

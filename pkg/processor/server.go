@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"github.com/fusebox-llm/fusebox/pkg/lifecycle"
@@ -113,6 +115,9 @@ type Server struct {
 	// time another stream measured is on this clock).
 	replica    uint64
 	onMismatch func(what, help string)
+	// replicaName names this replica in the access log line (R-FD5:
+	// replay counts a quorum of replicas by it), as the store names it.
+	replicaName *structpb.Value
 }
 
 // Options configure a Server.
@@ -133,6 +138,10 @@ type Options struct {
 	// Journal, when set, hears what handled each request after a
 	// transition (R-API7).
 	Journal *breaker.Journal
+	// Replica names this replica in the access log line (fusebox.replica,
+	// R-FD5), the name the store gives it (redisstore.Options.ReplicaID);
+	// "" = a random one.
+	Replica string
 	// TokenKey keys the attempt token's seal (R-X10). Every replica of a
 	// fleet must have the same one; empty = a random key (one process).
 	TokenKey []byte
@@ -177,6 +186,11 @@ func NewServer(o Options) *Server {
 	}
 	s.entryWorkers = make(chan struct{}, maxEntryWorkers)
 	s.replica = mrand.Uint64() | 1
+	name := o.Replica
+	if name == "" {
+		name = strconv.FormatUint(s.replica, 16)
+	}
+	s.replicaName = structpb.NewStringValue(name)
 	s.tokens = lifecycle.NewSealer(o.TokenKey)
 	s.faults = newFaultLedger(o.TokenKey)
 	s.storeInProcess = breaker.IsInProcess(o.Store)

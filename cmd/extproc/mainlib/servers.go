@@ -46,6 +46,7 @@ func (in *Instance) newProcessor(w *wiring) *processor.Server {
 	return processor.NewServer(processor.Options{
 		Config: in.Config, Store: in.Store, Clock: in.Clock, Metrics: in.Metrics, Log: in.Log,
 		MaxStreams: rt.Limits.MaxConcurrentStreams, History: w.history, TokenKey: w.sw.fleetKey, Journal: w.journal, Tracer: in.tracer,
+		Replica:    w.journal.Replica(),
 		StreamIdle: rt.Limits.MaxStreamIdle, StreamDuration: rt.Limits.MaxStreamDuration,
 		OnAccessLogStreams: func(n int64) {
 			detail := "not connected"

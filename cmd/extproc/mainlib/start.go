@@ -177,7 +177,7 @@ func (in *Instance) openState(ctx context.Context, w *wiring) error {
 	w.refresher = &routes.Refresher{OnError: func(err error) {
 		log.Error("[config] reloading the admin changes from the shared store failed; the next change or resync retries", "error", err.Error())
 	}}
-	sw, err := openStore(w.file.rt.Store, storeDeps{log: log, m: in.Metrics, h: in.Health, rep: w.reporter, clock: in.Clock,
+	sw, err := openStore(w.file.rt.Store, storeDeps{log: log, m: in.Metrics, h: in.Health, rep: w.reporter, clock: in.Clock, replica: w.journal.Replica(),
 		testClock: w.o.testClock, overlayCache: w.o.overlayCache, onOverlay: func(string) { w.refresher.Notify() }})
 	if err != nil {
 		return err

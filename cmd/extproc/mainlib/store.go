@@ -40,6 +40,9 @@ type storeDeps struct {
 	h     *admin.Health
 	rep   *transitions.Reporter
 	clock breaker.Clock
+	// replica names this replica to the fleet (the journal's name; the
+	// access log line's fusebox.replica, R-FD5).
+	replica string
 	// testClock: clock is a test's (WithClock), which the Redis scripts
 	// then take as their time instead of Redis's own
 	// (redisstore.Options.TestClock).
@@ -87,7 +90,7 @@ func openStore(cfg routes.StoreConfig, d storeDeps) (*storeWiring, error) {
 	}
 	h.Set("store", admin.Component{Detail: "redis: loading the first snapshot"})
 	st := redisstore.New(redisstore.Options{
-		Client: client, KeyPrefix: cfg.Redis.KeyPrefix, OpTimeout: time.Duration(timeout) * time.Millisecond,
+		Client: client, KeyPrefix: cfg.Redis.KeyPrefix, ReplicaID: d.replica, OpTimeout: time.Duration(timeout) * time.Millisecond,
 		OnEvent: d.rep.Report, OnView: d.rep.View, AsyncRecord: true, Clock: d.clock, TestClock: d.testClock, Log: log,
 		OnError:   func(op string) { m.StoreErrors.WithLabelValues(op).Inc() },
 		OnOverlay: d.onOverlay, HMACKey: key,
