@@ -325,9 +325,27 @@ func (s *lineScan) fusebox(fb *rawFusebox) bool {
 			return numField(&fb.In, kind, v)
 		case "tokens_out":
 			return numField(&fb.Out, kind, v)
+		case "replica":
+			return strField(&fb.Replica, kind, v)
+		case "fp":
+			return strField(&fb.FP, kind, v)
+		case "again":
+			return boolField(&fb.Again, kind, v)
 		}
 		return true
 	})
+}
+
+// boolField sets a bool field as encoding/json does (null leaves it).
+func boolField(dst *bool, kind int, v []byte) bool {
+	switch kind {
+	case valBool:
+		*dst = string(v) == "true"
+		return true
+	case valNull:
+		return true
+	}
+	return false
 }
 
 // numField sets a float64 field as encoding/json does (null leaves it).

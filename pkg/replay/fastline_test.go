@@ -17,7 +17,8 @@ func FuzzFastLineIsEncodingJSON(f *testing.F) {
 		`{"Start_Time":"1"}`, `{"flags":1}`, `{"code":"5\u00303"}`, `{"fusebox":{"tokens_in":1e400}}`,
 		`{"fusebox":{"model":"m","model":null,"tokens_in":-0.5e+2}}`, `{"a":[1]}`, `{"a":{"b":{}}}`,
 		`{"ratelimit_requests":"12","ratelimit_tokens":7}`, `{}`, `{"a":1,}`, `{"a":01}`, `{"a":1.}`, `{"a":tru}`,
-		`{"fusebox":{"route":"a:r:m","gateway":"g"}} `, `{"fusebox":"-"}`, "{\"x\":\"\x80\"}",
+		`{"fusebox":{"route":"a:r:m","gateway":"g"}} `, `{"fusebox":{"replica":"p-1","fp":"00aa","again":true}}`,
+		`{"fusebox":{"again":"true"}}`, `{"fusebox":{"again":null,"fp":1}}`, `{"fusebox":"-"}`, "{\"x\":\"\x80\"}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -55,7 +56,7 @@ func FuzzFastLineIsEncodingJSON(f *testing.F) {
 // speed is lost without a failing test).
 func TestShippedLinesAreReadFast(t *testing.T) {
 	lines := [][]byte{
-		[]byte(`{"start_time":"2026-12-01T10:00:00.000Z","duration_ms":12,"ttfb_ms":"-","code":200,"flags":"-","details":"via_upstream","cluster":"openai","attempts":1,"gateway":"default","route":"openai:us:gpt","fusebox":{"decision":"d1","model":"gpt","action":"primary","outcome":"success","reason":"success","tokens_in":12,"tokens_out":40},"ratelimit_requests":"99","ratelimit_requests_reset":"1s","ratelimit_tokens":null,"ratelimit_tokens_reset":null}`),
+		[]byte(`{"start_time":"2026-12-01T10:00:00.000Z","duration_ms":12,"ttfb_ms":"-","code":200,"flags":"-","details":"via_upstream","cluster":"openai","attempts":1,"gateway":"default","route":"openai:us:gpt","fusebox":{"decision":"d1","model":"gpt","action":"primary","outcome":"success","reason":"success","tokens_in":12,"tokens_out":40,"replica":"pod-a-1f2e","fp":"2ea8e09e378feedd","again":true},"ratelimit_requests":"99","ratelimit_requests_reset":"1s","ratelimit_tokens":null,"ratelimit_tokens_reset":null}`),
 		[]byte(`{"start_time":1764590400.5,"code":"503","fusebox":"-","route":null}`),
 	}
 	lines = append(lines, bytes.Split(bytes.TrimSpace(synthetic(2, 1)), []byte("\n"))...)

@@ -28,6 +28,13 @@ type Line struct {
 	Reason   string
 	// Tokens is what the provider reported (0 when it did not).
 	Tokens int64
+	// Replica is the fusebox replica that decided the request (R-FD5: a
+	// quorum of replicas for local failures); FP its keyed fingerprint and
+	// Again whether it was sent again (request faults, R-FD4). Empty when
+	// the line has none (an older fusebox): one replica, no fingerprint.
+	Replica string
+	FP      string
+	Again   bool
 	// RateLimit is the quota the provider announced on the response (the
 	// shipped format's ratelimit_requests, ratelimit_requests_reset,
 	// ratelimit_tokens, ratelimit_tokens_reset; "" when absent), which
@@ -83,6 +90,9 @@ type rawFusebox struct {
 	Out      float64 `json:"tokens_out"`
 	Gateway  string  `json:"gateway"`
 	Route    string  `json:"route"`
+	Replica  string  `json:"replica"`
+	FP       string  `json:"fp"`
+	Again    bool    `json:"again"`
 }
 
 // ParseLine reads one JSON access log line (the shipped json_format, or
@@ -129,6 +139,7 @@ func ParseLine(b []byte) (Line, error) {
 		}
 		if ok {
 			l.Model, l.Decision, l.Action, l.Outcome, l.Reason = fb.Model, fb.Decision, fb.Action, fb.Outcome, fb.Reason
+			l.Replica, l.FP, l.Again = fb.Replica, fb.FP, fb.Again
 			// A format without the header fields still names them in
 			// fusebox's metadata.
 			if l.Gateway == "" {

@@ -35,6 +35,17 @@ type RouteReport struct {
 	// Saturated: requests the config passed over this route because its
 	// quota headroom was below the floor (R-H2, R-H5).
 	Saturated int `json:"saturated"`
+	// Whose failures (R-FD5): the failures of requests sent here that
+	// Envoy originated (no answer came) and that the provider answered;
+	// HeldForQuorum the local ones held until enough replicas saw such
+	// failures (they counted for their replica's own view only);
+	// RequestFaults the upstream ones judged the request's own; and
+	// ReplicaOpens how often a replica's own view of the route opened.
+	LocalFailures    int `json:"local_failures"`
+	UpstreamFailures int `json:"upstream_failures"`
+	HeldForQuorum    int `json:"held_for_quorum"`
+	RequestFaults    int `json:"request_faults"`
+	ReplicaOpens     int `json:"replica_opens"`
 	// Cost is what the requests the config sent here cost, from the
 	// tokens the log holds and the route's cost_per_mtok (estimated for
 	// requests it did not serve live: their tokens were another route's).
@@ -72,15 +83,23 @@ func (b Band) MarshalJSON() ([]byte, error) {
 // maxMarks bounds the failures kept per route for the timeline.
 const maxMarks = 2000
 
+// bands are the spans the route's breaker (the fleet's, not a replica's
+// egress view) was not closed.
 func (rr *RouteReport) bands(end float64) {
-	for i, t := range rr.Transitions {
+	var fleet []Transition
+	for _, t := range rr.Transitions {
+		if t.Replica == "" {
+			fleet = append(fleet, t)
+		}
+	}
+	for i, t := range fleet {
 		_, to, _ := strings.Cut(t.Change, "->")
 		if to == "closed" {
 			continue
 		}
 		until := end
-		if i+1 < len(rr.Transitions) {
-			until = rr.Transitions[i+1].At
+		if i+1 < len(fleet) {
+			until = fleet[i+1].At
 		}
 		rr.Bands = append(rr.Bands, Band{From: t.At, To: until, State: to})
 	}
@@ -94,16 +113,29 @@ type Transition struct {
 	// Origin is the evidence's origin, as live (R-FD1, R-FD5;
 	// breaker.TransitionOrigin).
 	Origin string `json:"origin,omitempty"`
+	// Replica names the replica whose own egress view changed (scope
+	// replica, R-FD3); "" for the route's breaker, every replica's.
+	Replica string `json:"replica,omitempty"`
 }
 
 // MarshalJSON writes the time in RFC 3339 (R-R7).
 func (t Transition) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		At     string `json:"at"`
-		Change string `json:"change"`
-		Reason string `json:"reason"`
-		Origin string `json:"origin,omitempty"`
-	}{rfc3339(t.At), t.Change, t.Reason, t.Origin})
+		At      string `json:"at"`
+		Change  string `json:"change"`
+		Reason  string `json:"reason"`
+		Origin  string `json:"origin,omitempty"`
+		Scope   string `json:"scope,omitempty"`
+		Replica string `json:"replica,omitempty"`
+	}{rfc3339(t.At), t.Change, t.Reason, t.Origin, t.scope(), t.Replica})
+}
+
+// scope is "replica" for a replica's egress view's transition.
+func (t Transition) scope() string {
+	if t.Replica != "" {
+		return "replica"
+	}
+	return ""
 }
 
 // Report is one replay's result.
@@ -175,6 +207,8 @@ type engine struct {
 	ramp    replayRamp
 	obuf    []int
 	sbuf    []int
+	// fd judges whose failure each is (domains.go, R-FD5).
+	fd *domains
 }
 
 // Run replays log under rt on the lines' own clock, as one queue of events
@@ -217,6 +251,15 @@ type outcome struct {
 	res       breaker.Result
 	rr        *RouteReport
 	estimated bool
+	// For domains.go: the route, the line's replica, fingerprint and
+	// whether it was sent again, and the replica's egress view's probe.
+	route   *routes.Route
+	replica string
+	fp      judge.Fingerprint
+	hasFP   bool
+	again   bool
+	eadm    breaker.Admission
+	eheld   bool
 }
 
 // outcomes is the queue of outcomes not yet recorded (a min-heap by time).
@@ -259,7 +302,11 @@ func (e *engine) flush(until int64) {
 func (e *engine) recordNext() {
 	o := heap.Pop(&e.queue).(outcome)
 	e.now = o.at
-	route, _, _ := o.t.Record(context.Background(), e.st, o.at, o.adm, o.res)
+	res := o.res
+	if o.route != nil {
+		res = e.fd.judge(&o, o.route, res)
+	}
+	route, _, _ := o.t.Record(context.Background(), e.st, o.at, o.adm, res)
 	if route.Applied && route.Outcome.Class == breaker.Failure {
 		o.rr.MetFailing++
 		if len(o.rr.Failures) < maxMarks {
@@ -328,9 +375,11 @@ func (e *engine) decide(l *Line) {
 		e.observed[observedKey{gwID, live.Key}] = res
 		e.rep.LiveCost += float64(l.Tokens) * live.CostPerMtok / 1e6
 	}
+	e.fd.saw(l.Replica, l.At)
 	e.vbuf = e.vbuf[:0]
 	for _, c := range cands {
-		e.vbuf = append(e.vbuf, e.targets[c].Peek(ctx, e.st, l.At).Verdict)
+		t := e.targets[c]
+		e.vbuf = append(e.vbuf, e.fd.peek(l.Replica, t.Route, l.At, t.Peek(ctx, e.st, l.At).Verdict))
 	}
 	// A pointer the engine holds: a value would be boxed for the
 	// interface on every line.
@@ -380,7 +429,10 @@ func (e *engine) decide(l *Line) {
 		}
 	}
 	t := e.targets[chosen]
-	adm, _ := t.Acquire(ctx, e.st, l.At, plan.TryAll || !e.vbuf[plan.Order[plan.Start]].Allowed)
+	force := plan.TryAll || !e.vbuf[plan.Order[plan.Start]].Allowed
+	adm, _ := t.Acquire(ctx, e.st, l.At, force)
+	eadm, eheld, _ := e.fd.acquire(l.Replica, t.Route, l.At, force)
+	fp, hasFP := judge.ParseLogged(l.FP)
 	e.seq++
 	if e.queue.Len() >= maxInFlight {
 		// R-R6: more requests in flight at once than replay holds (lines
@@ -391,7 +443,8 @@ func (e *engine) decide(l *Line) {
 		e.flushOne()
 		e.rep.EarlyOutcomes++
 	}
-	heap.Push(&e.queue, outcome{at: l.At + max(l.DurationMs, 0)*1e6, seq: e.seq, t: t, adm: adm, res: res, rr: rr, estimated: estimated})
+	heap.Push(&e.queue, outcome{at: l.At + max(l.DurationMs, 0)*1e6, seq: e.seq, t: t, adm: adm, res: res, rr: rr, estimated: estimated,
+		route: chosen, replica: l.Replica, fp: fp, hasFP: hasFP, again: l.Again, eadm: eadm, eheld: eheld})
 	e.tally(l, chosen, rr, res, liveErr, estimated)
 }
 
@@ -455,6 +508,7 @@ func (e *engine) install() {
 		specs = append(specs, breaker.Spec{ID: breaker.FleetID(name), Policy: e.rt.Fleets[name].Policy})
 	}
 	_, _, _ = e.st.Install(context.Background(), 0, specs)
+	e.fd = newDomains(e, specs)
 }
 
 func (e *engine) event(ev breaker.Event) {
@@ -524,7 +578,9 @@ func resultOf(l *Line) breaker.Result {
 	case r.Kind == breaker.KindConnError || r.Kind == breaker.KindTimeout || r.Kind == breaker.KindNeither:
 	case flags&judge.ClientFlags != 0:
 		r.Kind, r.Reason = breaker.KindNeither, breaker.ReasonClientCancel
-	case l.Outcome == "neither" && l.Reason != "":
+	case l.Outcome == "neither" && l.Reason != "" && l.Reason != breaker.ReasonRequestFault && l.Reason != breaker.ReasonHeldForQuorum:
+		// (A request fault or a held local failure is the candidate's to
+		// judge again, from the answer: R-FD5.)
 		r.Kind, r.Reason = breaker.KindNeither, l.Reason
 	case l.Reason == breaker.ReasonDeadTurn && l.Outcome == "failure":
 		r.Kind = breaker.KindDeadTurn

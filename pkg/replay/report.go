@@ -26,12 +26,28 @@ func (r *Result) diff() {
 }
 
 // withOrigin is a transition's reason, with its evidence's origin when it
-// has one (R-FD1): "connection_error, local".
+// has one (R-FD1): "connection_error, local"; a replica's own view's
+// transition says whose (R-FD3): "connection_error, local, replica pod-a".
 func withOrigin(t Transition) string {
-	if t.Origin == "" {
-		return t.Reason
+	s := t.Reason
+	if t.Origin != "" {
+		s += ", " + t.Origin
 	}
-	return t.Reason + ", " + t.Origin
+	if t.Replica != "" {
+		s += ", replica " + t.Replica
+	}
+	return s
+}
+
+// whose reports whether rep judged any failure local, upstream, held or
+// the request's (R-FD5): its table is written then.
+func whose(rep *Report) bool {
+	for _, rr := range rep.Routes {
+		if rr.LocalFailures+rr.UpstreamFailures+rr.RequestFaults+rr.ReplicaOpens > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteText writes the per-route table: candidate, then baseline when
@@ -71,12 +87,27 @@ func (r *Result) WriteText(w io.Writer) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.0f\t%d\t%d\t%d (%d)\t%.4f (%.4f)\n", rr.Gateway, rr.Model, rr.Route, rr.Opens, rr.OpenSec, rr.Served, rr.Rerouted, rr.MetFailing, rr.MetFailingEstimated, rr.Cost, rr.CostEstimated)
 		}
 		tw.Flush()
+		if whose(rep) {
+			// Whose failures they were (R-FD5): the route's, this
+			// replica's egress, or the request's own.
+			tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "  gateway\troute\tlocal failures (held for a quorum)\tupstream failures (the request's own)\treplica-scoped opens")
+			for _, rr := range rep.Routes {
+				fmt.Fprintf(tw, "  %s\t%s\t%d (%d)\t%d (%d)\t%d\n", rr.Gateway, rr.Route, rr.LocalFailures, rr.HeldForQuorum, rr.UpstreamFailures, rr.RequestFaults, rr.ReplicaOpens)
+			}
+			tw.Flush()
+		}
 		for _, rr := range rep.Routes {
 			for _, t := range rr.Transitions {
 				fmt.Fprintf(w, "  %s %s/%s %s (%s)\n", rfc3339(t.At), rr.Gateway, rr.Route, t.Change, withOrigin(t))
 			}
 		}
 		fmt.Fprintln(w)
+	}
+	if whose(r.Candidate) || (r.Baseline != nil && whose(r.Baseline)) {
+		fmt.Fprintln(w, `"held for a quorum": a failure Envoy originated (no answer came) that counted for its replica's own view of the route`)
+		fmt.Fprintln(w, `until enough replicas saw such failures (local_origin_quorum); "the request's own": a failure of one request sent again`)
+		fmt.Fprintln(w, `with the same answer while the route answered others (request_fault_ttl_sec).`)
 	}
 	fmt.Fprintln(w, `"estimated": a request the config sent to a route that did not serve it live has no recorded outcome there;`)
 	fmt.Fprintln(w, `it is given that route's latest logged outcome before it (else a success), and the tokens it used where it did go.`)
@@ -103,6 +134,7 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 	},
 	"time":       rfc3339,
 	"withOrigin": withOrigin,
+	"whose":      whose,
 	"signed":     func(v int) string { return fmt.Sprintf("%+d", v) },
 	"signed0":    func(v float64) string { return fmt.Sprintf("%+.0f", v) },
 	"signedf":    func(v float64) string { return fmt.Sprintf("%+.4f", v) },
@@ -133,11 +165,15 @@ var page = template.Must(template.New("replay").Funcs(template.FuncMap{
 {{if $rep.HeadroomMoved}}<p>Headroom: {{$rep.HeadroomMoved}} requests moved off a route whose quota was nearly gone, {{$rep.HeadroomAvoided429s}} of them 429s avoided.</p>{{end}}
 <table><tr><th>gateway</th><th>model</th><th>route</th><th>opens</th><th>open s</th><th>served</th><th>routed elsewhere</th><th>met a failing route (estimated)</th><th>cost (estimated)</th></tr>
 {{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Model}}</td><td>{{.Route}}</td><td>{{.Opens}}</td><td>{{printf "%.0f" .OpenSec}}</td><td>{{.Served}}</td><td>{{.Rerouted}}</td><td>{{.MetFailing}} ({{.MetFailingEstimated}})</td><td>{{printf "%.4f" .Cost}} ({{printf "%.4f" .CostEstimated}})</td></tr>{{end}}</table>
+{{if whose $rep}}<h3>Whose failures</h3>
+<table><tr><th>gateway</th><th>route</th><th>local failures (held for a quorum)</th><th>upstream failures (the request's own)</th><th>replica-scoped opens</th></tr>
+{{range $rep.Routes}}<tr><td>{{.Gateway}}</td><td>{{.Route}}</td><td>{{.LocalFailures}} ({{.HeldForQuorum}})</td><td>{{.UpstreamFailures}} ({{.RequestFaults}})</td><td>{{.ReplicaOpens}}</td></tr>{{end}}</table>{{end}}
 {{range $rr := $rep.Routes}}{{range .Transitions}}<p class="note">{{time .At}} {{$rr.Gateway}}/{{$rr.Route}} {{.Change}} ({{withOrigin .}})</p>{{end}}{{end}}
 <div class="legend"><span class="key closed"></span>closed <span class="key half_open"></span>half-open <span class="key open"></span>open <span class="key failmark"></span>a request that met a failing route <span class="key markkey"></span>a transition (hover for its reason)</div>
 <div class="axis"><span style="left:0">{{time $.From}}</span><span style="left:50%">{{time (mid $.From $.To)}}</span><span style="right:0">{{time $.To}}</span></div>
-{{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Bands}}<span class="span {{.State}}" style="left:{{pct .From $.From $.To}}%;width:{{width .From .To $.From $.To}}%"></span>{{end}}{{range .Failures}}<span class="fail" style="left:{{pct . $.From $.To}}%"></span>{{end}}{{range .Transitions}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}</div>{{end}}
+{{range $rep.Routes}}<h3>{{.Gateway}} / {{.Route}}</h3><div class="band">{{range .Bands}}<span class="span {{.State}}" style="left:{{pct .From $.From $.To}}%;width:{{width .From .To $.From $.To}}%"></span>{{end}}{{range .Failures}}<span class="fail" style="left:{{pct . $.From $.To}}%"></span>{{end}}{{range .Transitions}}{{if not .Replica}}<span class="mark {{to .Change}}" title="{{.Change}} {{.Reason}}" style="left:{{pct .At $.From $.To}}%"></span>{{end}}{{end}}</div>{{end}}
 {{end}}
+<p>"held for a quorum": a failure Envoy originated (no answer came) that counted for its replica's own view of the route until enough replicas saw such failures (local_origin_quorum); "the request's own": a failure of one request sent again with the same answer while the route answered others (request_fault_ttl_sec).</p>
 <p>"estimated": a request the config sent to a route that did not serve it live has no recorded outcome there; it is given that route's latest logged outcome before it (else a success), and the tokens it used where it did go.</p>
 </body></html>`))
 
