@@ -17,7 +17,7 @@ type Subcommand struct {
 var Subcommands = []Subcommand{
 	{"validate", "[-config FILE] [-envoy ENVOY.yaml]", "check a config (and, with -envoy, the clusters its routes name) and exit"},
 	{"config", "[-config FILE]", "print the effective config: every default applied, every policy resolved"},
-	{"simulate", "[-config FILE] [flags]", "run fusebox on a config against a scripted outage, with no Envoy"},
+	{"simulate", "[-config FILE] [-scenario outage|poison|egress] [flags]", "run fusebox on a config against a scripted outage, poison request or one pod's broken egress, with no Envoy"},
 	{"replay", "-config CANDIDATE [-baseline LIVE] [-json|-html] LOG...", "replay access logs under a config: what it would have changed"},
 	{"record-log", "-listen ADDR -out FILE", "receive Envoy's gRPC access log and write it for replay"},
 	{"version", "", "print the version and exit"},

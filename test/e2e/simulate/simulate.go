@@ -1,9 +1,15 @@
 // Package simulate tries an operator's own config without Envoy (extproc
 // simulate): the real fusebox on that config, envoysim playing the shipped
 // envoy.yaml, and one fake provider per route of one model. It drives a
-// scripted outage of the model's first route on a simulated clock and
-// prints the per-second timeline `make demo` prints: what each route
-// served, the first route's breaker, each transition.
+// scripted scenario on a simulated clock and prints the per-second
+// timeline `make demo` prints: what each route served, the first route's
+// breaker, each transition. The scenarios (-scenario):
+//   - outage: the model's first route answers 503 to everyone;
+//   - poison: it answers 500 to one request only, which its client's SDK
+//     retries twice, every second (request faults, R-FD4);
+//   - egress: two replicas sharing a Redis, each behind its own Envoy;
+//     the first replica's egress to the first route refuses connections
+//     (one pod's broken egress, R-FD2, R-FD3; egress.go).
 package simulate
 
 import (
@@ -16,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +46,10 @@ type Options struct {
 	RecoverAt int    // second it is healthy again
 	Duration  int    // seconds of traffic
 	PerSecond int    // requests a second
+	// Scenario is outage (default), poison or egress; Redis the URL the
+	// egress scenario's replicas share ("" = a redis-server it starts).
+	Scenario string
+	Redis    string
 }
 
 // Main is `extproc simulate`: flags, then Run.
@@ -54,6 +65,8 @@ func Main(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Duration, "duration", 0, "seconds of traffic (default: long enough to see the cooldown end and the route return)")
 	fs.IntVar(&o.PerSecond, "rate", 4, "requests a second")
 	fs.StringVar(&o.Envoy, "envoy", "", "your Envoy config, to check the clusters of the routes simulated against (default: no check)")
+	fs.StringVar(&o.Scenario, "scenario", "outage", "outage (the first route answers 503), poison (it answers 500 to one request, retried twice) or egress (one of two replicas cannot reach it)")
+	fs.StringVar(&o.Redis, "redis", "", "Redis URL the egress scenario's two replicas share (default: a redis-server from PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -112,6 +125,13 @@ func checkClusters(out io.Writer, o Options, driven []*routes.Route) error {
 	return nil
 }
 
+// pod is one Envoy with its fusebox: the egress scenario runs two.
+type pod struct {
+	name  string
+	fb    *mainlib.Instance
+	proxy *envoysim.Proxy
+}
+
 // Run runs one simulation and prints its timeline.
 func Run(out io.Writer, o Options) error {
 	rt, err := routes.LoadFile(o.Config)
@@ -121,6 +141,11 @@ func Run(out io.Writer, o Options) error {
 	gw, model, err := pick(rt, o.Gateway, o.Model)
 	if err != nil {
 		return err
+	}
+	switch o.Scenario {
+	case "", "outage", "poison", "egress":
+	default:
+		return fmt.Errorf("no scenario %q: outage, poison or egress", o.Scenario)
 	}
 	if err := checkClusters(out, o, model.Candidates(nil)); err != nil {
 		return err
@@ -161,44 +186,79 @@ func Run(out io.Writer, o Options) error {
 
 	clk := breaker.NewFakeClock(time.Now())
 	logs := &logbuf.Buffer{}
-	args := []string{"-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}
+	args := []string{"-admin-addr", "127.0.0.1:0", "-grace-period", "0s"}
 	if o.Config != "" {
 		args = append(args, "-config", o.Config)
 	}
+	npods := 1
+	var gate *egressGate
+	if o.Scenario == "egress" {
+		npods = 2
+		url, stop, err := fleetRedis(o.Redis, dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		args = append(args, "-redis-url", url)
+		if gate, err = newEgressGate(providers[first.Cluster].Addr()); err != nil {
+			return err
+		}
+		defer gate.close()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fb, err := mainlib.Start(ctx, args, logs, mainlib.WithClock(clk))
-	if err != nil {
-		return err
-	}
-	defer func() { cancel(); _ = fb.Wait() }()
-
 	b, err := envoyconfig.Parse(envoy.Default)
 	if err != nil {
 		return err
 	}
-	cfg, err := envoyconfig.Harness(b)
-	if err != nil {
-		return err
+	var pods []*pod
+	defer func() {
+		cancel()
+		for _, p := range pods {
+			if p.proxy != nil {
+				p.proxy.Close()
+			}
+			_ = p.fb.Wait()
+		}
+	}()
+	for i := range npods {
+		fb, err := mainlib.Start(ctx, append([]string{"-grpc-addr", "127.0.0.1:0"}, args...), logs, mainlib.WithClock(clk), mainlib.WithOverlayCache(""))
+		if err != nil {
+			return err
+		}
+		p := &pod{name: string(rune('A' + i)), fb: fb}
+		pods = append(pods, p)
+		cfg, err := envoyconfig.Harness(b)
+		if err != nil {
+			return err
+		}
+		cfg.Gateway = gw.ID
+		cfg.ExtProc.Addr = fb.GRPCAddr()
+		if cfg.AccessLog != nil {
+			cfg.AccessLog.Addr = fb.GRPCAddr()
+		}
+		cfg.Clusters = map[string]*envoysim.Cluster{}
+		for name, pr := range providers {
+			cfg.Clusters[name] = &envoysim.Cluster{Addr: pr.Addr(), MaxRequests: 1024}
+		}
+		if gate != nil && i == 0 {
+			// Pod A reaches the first route through its egress (the gate).
+			cfg.Clusters[first.Cluster] = &envoysim.Cluster{Addr: gate.addr(), MaxRequests: 1024}
+		}
+		cfg.ServeDefaultsFrom(envoysim.Cluster{Addr: providers["fallback"].Addr(), MaxRequests: 1024})
+		if p.proxy, err = envoysim.New(cfg); err != nil {
+			return err
+		}
+		if err := p.proxy.Start("127.0.0.1:0"); err != nil {
+			return err
+		}
 	}
-	cfg.Gateway = gw.ID
-	cfg.ExtProc.Addr = fb.GRPCAddr()
-	if cfg.AccessLog != nil {
-		cfg.AccessLog.Addr = fb.GRPCAddr()
+	if npods > 1 {
+		// The quorum counts replicas alive through the store (R-FD2).
+		if err := waitAlive(pods, npods); err != nil {
+			return err
+		}
 	}
-	cfg.Clusters = map[string]*envoysim.Cluster{}
-	for name, p := range providers {
-		cfg.Clusters[name] = &envoysim.Cluster{Addr: p.Addr(), MaxRequests: 1024}
-	}
-	cfg.ServeDefaultsFrom(envoysim.Cluster{Addr: providers["fallback"].Addr(), MaxRequests: 1024})
-	proxy, err := envoysim.New(cfg)
-	if err != nil {
-		return err
-	}
-	if err := proxy.Start("127.0.0.1:0"); err != nil {
-		return err
-	}
-	defer proxy.Close()
 
 	var clusters []string
 	seen := map[string]bool{}
@@ -210,52 +270,120 @@ func Run(out io.Writer, o Options) error {
 	}
 	fmt.Fprintf(out, "fusebox simulate: %s, gateway %q, model %q, routes %s\n", nameOr(o.Config), gw.ID, model.Name, keys(model.Candidates(nil)))
 	fmt.Fprintf(out, "first route %s: breaker %s\n", first.Key, describe(first.Policy))
-	fmt.Fprintf(out, "outage of %s (503) from t=%ds to t=%ds; %d requests a second; simulated clock (envoysim plays envoy/envoy.yaml)\n\n",
-		first.Cluster, o.OutageAt, o.RecoverAt, o.PerSecond)
+	switch o.Scenario {
+	case "poison":
+		fmt.Fprintf(out, "a poison request: %s answers 500 to one request only from t=%ds to t=%ds, which its client's SDK retries twice, each second beside %d other requests; request_fault_ttl_sec %d; simulated clock (envoysim plays envoy/envoy.yaml)\n\n",
+			first.Cluster, o.OutageAt, o.RecoverAt, o.PerSecond, first.Policy.RequestFaultTTLSec)
+	case "egress":
+		fmt.Fprintf(out, "one pod's egress: pods A and B (an Envoy and a fusebox each) share a Redis; pod A cannot reach %s (connection refused) from t=%ds to t=%ds, pod B can; %d requests a second on each pod; local_origin_quorum %d; simulated clock (envoysim plays envoy/envoy.yaml)\n\n",
+			first.Cluster, o.OutageAt, o.RecoverAt, o.PerSecond, first.Policy.LocalOriginQuorum)
+	default:
+		fmt.Fprintf(out, "outage of %s (503) from t=%ds to t=%ds; %d requests a second; simulated clock (envoysim plays envoy/envoy.yaml)\n\n",
+			first.Cluster, o.OutageAt, o.RecoverAt, o.PerSecond)
+	}
 	head := fmt.Sprintf("%-6s", "t")
-	for _, c := range clusters {
-		head += fmt.Sprintf(" %-16s", c)
+	for _, p := range pods {
+		for _, c := range clusters {
+			head += fmt.Sprintf(" %-16s", column(p, npods, c))
+		}
 	}
 	fmt.Fprintf(out, "%s %-10s %s\n", head, "breaker", "transitions")
-	seenLog, errors := 0, 0
+	seenLog, errors, sent, poisonFailed := 0, 0, 0, 0
 	for sec := 0; sec < o.Duration; sec++ {
 		if sec == o.OutageAt {
-			providers[first.Cluster].SetFault(fakeprovider.Fault{Status: 503})
+			switch o.Scenario {
+			case "poison":
+				providers[first.Cluster].SetFault(fakeprovider.Fault{Status: 500, OnlyBodyContaining: poisonMark})
+			case "egress":
+				gate.cut(true)
+			default:
+				providers[first.Cluster].SetFault(fakeprovider.Fault{Status: 503})
+			}
 		}
 		if sec == o.RecoverAt {
 			providers[first.Cluster].SetFault(fakeprovider.Fault{})
-		}
-		counts := map[string][2]int{}
-		for i := 0; i < o.PerSecond; i++ {
-			code, by := request(proxy.URL(), model.Name, model.API == routes.APIAnthropic)
-			c := counts[by]
-			if code == 200 {
-				c[0]++
-			} else {
-				c[1]++
-				errors++
+			if gate != nil {
+				gate.cut(false)
 			}
-			counts[by] = c
 		}
 		row := fmt.Sprintf("t+%02ds ", sec)
-		for _, c := range clusters {
-			row += fmt.Sprintf(" %-16s", count(counts[c]))
+		for _, p := range pods {
+			counts := map[string][2]int{}
+			for i := 0; i < o.PerSecond; i++ {
+				code, by := request(p.proxy.URL(), model.Name, model.API == routes.APIAnthropic, fmt.Sprintf("hi %d %d", sec, i), -1)
+				sent++
+				tally(counts, by, first.Cluster, code, &errors)
+			}
+			if o.Scenario == "poison" {
+				// One request, its SDK's two retries after it.
+				for try := 0; try < 3; try++ {
+					code, by := request(p.proxy.URL(), model.Name, model.API == routes.APIAnthropic, poisonMark, try)
+					sent++
+					if code != 200 {
+						poisonFailed++
+					}
+					tally(counts, by, first.Cluster, code, &errors)
+					if code == 200 {
+						break
+					}
+				}
+			}
+			for _, c := range clusters {
+				row += fmt.Sprintf(" %-16s", count(counts[c]))
+			}
 		}
-		row += fmt.Sprintf(" %-10s", state(fb.AdminAddr(), gw.ID, first.Key))
+		row += fmt.Sprintf(" %-10s", state(pods, gw.ID, first.Key))
 		lines := logs.Lines()
 		var trans []string
 		for _, ln := range lines[seenLog:] {
 			if i := strings.Index(ln, "transition="); i >= 0 && strings.Contains(ln, "[circuit_breaker]") && strings.Contains(ln, first.Key) {
 				f := strings.Fields(ln[i:])
-				trans = append(trans, strings.TrimPrefix(f[0], "transition=")+" ("+strings.TrimPrefix(f[1], "reason=")+")")
+				t := strings.TrimPrefix(f[0], "transition=") + " (" + strings.TrimPrefix(f[1], "reason=")
+				if strings.Contains(ln, "scope=replica") {
+					t += ", one replica's own view"
+				}
+				trans = append(trans, t+")")
 			}
 		}
 		seenLog = len(lines)
 		fmt.Fprintln(out, strings.TrimRight(row+" "+strings.Join(trans, ", "), " "))
 		clk.Advance(time.Second)
 	}
-	fmt.Fprintf(out, "\n%d of %d requests failed at the client.\n", errors, o.Duration*o.PerSecond)
+	fmt.Fprintf(out, "\n%d of %d requests failed at the client.\n", errors, sent)
+	if o.Scenario == "poison" {
+		fmt.Fprintf(out, "the poison request failed %d times; %0.f of its failures were judged its own (fusebox_request_faults_total) and counted for no route.\n",
+			poisonFailed, metric(pods, `fusebox_request_faults_total{gateway="`+gw.ID+`",model="`+model.Name+`"}`))
+	}
 	return nil
+}
+
+// poisonMark is in the poison request's body alone.
+const poisonMark = "poison: a tool schema this provider cannot parse"
+
+// column names a timeline column: the cluster, with its pod when there
+// are two.
+func column(p *pod, npods int, cluster string) string {
+	if npods == 1 {
+		return cluster
+	}
+	return p.name + ":" + cluster
+}
+
+// tally counts one request under the cluster that served it; one no
+// provider answered (a refused connection: Envoy's own reply names no
+// cluster) under the first route's, where it was sent.
+func tally(counts map[string][2]int, by, first string, code int, errors *int) {
+	if by == "" || by == "?" {
+		by = first
+	}
+	c := counts[by]
+	if code == 200 {
+		c[0]++
+	} else {
+		c[1]++
+		*errors++
+	}
+	counts[by] = c
 }
 
 func pick(rt *routes.Runtime, gwID, modelName string) (*routes.Gateway, *routes.Model, error) {
@@ -310,12 +438,22 @@ func count(c [2]int) string {
 	return fmt.Sprintf("%d ok, %d errors", c[0], c[1])
 }
 
-func request(base, model string, anthropic bool) (int, string) {
-	path, body := "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)
+// request sends one request of content; retry ≥ 0 sends the OpenAI
+// SDK's retry count header (its tries after the first are retries).
+func request(base, model string, anthropic bool, content string, retry int) (int, string) {
+	path, body := "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, content)
 	if anthropic {
-		path, body = "/v1/messages", fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`, model)
+		path, body = "/v1/messages", fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":%q}]}`, model, content)
 	}
-	resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", base+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "?"
+	}
+	req.Header.Set("content-type", "application/json")
+	if retry >= 0 {
+		req.Header.Set("x-stainless-retry-count", strconv.Itoa(retry))
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "?"
 	}
@@ -324,20 +462,57 @@ func request(base, model string, anthropic bool) (int, string) {
 	return resp.StatusCode, resp.Header.Get("X-Served-By")
 }
 
-func state(admin, gw, route string) string {
-	resp, err := http.Get("http://" + admin + "/admin/v1/gateways/" + gw + "/circuit-breaker")
-	if err != nil {
-		return "?"
+// state is the first route's breaker: the first pod's view of the fleet's,
+// and each pod's own view where one opened it (scope replica, R-FD3).
+func state(pods []*pod, gw, route string) string {
+	fleet := "closed"
+	var own []string
+	for i, p := range pods {
+		resp, err := http.Get("http://" + p.fb.AdminAddr() + "/admin/v1/gateways/" + gw + "/circuit-breaker")
+		if err != nil {
+			return "?"
+		}
+		var v map[string]struct {
+			State        string `json:"state"`
+			ReplicaScope *struct {
+				State string `json:"state"`
+			} `json:"replica_scope"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if err != nil {
+			return "?"
+		}
+		s, ok := v[route]
+		if i == 0 && ok {
+			fleet = s.State
+		}
+		if ok && s.ReplicaScope != nil && s.ReplicaScope.State != "closed" {
+			own = append(own, p.name+" own: "+s.ReplicaScope.State)
+		}
 	}
-	defer resp.Body.Close()
-	var v map[string]struct {
-		State string `json:"state"`
+	if len(own) == 0 {
+		return fleet
 	}
-	if json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return "?"
+	return fleet + " (" + strings.Join(own, ", ") + ")"
+}
+
+// metric sums one series over the pods' /metrics.
+func metric(pods []*pod, series string) float64 {
+	var sum float64
+	for _, p := range pods {
+		resp, err := http.Get("http://" + p.fb.AdminAddr() + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, ln := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(ln, series+" "); ok {
+				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				sum += f
+			}
+		}
 	}
-	if s, ok := v[route]; ok {
-		return s.State
-	}
-	return "closed"
+	return sum
 }

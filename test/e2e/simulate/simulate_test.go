@@ -2,7 +2,9 @@ package simulate
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -105,5 +107,86 @@ func TestSimulateWarnsOnRoutesItDoesNotDrive(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `warning: `+path+`:7: gateways[0].routes[2].cluster: cluster "elsewhere"`) {
 		t.Fatalf("no warning for the route not driven:\n%s", out.String())
+	}
+}
+
+// scenarioConfig is a config whose first route trips fast, for the
+// scenarios of #53 (R-FD5).
+const scenarioConfig = `
+gateways:
+  - id: g
+    circuit_breaker: {enabled: true, failure_threshold: 3, window_sec: 30, cooldown_ms: 5000, request_fault_ttl_sec: TTL}
+    models:
+      - {name: m, routes: [openai:us:m, azure:eu:m]}
+    routes:
+      - {key: openai:us:m, cluster: openai_us}
+      - {key: azure:eu:m, cluster: azure_eu}
+`
+
+func scenarioFile(t *testing.T, ttl string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fusebox.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(scenarioConfig, "TTL", ttl, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSimulatePoison (#53 item 6): a poison request its SDK retries twice
+// each second, beside requests the route serves, opens no route: its
+// failures are judged its own. With request_fault_ttl_sec 0 the same
+// traffic opens the route, so the scenario tells the two apart.
+func TestSimulatePoison(t *testing.T) {
+	for _, tc := range []struct {
+		ttl   string
+		opens bool
+	}{{"600", false}, {"0", true}} {
+		t.Run("request_fault_ttl_sec "+tc.ttl, func(t *testing.T) {
+			var out strings.Builder
+			if err := Run(&out, Options{Config: scenarioFile(t, tc.ttl), Scenario: "poison", OutageAt: 2, RecoverAt: 8, Duration: 10, PerSecond: 3}); err != nil {
+				t.Fatal(err)
+			}
+			s := out.String()
+			if got := strings.Contains(s, "closed->open (provider_5xx)"); got != tc.opens {
+				t.Fatalf("the route opened: %v, want %v:\n%s", got, tc.opens, s)
+			}
+			if !strings.Contains(s, "a poison request: openai_us answers 500 to one request only") || !strings.Contains(s, "judged its own") {
+				t.Fatalf("the timeline does not say what it ran:\n%s", s)
+			}
+			m := regexp.MustCompile(`failed (\d+) times; (\d+) of its failures were judged its own`).FindStringSubmatch(s)
+			if m == nil || m[1] == "0" || (m[2] == "0") != tc.opens {
+				t.Fatalf("the poison's failures and those judged its own: %v (want some judged: %v):\n%s", m, !tc.opens, s)
+			}
+		})
+	}
+}
+
+// TestSimulateEgress (#53 item 6): two pods on one Redis; pod A cannot
+// reach the first route. Pod A's own view opens and routes its requests
+// elsewhere; the fleet's breaker never opens, and pod B keeps using the
+// route.
+func TestSimulateEgress(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not on PATH (CI=true: the egress scenario must run)")
+		}
+		t.Skip("redis-server is not on PATH")
+	}
+	var out strings.Builder
+	if err := Run(&out, Options{Config: scenarioFile(t, "600"), Scenario: "egress", OutageAt: 2, RecoverAt: 8, Duration: 10, PerSecond: 3}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, "closed->open (connection_error, one replica's own view)") || !strings.Contains(s, "closed (A own: open)") {
+		t.Fatalf("pod A's own view did not open:\n%s", s)
+	}
+	for _, ln := range strings.Split(s, "\n") {
+		if strings.Contains(ln, "closed->open (connection_error)") || strings.Contains(ln, "  open") {
+			t.Fatalf("the fleet's breaker opened on one pod's egress: %q\n%s", ln, s)
+		}
+	}
+	// After pod A's open, pod B still sends to openai_us, pod A to azure_eu.
+	if !strings.Contains(s, "-                3 ok             3 ok") {
+		t.Fatalf("after pod A's open, pod A should be served by azure_eu and pod B by openai_us:\n%s", s)
 	}
 }
