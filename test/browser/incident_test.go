@@ -17,6 +17,7 @@ import (
 	"github.com/fusebox-llm/fusebox/pkg/breaker"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 const incidentConfig = `
@@ -47,6 +48,13 @@ func answer(t *testing.T, conn *grpc.ClientConn, gw, status string, kv ...string
 // answerWith is answer with the response headers resp as well.
 func answerWith(t *testing.T, conn *grpc.ClientConn, gw, status string, kv, resp []string) {
 	t.Helper()
+	answerAttrs(t, conn, gw, status, kv, resp, nil)
+}
+
+// answerAttrs is answerWith with Envoy's attributes on the response
+// headers (its flags and details: how the attempt ended).
+func answerAttrs(t *testing.T, conn *grpc.ClientConn, gw, status string, kv, resp []string, attrs map[string]*structpb.Struct) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
@@ -68,7 +76,7 @@ func answerWith(t *testing.T, conn *grpc.ClientConn, gw, status string, kv, resp
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h(append([]string{":status", status}, resp...)...), EndOfStream: true}}})
+	_ = s.Send(&extprocv3.ProcessingRequest{Attributes: attrs, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: h(append([]string{":status", status}, resp...)...), EndOfStream: true}}})
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}

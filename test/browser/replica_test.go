@@ -1,7 +1,6 @@
 package browser
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 	"github.com/fusebox-llm/fusebox/pkg/extproc"
 	"github.com/fusebox-llm/fusebox/pkg/judge"
@@ -25,35 +22,11 @@ import (
 // connect for (UF, connection_failure: a failure of local origin, R-FD1).
 func refused(t *testing.T, conn *grpc.ClientConn, gw string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := func(kv ...string) *corev3.HeaderMap {
-		m := &corev3.HeaderMap{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
-		}
-		return m
-	}
-	_ = s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-		Headers: h(":method", "POST", "x-fusebox-gateway", gw, "x-fusebox-model", "gpt-4o-mini"), EndOfStream: true}}})
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
 	attrs := map[string]*structpb.Struct{extproc.AttrKey: {Fields: map[string]*structpb.Value{
 		"response.flags":        structpb.NewNumberValue(judge.FlagUF),
 		"response.code_details": structpb.NewStringValue("upstream_reset_before_response_started{connection_failure}"),
 	}}}
-	_ = s.Send(&extprocv3.ProcessingRequest{Attributes: attrs, Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: h(":status", "503", "content-type", "text/plain"), EndOfStream: true}}})
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.CloseSend()
-	_, _ = s.Recv()
+	answerAttrs(t, conn, gw, "503", nil, []string{"content-type", "text/plain"}, attrs)
 }
 
 // metricOf reads one series from an admin listener's /metrics (-1: none).
