@@ -301,14 +301,24 @@ local res = {ok = 1, lease = 0, stale = 0, already = 0}
 -- recent_ids is one string, ";<id>@<ms>" per outcome, oldest first (a
 -- string costs the state's encoding a copy, where a table would cost a
 -- field each); at most RECENT of them, none older than RECENT_MS.
--- recent_events keeps the transitions of the few ids that made one.
-local RECENT, RECENT_MS = 32, 600000
+-- recent_events keeps the transitions of the few ids that made one, in a
+-- ring of their own (event_ids: the same form, at most EVENTS of them,
+-- none older than RECENT_MS): ids without transitions, a busy route's
+-- every outcome, never push them out. Before, they shared recent_ids:
+-- 32 other records (a fraction of a second on a busy route) dropped them
+-- before the caller whose answer was lost asked again after its resync,
+-- and the transition went unreported (the loaded fleet soak's shared
+-- chain read half_open->closed after open).
+local RECENT, RECENT_MS, EVENTS = 32, 600000, 16
 if type(s.recent_ids) ~= "string" then s.recent_ids = "" end
 if type(s.recent_events) ~= "table" then s.recent_events = {} end
-local function recent_add(id, evs)
-  local r = s.recent_ids .. ";" .. id .. "@" .. string.format("%d", now)
+if type(s.event_ids) ~= "string" then s.event_ids = "" end
+-- ring_add appends id to ring r (";<id>@<ms>" entries) and drops the
+-- oldest past max entries or older than RECENT_MS.
+local function ring_add(r, id, max)
+  r = r .. ";" .. id .. "@" .. string.format("%d", now)
   local n = select(2, string.gsub(r, ";", ""))
-  while n > RECENT do
+  while n > max do
     r = string.sub(r, (string.find(r, ";", 2, true)) or #r + 1); n = n - 1
   end
   while true do
@@ -316,11 +326,20 @@ local function recent_add(id, evs)
     if at == nil or at + RECENT_MS > now then break end
     r = string.sub(r, (string.find(r, ";", 2, true)) or #r + 1)
   end
-  s.recent_ids = r
-  for k, v in pairs(s.recent_events) do
-    if type(v) ~= "table" or not string.find(r, ";" .. k .. "@", 1, true) then s.recent_events[k] = nil end
+  return r
+end
+-- recent_add keeps id's transitions evs and, for an idempotent call
+-- (dedupe), the id itself among the applied ones.
+local function recent_add(id, evs, dedupe)
+  if dedupe then
+    s.recent_ids = ring_add(s.recent_ids, id, RECENT)
   end
-  if #evs > 0 then s.recent_events[id] = evs end
+  if #evs == 0 then return end
+  s.event_ids = ring_add(s.event_ids, id, EVENTS)
+  s.recent_events[id] = evs
+  for k, v in pairs(s.recent_events) do
+    if type(v) ~= "table" or not string.find(s.event_ids, ";" .. k .. "@", 1, true) then s.recent_events[k] = nil end
+  end
 end
 
 -- An operator's override (fo, fc, rst) carries an id too: one whose answer
@@ -555,7 +574,7 @@ elseif op == "fc" or op == "rst" then
   if from == 0 then s.generation = s.generation + 1 end
 end
 
-if idempotent and A.id then recent_add(A.id, events) end
+if idempotent and A.id then recent_add(A.id, events, true) end
 -- The key holds the end of its life on the script's clock (Redis's TIME);
 -- Redis drops it then too.
 if keyed and op == "rec" then
@@ -564,7 +583,7 @@ end
 -- A call other than a record names itself (A.call) so that, its answer
 -- lost, the caller can ask for its transitions (op lost); kept only when
 -- it made one.
-if A.call and #events > 0 and op ~= "repeat" then recent_add("c" .. tostring(A.call), events) end
+if A.call and #events > 0 and op ~= "repeat" then recent_add("c" .. tostring(A.call), events, false) end
 
 local changed = 0
 if sig() ~= before then

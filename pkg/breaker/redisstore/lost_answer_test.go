@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -207,6 +208,54 @@ func TestLostAcquireTransitionIsReported(t *testing.T) {
 	eventually(t, "the half-open reported", func() bool { return halfOpens() > 0 })
 	clk.Advance(10 * time.Millisecond)
 	a.st.Refresh(ctx)
+	if n := halfOpens(); n != 1 {
+		t.Fatalf("%d open->half_open transitions reported, want 1", n)
+	}
+}
+
+// TestLostAcquireTransitionOutlivesTraffic: the transitions of a call whose
+// answer was lost are kept until its caller asks for them, however many
+// outcomes other replicas record meanwhile. Before, they were kept among
+// the last 32 ids of any kind: on a busy route (the loaded fleet soak,
+// 346 requests a second) 32 other records pushed them out within a
+// fraction of a second, the caller's ask after its resync found nothing,
+// and nobody reported the route's open->half_open (the shared chain read
+// half_open->closed after open).
+func TestLostAcquireTransitionOutlivesTraffic(t *testing.T) {
+	px, a, b, clk := openOnTwo(t, "lostbusy:")
+	ctx := context.Background()
+	now := func() int64 { return clk.Now().UnixNano() }
+	for range 3 { // a warm connection (see TestTimedOutAcquireFreesItsSlot)
+		if _, err := a.st.Status(ctx, a.key, now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Second)
+	eventually(t, "a reads Redis", func() bool { return !a.st.Degraded() })
+	px.Latency(0, 300*time.Millisecond)
+	if _, _, err := a.st.Acquire(ctx, a.key, now(), false); err == nil {
+		t.Fatal("the acq did not time out")
+	}
+	// Another replica's traffic while a's answer is lost: 40 outcomes,
+	// each with its id.
+	for i := range 40 {
+		adm, _, err := b.st.Acquire(ctx, b.key, now(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.st.Record(ctx, b.key, now(), adm, breaker.Result{Kind: breaker.KindAnswered, Status: 200, Key: "busy" + strconv.Itoa(i) + ":1", KeyLifeMs: 60000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "b's outcomes in Redis", b.st.Quiet)
+	px.Latency(0, 0)
+	eventually(t, "the resync", func() bool { return !a.st.Degraded() })
+	halfOpens := func() int {
+		return countEvents([]*replica{a, b}, func(e breaker.Event) bool {
+			return e.Transition() == "open->half_open" && e.DecidedBy == breaker.DecidedByRedis
+		})
+	}
+	eventually(t, "the half-open reported", func() bool { return halfOpens() > 0 })
 	if n := halfOpens(); n != 1 {
 		t.Fatalf("%d open->half_open transitions reported, want 1", n)
 	}
