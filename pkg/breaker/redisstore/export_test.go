@@ -1,5 +1,7 @@
 package redisstore
 
+import "context"
+
 // Quiet reports whether this replica holds nothing Redis has not answered:
 // no queued record, no pending or unsent outcome on any breaker, no
 // write-back on its way, and the store not degraded. The robustness
@@ -31,4 +33,10 @@ func (s *Store) Quiet() bool {
 	// Read after the lists: a write-back that took a list is counted
 	// before it took it.
 	return s.writingBack.Load() == 0
+}
+
+// BeatNow beats at once, whenever the last beat was.
+func (s *Store) BeatNow(ctx context.Context) {
+	s.lastBeat.Store(0)
+	s.beatIfDue(ctx)
 }

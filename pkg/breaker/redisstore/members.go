@@ -22,13 +22,14 @@ const (
 
 // beat adds this replica's beat, drops the beats older than aliveFor and
 // answers how many are left, in one call. ARGV: the member, aliveFor in
-// ms, and (a test's clock) the time in ms, else Redis's own.
+// ms. The time is Redis's own, even under a test's clock: whether a
+// process is alive is a matter of real time, and a test's clock (the
+// simulation's, moved ahead a second per step) jumped past aliveFor
+// between two replicas' beats, so each read the other as gone and its
+// local failures counted for the fleet at once.
 var beat = redis.NewScript(`
-local now = tonumber(ARGV[3])
-if now == nil then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call("ZADD", KEYS[1], now, ARGV[1])
 redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now - tonumber(ARGV[2]))
 redis.call("PEXPIRE", KEYS[1], tonumber(ARGV[2]) * 2)
@@ -42,8 +43,7 @@ func (s *Store) membersKey() string { return s.prefix + "{replicas}" }
 // included); 0 before the first.
 func (s *Store) Alive() int { return int(s.alive.Load()) }
 
-// beatIfDue beats when the last beat is beatEvery old (always in a test
-// with TestClock, whose clock may stand still).
+// beatIfDue beats when the last beat is beatEvery old, by the wall clock.
 func (s *Store) beatIfDue(ctx context.Context) {
 	wall := time.Now()
 	if last := s.lastBeat.Load(); last != 0 && wall.Sub(time.Unix(0, last)) < s.beatInterval() {
@@ -52,11 +52,7 @@ func (s *Store) beatIfDue(ctx context.Context) {
 	s.lastBeat.Store(wall.UnixNano())
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	argv := []any{s.origin, aliveFor.Milliseconds()}
-	if s.opts.TestClock {
-		argv = append(argv, s.opts.Clock.Now().UnixMilli())
-	}
-	n, err := beat.Run(ctx, s.rdb, []string{s.membersKey()}, argv...).Int64()
+	n, err := beat.Run(ctx, s.rdb, []string{s.membersKey()}, s.origin, aliveFor.Milliseconds()).Int64()
 	if err != nil {
 		s.lastBeat.Store(0) // the next refresh tries again
 		return

@@ -239,3 +239,26 @@ func TestReplicaScopedOpenInShadow(t *testing.T) {
 		t.Fatal("a shadow breaker refused a request")
 	}
 }
+
+// TestAliveIsRealTime (R-FD2): a replica's beat counts for aliveFor of
+// real time, whatever a test's clock says. Before, a store under a test's
+// clock beat with that clock's time: the simulation moves its clock a
+// second per step, far faster than replicas beat, so a beat read the
+// other replica's as older than aliveFor, counted one replica alive, and
+// one pod's local failures opened the route for the fleet (simulate
+// -scenario egress on a loaded CI machine).
+func TestAliveIsRealTime(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := breaker.NewFakeClock(time.Now())
+	rs := replicasWith(t, srv.Client(t), "alivereal:", clk, replicaPolicy(nil), 2, time.Second, func(_ int, o *redisstore.Options) {
+		o.RefreshInterval = time.Hour // beats only when the test says
+	})
+	ctx := context.Background()
+	rs[0].st.BeatNow(ctx)
+	rs[1].st.BeatNow(ctx)
+	clk.Advance(time.Minute) // four times aliveFor on the test's clock
+	rs[0].st.BeatNow(ctx)
+	if n := rs[0].st.Alive(); n != 2 {
+		t.Fatalf("%d replicas alive a test-clock minute on, want 2 (both beat a moment ago)", n)
+	}
+}
