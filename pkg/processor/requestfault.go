@@ -97,22 +97,16 @@ func (s *Server) share(fp fingerprint, e faultEntry, ttl time.Duration) {
 	}()
 }
 
-// readAhead reads fp's note from the store off the request path, into
-// the ledger; the channel closes when it is done (nil: too many reads
-// under way, none started).
-func (s *Server) readAhead(fp fingerprint, ttl time.Duration) <-chan struct{} {
+// readBounded reads fp's note into the ledger unless too many note calls
+// are under way (the read is best effort, as sharing is).
+func (s *Server) readBounded(fp fingerprint, ttl time.Duration) {
 	select {
 	case s.faults.shares <- struct{}{}:
 	default:
-		return nil
+		return
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() { <-s.faults.shares }()
-		s.readNote(fp, ttl)
-	}()
-	return done
+	defer func() { <-s.faults.shares }()
+	s.readNote(fp, ttl)
 }
 
 // readNote reads fp's note from the store into the ledger.
@@ -240,25 +234,19 @@ func (st *stream) judgeAside(res breaker.Result, now int64, withMeta bool) bool 
 	}
 	st.faultJudged = true
 	ttl := time.Duration(st.chosen.Policy.RequestFaultTTLSec) * time.Second
-	if st.s.storeInProcess {
+	judge := func(withMeta bool) {
 		if !known {
-			st.s.readNote(st.fp, ttl)
+			st.s.readBounded(st.fp, ttl)
 		}
 		st.keyRecord(&res)
 		res = st.requestFault(res, now, true)
 		st.applyJudged(res, now, withMeta)
-		return true
 	}
-	st.s.faults.aside(func() {
-		if !known {
-			if read := st.s.readAhead(st.fp, ttl); read != nil {
-				<-read
-			}
-		}
-		st.keyRecord(&res)
-		res = st.requestFault(res, now, true)
-		st.applyJudged(res, now, false)
-	})
+	if st.s.storeInProcess {
+		judge(withMeta)
+	} else {
+		st.s.faults.aside(func() { judge(false) })
+	}
 	return true
 }
 
