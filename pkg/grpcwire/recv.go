@@ -223,6 +223,14 @@ func (st *stream) take() ([]byte, error) {
 		if ctxErr := st.ctx.Err(); ctxErr != nil {
 			st.mu.Lock()
 			st.waiting = false
+			if st.head < len(st.msgs) {
+				// What arrived before the end is read first: a message
+				// and the peer's RST_STREAM can both land while the
+				// handler waits (Envoy's last chunk, then its reset when
+				// the reply timed out), and the message was sent.
+				st.mu.Unlock()
+				continue
+			}
 			err := st.recvErr
 			st.mu.Unlock()
 			if err != nil && err != io.EOF {
