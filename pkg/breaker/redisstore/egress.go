@@ -73,7 +73,19 @@ func (s *Store) newEgress() *egressView {
 // egressActs reports whether e's locally originated failures are held for
 // a quorum, so that they trip this replica's egress view.
 func (s *Store) egressActs(e *entry) bool {
-	return e.policy.Active() && e.policy.LocalOriginQuorum > 1 && s.alive.Load() > 1 && s.remote(e)
+	return s.quorumPolicy(e) && s.remote(e)
+}
+
+// quorumPolicy: e's policy holds local failures for a quorum of the
+// replicas last counted alive. While Redis is away the egress view still
+// takes them: the failures it held before the blip and the ones during it
+// are one replica's evidence, and add up to its threshold. (The degraded
+// store's fallback view counts them too, and Redis holds them for the
+// quorum when they are written back.) Before, a blip started the count
+// again on the fallback view: a pod with a broken egress sent threshold +
+// held attempts to it.
+func (s *Store) quorumPolicy(e *entry) bool {
+	return e.policy.Active() && e.policy.LocalOriginQuorum > 1 && s.alive.Load() > 1
 }
 
 // Peek implements breaker.Store: the shared state's verdict (the local
@@ -148,7 +160,7 @@ func (s *Store) egressAdmission(adm breaker.Admission) (eadm breaker.Admission, 
 func (s *Store) recordEgress(ctx context.Context, e *entry, now int64, eadm breaker.Admission, probe bool, r breaker.Result, o breaker.Outcome) {
 	localFail := o.Class == breaker.Failure && o.Origin() == breaker.OriginLocal
 	switch {
-	case localFail && s.egressActs(e), o.Class == breaker.Success && (probe || s.eg.notClosed.Load() != 0 || s.egressActs(e)):
+	case localFail && s.quorumPolicy(e), o.Class == breaker.Success && (probe || s.eg.notClosed.Load() != 0 || s.quorumPolicy(e)):
 		if !probe {
 			eadm = breaker.Admission{Gen: breaker.CurrentGen(s.eg.mem, e.egk)}
 		}

@@ -262,3 +262,44 @@ func TestAliveIsRealTime(t *testing.T) {
 		t.Fatalf("%d replicas alive a test-clock minute on, want 2 (both beat a moment ago)", n)
 	}
 }
+
+// TestHeldFailuresCarryIntoABlip (R-FD2, R-ST4): replica a's connection
+// failures held for the quorum stay its egress view's evidence while Redis
+// is away. Two are held, Redis stops answering a, and the third opens a's
+// own view at the threshold. Before, a degraded store recorded local
+// failures on the fallback view alone, which had counted none of the held
+// ones: a loaded e2e run's pod sent 5 attempts to its broken egress
+// across a blip, with a threshold of 3.
+func TestHeldFailuresCarryIntoABlip(t *testing.T) {
+	srv := redistest.Start(t)
+	px := srv.Proxy(t)
+	clk := breaker.NewFakeClock(time.Now())
+	p := replicaPolicy(func(p *breaker.Policy) {
+		p.FailureThreshold, p.CooldownMs, p.HalfOpenMaxProbes, p.LocalOriginQuorum = 3, 1000, 1, 2
+	})
+	a := replicasWith(t, proxiedClient(t, px), "heldblip:", clk, p, 1, 100*time.Millisecond, nil)[0]
+	b := replicasWith(t, srv.Client(t), "heldblip:", clk, p, 1, time.Second, func(_ int, o *redisstore.Options) { o.ReplicaID = "b" })[0]
+	for _, r := range []*replica{a, b} {
+		eventually(t, "both replicas alive", func() bool { return r.st.Alive() == 2 })
+	}
+	ctx := context.Background()
+	now := func() int64 { return clk.Now().UnixNano() }
+	for range 2 {
+		record(t, a, clk, connRefused)
+	}
+	if v := a.st.Peek(ctx, a.key, now()); !v.Allowed {
+		t.Fatalf("a refuses after 2 of 3 held failures: %+v", v)
+	}
+	px.Stall(true)
+	record(t, a, clk, breaker.Result{Kind: breaker.KindStatus, Status: 200})
+	eventually(t, "a degraded", func() bool { return a.st.Degraded() })
+	record(t, a, clk, connRefused)
+	if v := a.st.Peek(ctx, a.key, now()); v.Allowed || !v.ReplicaScoped {
+		t.Fatalf("a's view after its third local failure, Redis away: %+v, want refused by its own egress view", v)
+	}
+	px.Stall(false)
+	eventually(t, "the resync", func() bool { return !a.st.Degraded() })
+	if st := sharedStatus(t, b, clk); st.State != "closed" {
+		t.Fatalf("the fleet after one replica's refusals across a blip: %s, want closed", st.State)
+	}
+}

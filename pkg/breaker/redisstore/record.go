@@ -22,7 +22,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		return breaker.Recorded{}, err
 	}
 	p := e.policy
-	if eadm, rest, probe := s.egressAdmission(adm); probe || s.eg.notClosed.Load() != 0 || s.egressActs(e) {
+	if eadm, rest, probe := s.egressAdmission(adm); probe || s.eg.notClosed.Load() != 0 || s.quorumPolicy(e) {
 		adm = rest
 		s.recordEgress(ctx, e, now, eadm, probe, r, p.Judge(r))
 	}
