@@ -1,11 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
 )
@@ -65,13 +65,12 @@ func TestOnePodsBrokenEgressOpensThatPodOnly(t *testing.T) {
 			t.Fatalf("pod A request %d: %d from %q: %s", i, r.status, r.servedBy(), r.body)
 		}
 		sent += toOpenAI(podA)
-		deadline := time.Now().Add(15 * time.Second)
-		for gauge(t, admins[0], localFailures) < float64(sent) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pod A's fusebox counted %v refusals of %d, request %d:\n%s", gauge(t, admins[0], localFailures), sent, i, grepLines(scrapeAddr(t, admins[0]), "outcomes_total"))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		w.eventuallyLive(fmt.Sprintf("pod A's fusebox counted the %d refusals, request %d", sent, i),
+			func() bool { return gauge(t, admins[0], localFailures) >= float64(sent) },
+			func() string {
+				m := scrapeAddr(t, admins[0])
+				return fmt.Sprintf(": %v counted\n%s\n%s", gauge(t, admins[0], localFailures), grepLines(m, "outcomes_total"), grepLines(m, "decision_events"))
+			})
 	}
 	// Pod A's fusebox holds OpenAI open for pod A alone, at its threshold.
 	if n := sent; n != 3 {

@@ -349,10 +349,33 @@ func (w *world) breaker(gateway, route string) map[string]any {
 // reaching the breaker, a gRPC reconnect), never for cooldowns.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	eventuallySays(t, what, cond, func() string { return "" })
+}
+
+// eventuallyLive is eventuallySays for a wait through the store: while it
+// waits, the world's clock follows the wall clock, as a deployment's does.
+// A store call that timed out (a loaded machine's Redis blip) is sent
+// again on the clock (lifecycle.Notes.Resend, the parks' rewrites); on a
+// clock that stands still it never is, and the outcome never lands. The
+// clock moves at most 15 s: under every cooldown of fuseboxConfig.
+func (w *world) eventuallyLive(what string, cond func() bool, state func() string) {
+	w.t.Helper()
+	last := time.Now()
+	eventuallySays(w.t, what, func() bool {
+		now := time.Now()
+		w.clk.Advance(now.Sub(last))
+		last = now
+		return cond()
+	}, state)
+}
+
+// eventuallySays is eventually whose failure also says what state says.
+func eventuallySays(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
+			t.Fatalf("never: %s%s", what, state())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -473,8 +473,12 @@ func (r *rig) check(rep *Report) {
 		bad = append(bad, fmt.Sprintf("%v neithers past the tallies, and only %d message timeouts whose route Envoy never heard of", excess, unplaced))
 	}
 	add("no route counts more connection errors than its attempts lost or were refused", len(connOver) == 0, "%s", strings.Join(connOver, "; "))
+	detail := ""
+	if off != 0 {
+		detail = "; " + explainOutcomes(r.proxy.Timeouts(), got)
+	}
 	add("every attempt's outcome counted exactly once, per class, against the providers' tally and Envoy's message timeouts",
-		off == 0, "%d message timeouts (%d whose route Envoy never heard of, %v neithers past the tallies); %s", gaveUp, unplaced, excess, strings.Join(bad, "; "))
+		off == 0, "%d message timeouts (%d whose route Envoy never heard of, %v neithers past the tallies); %s%s", gaveUp, unplaced, excess, strings.Join(bad, "; "), detail)
 
 	r.checkClients(rep, fams, add)
 	r.checkEffects(rep, fams, add)

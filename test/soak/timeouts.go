@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/fusebox-llm/fusebox/test/e2e/envoysim"
@@ -60,4 +62,28 @@ func timeoutOutcomes(events []envoysim.TimeoutEvent, observer bool) (map[string]
 		unplaced++
 	}
 	return out, unplaced
+}
+
+// explainOutcomes says what a failed exactly-once check needs to be
+// understood without a rerun: every message timeout by its kind, and each
+// route's neithers and successes by reason.
+func explainOutcomes(events []envoysim.TimeoutEvent, got map[string]float64) string {
+	kinds := map[string]int{}
+	for _, ev := range events {
+		k := fmt.Sprintf("%s/%s eos=%v cluster=%q late=%q completed=%v status=%d", ev.Role, ev.Phase, ev.EndOfStream, ev.Cluster, ev.LateCluster, ev.Completed, ev.Status)
+		kinds[k]++
+	}
+	var parts []string
+	for k, n := range kinds {
+		parts = append(parts, fmt.Sprintf("%d× %s", n, k))
+	}
+	sort.Strings(parts)
+	var counted []string
+	for k, v := range got {
+		if !strings.Contains(k, "|failure|") {
+			counted = append(counted, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	sort.Strings(counted)
+	return "timeouts: " + strings.Join(parts, ", ") + "; counted: " + strings.Join(counted, ", ")
 }
