@@ -141,7 +141,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.sendWindow = int64(c.peerWindow)
 	c.streams[id] = st
 	c.mu.Unlock()
-	Go(func() { st.run(m) }) // a reused goroutine (Workers)
+	c.srv.handlers.Add(1)
+	Go(func() { // a reused goroutine (Workers)
+		defer c.srv.handlers.Done()
+		st.run(m)
+	})
 	c.woke = true
 	return nil
 }

@@ -148,6 +148,12 @@ type Server struct {
 	conns   map[*conn]struct{}
 	stopped bool // Stop or GracefulStop was called
 	connWG  sync.WaitGroup
+	// handlers counts the handlers running. A connection the peer closed
+	// ends at once, its handlers cancelled but maybe not yet returned;
+	// Stop and GracefulStop wait for them too, so that what a handler
+	// does last (record an outcome, end a span) happens before whatever
+	// the caller stops next (the store's workers, the tracer).
+	handlers sync.WaitGroup
 }
 
 // NewServer returns a Server with opts (Codec is required).
@@ -259,19 +265,29 @@ func (s *Server) stopListening() []*conn {
 }
 
 // Stop closes the listeners and every connection at once: the streams'
-// contexts are cancelled.
+// contexts are cancelled. It returns when their handlers have (as
+// grpc-go's with WaitForHandlers).
 func (s *Server) Stop() {
 	for _, c := range s.stopListening() {
 		c.close(errors.New("the server stopped"))
 	}
 	s.connWG.Wait()
+	// Every handler was started by a connection's reader, which is done:
+	// nothing adds to handlers now.
+	s.handlers.Wait()
 }
 
 // GracefulStop closes the listeners, tells every connection to open no
-// new stream (GOAWAY), and waits for the open streams to end.
+// new stream (GOAWAY), and waits for the open streams to end and their
+// handlers to return. Before, a connection its peer had closed counted
+// as done with its handlers still running: a span they ended after the
+// tracer's shutdown was lost (e2e TestARequestsTraceShowsTheDecision,
+// loaded), and so could an outcome recorded after the store's workers
+// stopped.
 func (s *Server) GracefulStop() {
 	for _, c := range s.stopListening() {
 		c.drain()
 	}
 	s.connWG.Wait()
+	s.handlers.Wait()
 }

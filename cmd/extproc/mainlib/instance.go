@@ -211,6 +211,10 @@ func grpcOptions(l routes.Limits, creds credentials.TransportCredentials) []grpc
 		// every header of a stream, -bin ones included, so a 16 MiB list
 		// let an HPACK bomb of 200 streams hold 258 MiB (the attack kit).
 		grpc.MaxHeaderListSize(maxHeaderListSize),
+		// Stop and GracefulStop return after the handlers have, as
+		// grpcwire's do: a handler's last record or span comes before the
+		// store's workers and the tracer stop.
+		grpc.WaitForHandlers(true),
 	}
 	opts = append(opts, processor.TransportOptions()...)
 	if creds != nil {

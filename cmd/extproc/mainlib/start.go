@@ -291,7 +291,9 @@ func (in *Instance) adminServer() component {
 }
 
 // grpcServerComponent serves the ext_proc listener; stopping it lets the
-// streams finish for up to 5 s, then cuts them.
+// streams finish for up to 5 s, then cuts them, and waits up to 5 s more
+// for their handlers (both stops wait for them: what a handler records
+// or traces last comes before the store's workers and the tracer stop).
 func (in *Instance) grpcServerComponent() component {
 	return component{
 		name:  "ext_proc server",
@@ -302,7 +304,12 @@ func (in *Instance) grpcServerComponent() component {
 			select {
 			case <-stopped:
 			case <-time.After(5 * time.Second):
-				in.grpcSrv.Stop()
+				go in.grpcSrv.Stop()
+				select {
+				case <-stopped:
+				case <-time.After(5 * time.Second):
+					in.Log.Error("stopping: ext_proc handlers still running 5 s after their streams were cut; going on without them")
+				}
 			}
 			// Nothing served now: the decisions' timers go with it, so
 			// none keeps the stopped fusebox alive (timers.go).
