@@ -228,6 +228,8 @@ func TestReplicasSurviveRedisRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
+	waits := &decisionWaits{}
+	client.AddHook(waits)
 	clk := breaker.NewFakeClock(time.Now())
 	const opTimeout = 50 * time.Millisecond
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1000000; p.FailureRatePercent = 0 })
@@ -244,9 +246,11 @@ func TestReplicasSurviveRedisRestart(t *testing.T) {
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				now := clk.Now().UnixNano()
-				v := r.st.Peek(ctx, r.key, now)
-				adm, ok, _ := r.st.Acquire(ctx, r.key, now, false)
+				dctx, dw := waits.decision(ctx)
+				v := r.st.Peek(dctx, r.key, now)
+				adm, ok, _ := r.st.Acquire(dctx, r.key, now, false)
 				d := time.Since(t0)
+				waits.done(dw, opTimeout)
 				for {
 					cur := slowest.Load()
 					if int64(d) <= cur || slowest.CompareAndSwap(cur, int64(d)) {
@@ -302,11 +306,90 @@ func TestReplicasSurviveRedisRestart(t *testing.T) {
 		t.Fatal("the outage was not counted in store errors")
 	}
 	// Only the forced route refuses (replica 0 after the force-open); the
-	// load itself saw no refusal before it, and no decision waited longer
-	// than the op timeout (plus scheduling slack on a shared 2-core VM).
-	t.Logf("%d decisions, %d refused after the force-open, slowest %v", decisions.Load(), refused.Load(), time.Duration(slowest.Load()))
-	if d := time.Duration(slowest.Load()); d > opTimeout+50*time.Millisecond {
-		t.Fatalf("a decision blocked %v (op_timeout %v)", d, opTimeout)
+	// load itself saw no refusal before it, and no decision waited on Redis
+	// past the op timeout: each waited under one deadline at most, of
+	// op_timeout. That is judged from the commands themselves, not the
+	// wall clock: a loaded CI machine (load 10 on 2 cores) stretched one
+	// decision to 100 ms against a bound of op_timeout + 50 ms. The
+	// slowest is logged; only a hang (5 s) fails on time.
+	t.Logf("%d decisions (%d waited on Redis), %d refused after the force-open, slowest %v",
+		decisions.Load(), waits.waited.Load(), refused.Load(), time.Duration(slowest.Load()))
+	if n := waits.overlong.Load(); n != 0 {
+		t.Fatalf("%d decisions waited on Redis under a deadline past op_timeout %v, or none", n, opTimeout)
+	}
+	if n := waits.twice.Load(); n != 0 {
+		t.Fatalf("%d decisions waited on Redis under two deadlines or more (each op_timeout)", n)
+	}
+	if d := time.Duration(slowest.Load()); d > 5*time.Second {
+		t.Fatalf("a decision hung %v (op_timeout %v)", d, opTimeout)
+	}
+}
+
+// decisionWaits is a go-redis hook that tells, for each decision, the
+// deadlines its Redis commands ran under: a decision waits on Redis for
+// at most op_timeout when it has no command, or all of them under one
+// deadline (a script's EVALSHA and its EVAL after NOSCRIPT share one)
+// no later than op_timeout from that command's start.
+type decisionWaits struct {
+	waited, overlong, twice atomic.Int64
+}
+
+type decisionKey struct{}
+
+type decisionWait struct {
+	mu        sync.Mutex
+	deadlines map[time.Time]bool
+	overlong  bool
+}
+
+func (h *decisionWaits) decision(ctx context.Context) (context.Context, *decisionWait) {
+	w := &decisionWait{deadlines: map[time.Time]bool{}}
+	return context.WithValue(ctx, decisionKey{}, w), w
+}
+
+func (h *decisionWaits) done(w *decisionWait, opTimeout time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.deadlines) > 0 {
+		h.waited.Add(1)
+	}
+	if len(w.deadlines) > 1 {
+		h.twice.Add(1)
+	}
+	if w.overlong {
+		h.overlong.Add(1)
+	}
+}
+
+func (h *decisionWaits) note(ctx context.Context) {
+	w, ok := ctx.Value(decisionKey{}).(*decisionWait)
+	if !ok {
+		return // the store's own work (records, refreshes), not a decision's
+	}
+	d, ok := ctx.Deadline()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// The store makes each call's deadline op_timeout from the call; one
+	// without a deadline, or past it from now, could hold the decision.
+	if !ok || time.Until(d) > 50*time.Millisecond {
+		w.overlong = true
+	}
+	w.deadlines[d] = true
+}
+
+func (h *decisionWaits) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *decisionWaits) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.note(ctx)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *decisionWaits) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.note(ctx)
+		return next(ctx, cmds)
 	}
 }
 
