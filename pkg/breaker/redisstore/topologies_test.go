@@ -113,9 +113,11 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
+	waits := &decisionWaits{opTimeout: 200 * time.Millisecond}
+	client.AddHook(waits)
 	clk := breaker.NewFakeClock(time.Now())
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 6 })
-	r := replicas(t, client, "sf:", clk, p, 1, 200*time.Millisecond)[0]
+	r := replicas(t, client, "sf:", clk, p, 1, waits.opTimeout)[0]
 	ctx := t.Context()
 	fail := func(n int) {
 		for range n {
@@ -149,11 +151,13 @@ func TestSentinelFailover(t *testing.T) {
 			default:
 			}
 			t0 := time.Now()
-			r.st.Peek(ctx, r.key, clk.Now().UnixNano())
-			adm, _, _ := r.st.Acquire(ctx, r.key, clk.Now().UnixNano(), false)
+			dctx, dw := waits.decision(ctx)
+			r.st.Peek(dctx, r.key, clk.Now().UnixNano())
+			adm, _, _ := r.st.Acquire(dctx, r.key, clk.Now().UnixNano(), false)
 			if d := time.Since(t0); int64(d) > slowest.Load() {
 				slowest.Store(int64(d))
 			}
+			waits.done(dw)
 			_, _ = r.st.Record(ctx, r.key, clk.Now().UnixNano(), adm, breaker.Result{Kind: breaker.KindAnswered, Status: 200})
 			n++
 			time.Sleep(100 * time.Microsecond)
@@ -169,11 +173,15 @@ func TestSentinelFailover(t *testing.T) {
 		return err == nil && len(addr) == 2 && "127.0.0.1:"+addr[1] == sn.Replica.Addr
 	})
 	close(stop)
-	if n := <-decided; n == 0 || time.Duration(slowest.Load()) > 200*time.Millisecond {
-		t.Fatalf("%d decisions during the failover, the slowest %v: over op_timeout_ms", n, time.Duration(slowest.Load()))
-	} else {
-		t.Logf("%d decisions during the failover, the slowest %v", n, time.Duration(slowest.Load()))
+	// Judged by the deadlines the decisions' Redis commands ran under,
+	// not the wall clock: on a loaded machine a decision woken by Redis's
+	// answer may wait to run past any bound near op_timeout.
+	n := <-decided
+	t.Logf("%d decisions during the failover (%d waited on Redis), the slowest %v", n, waits.waited.Load(), time.Duration(slowest.Load()))
+	if n == 0 {
+		t.Fatal("no decision during the failover")
 	}
+	waits.check(t, time.Duration(slowest.Load()))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		fail(1)
