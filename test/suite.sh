@@ -26,10 +26,6 @@ step "vet" $GO vet $PKGS
 # package (four paced soaks under -race) ran past 15 minutes and was
 # killed (#54). 30 minutes still ends a hang well inside CI's 90.
 step "race" bash -c "set -o pipefail; $GO test -race -count=1 -timeout 30m -json $PKGS | $GO run ./test/skipreport"
-# The soak's four profiles at full size (under -race above they run a
-# third of their requests: the detector's cost per request made them most
-# of a loaded machine's race step).
-step "soak" bash -c "set -o pipefail; $GO test -count=1 -timeout 20m -json ./test/soak/ | $GO run ./test/skipreport"
 # The poison build (#50): buffers given back to fusebox's transport are
 # overwritten, and the processor's harness serves on that transport, so a
 # handler that keeps a message past its next receive fails its test.
