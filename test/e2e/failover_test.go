@@ -389,7 +389,7 @@ func TestFailoverAtLoad(t *testing.T) {
 				return
 			}
 			if errs != 0 {
-				t.Fatalf("%d of %d clients saw an error while route 2 was healthy", errs, n)
+				t.Fatalf("%d of %d clients saw an error while route 2 was healthy: %s", errs, n, failedEntries(p))
 			}
 			if got := w.providers["openai_us"].Served(); got == 0 {
 				t.Fatalf("route 1 saw no attempt: the wave went elsewhere (message timeouts: %d)", p.Stats().Get("message_timeouts"))
@@ -404,6 +404,20 @@ func TestFailoverAtLoad(t *testing.T) {
 // chatStatus sends one chat request and returns its status (0: no answer).
 // chatAtOnce sends n chat requests through p at the same moment and
 // returns their statuses.
+// failedEntries says what Envoy logged for every request that did not
+// end 200, and how many message timeouts it counted: what a failed load
+// test needs to be understood without a rerun.
+func failedEntries(p *envoysim.Proxy) string {
+	var out []string
+	for _, e := range p.Log() {
+		if e.Status != 200 || e.Reset {
+			out = append(out, fmt.Sprintf("%d flags=%d details=%q route=%s cluster=%s attempts=%d reset=%v",
+				e.Status, e.Flags, e.Details, e.Route, e.Cluster, e.Attempts, e.Reset))
+		}
+	}
+	return fmt.Sprintf("message timeouts %d; entries: %s", p.Stats().Get("message_timeouts"), strings.Join(out, "; "))
+}
+
 func chatAtOnce(p *envoysim.Proxy, n int) []int {
 	codes := make(chan int, n)
 	var start sync.WaitGroup
