@@ -19,6 +19,8 @@ import (
 func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 	srv := redistest.Start(t)
 	client := storeClient(t, srv)
+	waits := &decisionWaits{opTimeout: 50 * time.Millisecond}
+	client.AddHook(waits)
 	clk := breaker.NewFakeClock(time.Now())
 	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "stall:", OpTimeout: 50 * time.Millisecond, Clock: clk})
 	ctx := context.Background()
@@ -33,11 +35,22 @@ func TestStalledRedisNeverHoldsADecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(11 * time.Second) // past the cooldown: half-open, a probe slot is a script call
-	srv.Pause(t, 1500*time.Millisecond, "ALL")
+	// Judged by the deadline the decision's script call ran under (the
+	// decisionWaits hook), and by an end before the pause's (4 s): a
+	// bound of 500 ms on the wall clock was a loaded machine's to break.
+	const pause = 4 * time.Second
+	srv.Pause(t, pause, "ALL")
 	t0 := time.Now()
-	_, _, _ = st.Acquire(ctx, k, clk.Now().UnixNano(), false)
-	if el := time.Since(t0); el > 500*time.Millisecond {
-		t.Fatalf("a decision waited %s on a paused Redis (op_timeout 50 ms; the pause is 1.5 s)", el)
+	dctx, dw := waits.decision(ctx)
+	_, _, _ = st.Acquire(dctx, k, clk.Now().UnixNano(), false)
+	el := time.Since(t0)
+	waits.done(dw)
+	if waits.waited.Load() != 1 {
+		t.Fatalf("the half-open decision made no Redis call: the test proves nothing")
+	}
+	waits.check(t, el)
+	if el >= pause {
+		t.Fatalf("the decision took %v: it waited out Redis's pause", el)
 	}
 }
 
