@@ -115,8 +115,11 @@ func TestForcedAdmissionsMakeNoCall(t *testing.T) {
 		if n != c.calls || (adm.Lease != 0) != c.lease {
 			t.Fatalf("%s: %d Redis calls, lease %d; want %d calls, lease %v", c.name, n, adm.Lease, c.calls, c.lease)
 		}
-		if c.calls == 0 && took > 500*time.Millisecond {
-			t.Fatalf("%s: the forced admission waited %v on a stalled Redis", c.name, took)
+		// With no call made (counted above) nothing waited on Redis; the
+		// clock only catches a hang (500 ms was a loaded machine's to
+		// break).
+		if c.calls == 0 && took > 5*time.Second {
+			t.Fatalf("%s: the forced admission hung %v on a stalled Redis", c.name, took)
 		}
 	}
 }
