@@ -46,7 +46,7 @@ func TestAFreshTripAfterFlushAllFromOutside(t *testing.T) {
 	w := &world{t: t, providers: map[string]*fakeprovider.Provider{}, logs: &logbuf.Buffer{}}
 	w.startProviders()
 	w.cfgPath = filepath.Join(t.TempDir(), "fusebox.yaml")
-	config := strings.Replace(inProfile(fuseboxConfig), "policies:", "store: {redis: {hmac_key_file: \""+key+"\"}}\npolicies:", 1)
+	config := strings.Replace(inProfile(fuseboxConfig), "policies:", scenarioRedisStore(key)+"\npolicies:", 1)
 	if err := os.WriteFile(w.cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
