@@ -238,15 +238,28 @@ func FuzzAttemptToken(f *testing.F) {
 // R-X10: what reaches a provider in x-fusebox-attempt names no gateway,
 // tenant, client path, model or other route; another key cannot open it.
 // Before, the header was base64 of JSON holding all of them.
+//
+// A secret counts as carried when every one of three tokens holds it: a
+// token is sealed under a fresh nonce, so what it carries shows in each,
+// while a short name ("fo3") turns up in one token's random base64 now
+// and then (a loaded CI run's poison step met it: about 1 in 800
+// tokens of this length).
 func TestAttemptTokenTellsProvidersNothing(t *testing.T) {
 	e := newFailoverEnv(t)
-	tok := e.routeRole()
-	raw, _ := base64.RawURLEncoding.DecodeString(tok)
+	toks := []string{e.routeRole(), e.routeRole(), e.routeRole()}
 	for _, secret := range []string{"default", "fo3", "/v1/chat/completions", "openai:us:gpt", "azure:eu:gpt", "c_azure_eu"} {
-		if strings.Contains(tok, secret) || bytes.Contains(raw, []byte(secret)) {
+		in := 0
+		for _, tok := range toks {
+			raw, _ := base64.RawURLEncoding.DecodeString(tok)
+			if strings.Contains(tok, secret) || bytes.Contains(raw, []byte(secret)) {
+				in++
+			}
+		}
+		if in == len(toks) {
 			t.Fatalf("the token carries %q", secret)
 		}
 	}
+	tok := toks[0]
 	if _, err := lifecycle.NewSealer([]byte("another fleet")).Open(tok); err == nil {
 		t.Fatal("another key opened the token")
 	}
