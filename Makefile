@@ -28,13 +28,15 @@ run: build
 	exec ./bin/extproc $(ARGS)
 
 # The whole suite (test/suite.sh): vet, then every test with the race
-# detector, the poison build, the e2e suite on the observer profile, then
+# detector, replay's memory bound without it (a test of size), the poison
+# build, the e2e suite on the observer profile, then
 # the modules kept apart from the product's go.mod (compose validation, the
 # operations kit checked with Prometheus's and Kubernetes' own parsers, the
 # dashboard in Chromium, peer benchmarks). Every step runs whatever the
 # ones before it did, and the run ends with a summary naming each failed
 # step. The race runs' results go through test/skipreport, which ends with
-# every skipped test and its reason (a missing tool skips outside CI).
+# every skipped test and its reason (a missing tool skips outside CI) and
+# the slowest tests.
 test:
 	GO=$(GO) PKGS='$(PKGS)' ./test/suite.sh
 

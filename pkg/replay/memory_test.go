@@ -1,3 +1,10 @@
+//go:build !race
+
+// Not under the race detector: this test is about size, it has no
+// concurrency of its own, and under the detector its 600,000 lines took
+// 173 s of a loaded 2-core machine's race step (#54). make test runs it
+// without the detector, in its "size" step (test/suite.sh).
+
 package replay
 
 import (

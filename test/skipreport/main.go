@@ -2,8 +2,9 @@
 // plain `go test` run writes (each package's result, the output of every
 // failing test), then a list of every skipped test with its reason: a test
 // whose tool is missing (redis-server, Chromium, protoc, npm) skips outside
-// CI, and `make test` must say so rather than pass quietly. It exits 1 when
-// anything failed.
+// CI, and `make test` must say so rather than pass quietly. Last come the
+// slowest tests, so that a suite grown slow says where its time went. It
+// exits 1 when anything failed.
 package main
 
 import (
@@ -33,6 +34,7 @@ func main() {
 func run(in io.Reader, out io.Writer) int {
 	buf := map[key][]string{}
 	var skipped []string
+	var timed []timing
 	failed := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -70,6 +72,9 @@ func run(in io.Reader, out io.Writer) int {
 			}
 			delete(buf, k)
 		case "pass":
+			if e.Test != "" && !strings.Contains(e.Test, "/") {
+				timed = append(timed, timing{e.Package, e.Test, e.Elapsed})
+			}
 			if e.Test == "" {
 				for _, l := range buf[k] {
 					if strings.HasPrefix(l, "ok ") || strings.HasPrefix(l, "?") {
@@ -89,10 +94,30 @@ func run(in io.Reader, out io.Writer) int {
 	} else {
 		fmt.Fprintln(out, "\nno test skipped")
 	}
+	printSlowest(out, timed, 8)
 	if failed {
 		return 1
 	}
 	return 0
+}
+
+// timing is a passed top-level test's time.
+type timing struct {
+	pkg, test string
+	secs      float64
+}
+
+// printSlowest lists the n slowest passed tests, slowest first. (A
+// failed test's output is above; a subtest's time is its parent's.)
+func printSlowest(out io.Writer, timed []timing, n int) {
+	if len(timed) == 0 {
+		return
+	}
+	sort.SliceStable(timed, func(i, j int) bool { return timed[i].secs > timed[j].secs })
+	fmt.Fprintf(out, "\nslowest tests:\n")
+	for _, x := range timed[:min(n, len(timed))] {
+		fmt.Fprintf(out, "  %7.1fs %s %s\n", x.secs, x.pkg, x.test)
+	}
 }
 
 // printUnended writes the output of pkg's tests that started and never

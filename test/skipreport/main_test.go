@@ -50,3 +50,22 @@ func TestReportADeadBinary(t *testing.T) {
 		t.Fatalf("exit %d, report:\n%s", code, s)
 	}
 }
+
+// The report ends with the slowest passed top-level tests, slowest first;
+// subtests and failed tests are not listed there.
+func TestReportListsTheSlowest(t *testing.T) {
+	in := strings.Join([]string{
+		`{"Action":"pass","Package":"p","Test":"TestQuick","Elapsed":0.2}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow/case","Elapsed":90}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow","Elapsed":91.5}`,
+		`{"Action":"pass","Package":"q","Test":"TestMiddle","Elapsed":12}`,
+		`{"Action":"fail","Package":"q","Test":"TestFailed","Elapsed":300}`,
+	}, "\n")
+	var out strings.Builder
+	run(strings.NewReader(in), &out)
+	_, slowest, ok := strings.Cut(out.String(), "slowest tests:\n")
+	want := "     91.5s p TestSlow\n     12.0s q TestMiddle\n      0.2s p TestQuick\n"
+	if !ok || slowest != want {
+		t.Fatalf("report:\n%s", out.String())
+	}
+}
