@@ -358,7 +358,10 @@ func (m *machine) record(now int64, adm Admission, r *Result, rec *Recorded) {
 		m.retryAfterLocked(now, p, r)
 		m.saturateLocked(now, p, r, &evs)
 	}
-	stale := adm.Gen != m.gen
+	// R-S6: an earlier generation's outcome changes nothing. A later one
+	// (a Redis store's local view behind Redis's state) is a closed
+	// route's outcome while closed, as breaker.lua counts it.
+	stale := adm.Gen < m.gen || adm.Gen > m.gen && m.state != Closed
 	if !stale {
 		m.applyLocked(now, p, o, &evs)
 	}

@@ -455,7 +455,14 @@ if op == "rec" then
     if q > alive then q = alive end
     if n < q then class = 0 end
   end
-  if agen ~= s.generation then
+  -- R-S6: an outcome from an earlier generation changes nothing. A later
+  -- one (a view that ran on through an episode Redis lost or never saw,
+  -- its answers lost while Redis did not answer it) is no older episode's:
+  -- while the breaker is closed it is a closed route's outcome and counts
+  -- (R-ST8). Before, any other generation was stale, and after FLUSHALL a
+  -- failure admitted under the view's later generation opened nothing.
+  -- A half-open breaker still takes only its own generation's.
+  if agen < s.generation or (agen > s.generation and s.state ~= 0) then
     res.stale = 1
   elseif s.state == 0 then
     if class ~= 0 then

@@ -195,3 +195,48 @@ func TestARecordAdmittedBeforeAFlushStillTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestALaterGenerationCountsWhileClosed (#54, R-S6, R-ST8): after FLUSHALL
+// a record admitted under an older generation makes the state again and
+// counts (the rule above), and then a failure admitted under a later
+// generation comes: the replica's view had run on through an episode
+// Redis never saw again (its answers lost while Redis did not answer it,
+// or the flush took them). Only an outcome from an earlier generation is
+// stale (R-S6); a later one, while the breaker is closed, is a closed
+// route's outcome and counts. Before, the script called any other
+// generation stale: the failure was applied, counted nowhere, and the
+// route stayed closed on every replica (the e2e FLUSHALL scenario lost a
+// trip so on a loaded machine: Redis closed at generation 3, the failure
+// admitted at 4).
+func TestALaterGenerationCountsWhileClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	clk := breaker.NewFakeClock(time.Now())
+	rs := replicas(t, client, "latergen:", clk, replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 1 }), 2, time.Second)
+	ctx := context.Background()
+	episode(t, rs, clk, 1)
+	early, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false) // a long request
+	episode(t, rs, clk, 1)
+	late, _, _ := rs[0].st.Acquire(ctx, rs[0].key, clk.Now().UnixNano(), false)
+	if early.Gen <= 1 || late.Gen <= early.Gen {
+		t.Fatalf("admitted at generations %d and %d, want 1 < early < late", early.Gen, late.Gen)
+	}
+	if err := client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ok := breaker.Result{Kind: breaker.KindAnswered, Status: 200, Key: "d-early:1"}
+	if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), early, ok); err != nil {
+		t.Fatal(err)
+	}
+	failed := fail503
+	failed.Key = "d-late:1"
+	if _, err := rs[0].st.Record(ctx, rs[0].key, clk.Now().UnixNano(), late, failed); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		eventually(t, "the failure admitted under the later generation opens the breaker", func() bool {
+			s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
+			return err == nil && s.State == "open"
+		})
+	}
+}

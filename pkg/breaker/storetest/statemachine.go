@@ -324,6 +324,33 @@ func testLateOutcomeFromOldGeneration(t *testing.T, f Factory) {
 	}
 }
 
+// R-S6 drops only an earlier generation's outcome. One admitted under a
+// later generation than the store's (a Redis store's view that ran on
+// through an episode Redis lost, #54) counts while the breaker is closed,
+// and changes nothing while it is half-open: a half-open breaker takes
+// only its own generation's probes.
+func testOutcomeFromALaterGeneration(t *testing.T, f Factory) {
+	r := newRig(t, f, pol(func(p *breaker.Policy) { p.FailureThreshold = 1 }))
+	// One episode first: the state has a history (Redis takes a later
+	// generation as its own on a state it has just made, #49).
+	r.fail()
+	r.reset()
+	adm, _ := r.acquire(false)
+	adm.Gen += 2
+	if rec := r.record(adm, breaker.Result{Kind: breaker.KindStatus, Status: 503}); rec.Stale || r.state() != breaker.Open {
+		t.Fatalf("a closed breaker's failure from a later generation: stale %v, state %v, want counted and open", rec.Stale, r.state())
+	}
+	r.advance(time.Duration(r.p.CooldownMs) * time.Millisecond)
+	probe, ok := r.acquire(false)
+	if !ok || r.state() != breaker.HalfOpen {
+		t.Fatalf("setup: probe admitted %v, state %v", ok, r.state())
+	}
+	probe.Gen += 2
+	if rec := r.record(probe, breaker.Result{Kind: breaker.KindAnswered, Status: 200}); !rec.Stale || r.state() != breaker.HalfOpen {
+		t.Fatalf("a half-open breaker's success from a later generation: stale %v, state %v, want stale and half_open", rec.Stale, r.state())
+	}
+}
+
 // Backoff: cooldown × multiplier^(k-1) for the k-th consecutive opening of
 // an episode, capped at max_cooldown_ms; closing resets it.
 func testBackoffSequence(t *testing.T, f Factory) {

@@ -24,6 +24,7 @@ func Run(t *testing.T, f Factory) {
 		{"HalfOpenProbes", testHalfOpenProbes},
 		{"HalfOpenProbesConcurrent", testHalfOpenProbesConcurrent},
 		{"LateOutcomeFromOldGeneration", testLateOutcomeFromOldGeneration},
+		{"OutcomeFromALaterGeneration", testOutcomeFromALaterGeneration},
 		{"AdmissionGenerationIsConsistent", testAdmissionGenerationIsConsistent},
 		{"BackoffSequence", testBackoffSequence},
 		{"EpisodeTimes", testEpisodeTimes},
