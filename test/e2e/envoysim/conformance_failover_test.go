@@ -384,8 +384,8 @@ func TestRetryResource(t *testing.T) {
 			// The refused ones answer at once; the retried ones wait on c2.
 			refused := 0
 			for refused < 4-tc.retried {
-				if <-codes != 503 {
-					t.Fatal("a refused retry answered other than the failed attempt's 503")
+				if c := <-codes; c != 503 {
+					t.Fatalf("a refused retry answered %d, want the failed attempt's 503", c)
 				}
 				refused++
 			}

@@ -34,12 +34,23 @@ func TestMessageTimeoutEvents(t *testing.T) {
 		{"graceful close", map[string]string{gracefulCloseGuard: "true"}, "chosen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, late, func(c *Config) { c.ExtProc.FailureModeAllow = true; c.Runtime = tc.runtime })
+			r := newRig(t, late, func(c *Config) {
+				c.ExtProc.FailureModeAllow = true
+				c.Runtime = tc.runtime
+				c.ExtProc.MessageTimeout = 300 * time.Millisecond
+			})
 			if resp, _ := r.post(`{}`); resp.StatusCode != 200 {
 				t.Fatalf("%d", resp.StatusCode)
 			}
+			// A late reply the filter reads comes about 100 ms after the
+			// timeout: waited for up to a hang bound. Where none can come
+			// (the stream was reset), a second shows nothing came.
+			wait := time.Second
+			if tc.lateCluster != "" {
+				wait = 30 * time.Second
+			}
 			var got []TimeoutEvent
-			deadline := time.Now().Add(time.Second)
+			deadline := time.Now().Add(wait)
 			for {
 				got = r.proxy.Timeouts()
 				if len(got) == 1 && got[0].LateCluster != "" || time.Now().After(deadline) {
