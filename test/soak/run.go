@@ -561,9 +561,15 @@ func (r *rig) check(rep *Report) {
 	// decisions a replica remembers for a late access log entry go two
 	// access_log.wait_ms generations after the last one settled: settle
 	// waits for that. One still kept then is a decision the table never
-	// lets go.
-	add("every replica lets go of its decisions after the load", rep.Before.decisions == 0 && rep.After.decisions == 0,
-		"%d and %d decisions kept at the two measures", rep.Before.decisions, rep.After.decisions)
+	// lets go, unless a message timeout explains it: in the observer
+	// profile a decision whose route Envoy never heard of waits
+	// decision_wait_sec (300 s, R-DL3) for an observer that never comes,
+	// past the run (waitingPastTheRun). Two suites at once on a loaded
+	// machine made such timeouts, and 11 such decisions failed this check
+	// when it wanted none (#54).
+	add("every replica lets go of its decisions after the load", rep.Before.decisions <= rep.Before.waiting && rep.After.decisions <= rep.After.waiting,
+		"%d and %d decisions kept at the two measures, %d and %d of them explained by message timeouts (each waits decision_wait_sec for an observer Envoy never opened)",
+		rep.Before.decisions, rep.After.decisions, rep.Before.waiting, rep.After.waiting)
 	if rep.After.poolConns != nil {
 		most := slices.Max(rep.After.poolConns)
 		add("each replica's Redis pool keeps at most IdleConns connections after the load", most <= redisstore.IdleConns,

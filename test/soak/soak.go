@@ -435,8 +435,10 @@ type point struct {
 	pool      int64
 	poolConns []int
 	// decisions: what the replicas' decision tables still held when the
-	// measure was taken (processor.Server.DecisionsKept).
-	decisions int
+	// measure was taken (processor.Server.DecisionsKept); waiting: how
+	// many of them message timeouts explain, each held for
+	// decision_wait_sec (waitingPastTheRun).
+	decisions, waiting int
 	// keys: what the stores' record keys hold (recordKeys).
 	keys int64
 	// sites: the live heap by allocation site (heapSites).
@@ -494,7 +496,9 @@ func (r *rig) settle() point {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(75 * time.Second); (r.proxy.ObserversOpen() > 0 || notes() > 0 || decisions() > 0) && time.Now().Before(deadline); {
+	observer := strings.Contains(r.opts.EnvoyYAML, "envoy-observer")
+	waiting := func() int { return waitingPastTheRun(r.proxy.Timeouts(), observer) }
+	for deadline := time.Now().Add(75 * time.Second); (r.proxy.ObserversOpen() > 0 || notes() > 0 || decisions() > waiting()) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	kept := decisions()
@@ -536,7 +540,7 @@ func (r *rig) settle() point {
 	// observer soak.)
 	pool, conns := r.redisConns()
 	return point{goroutines: all, own: own, serving: serving, logStreams: r.proxy.AccessLogStreamsOpen(), rss: memory(), heap: int64(ms.HeapAlloc),
-		pool: pool, poolConns: conns, decisions: kept, keys: r.recordKeys(), sites: heapSites()}
+		pool: pool, poolConns: conns, decisions: kept, waiting: waiting(), keys: r.recordKeys(), sites: heapSites()}
 }
 
 // instances are the running fusebox instances: the first and the extra
