@@ -414,7 +414,7 @@ func (r *rig) check(rep *Report) {
 	// expected holds what fusebox counts instead of the providers' tally.
 	gaveUp := r.proxy.Stats().Get("message_timeouts")
 	rep.EnvoyGaveUp = gaveUp
-	expected, unplaced := timeoutOutcomes(r.proxy.Timeouts(), strings.Contains(r.opts.EnvoyYAML, "envoy-observer"))
+	expected, unplaced := timeoutOutcomes(r.proxy.Timeouts(), r.observer())
 	var bad, connOver []string
 	stats := r.proxy.Stats()
 	off := 0.0

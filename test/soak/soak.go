@@ -244,7 +244,7 @@ func (r *rig) writeConfig(dir string) error {
 		store = fmt.Sprintf("{backend: redis, redis: {url: %q, key_prefix: \"soak:\"}}", "redis://"+addr+"/0")
 	}
 	doc := fmt.Sprintf(configTemplate, r.grpcAddr, r.adminAddr, store, r.threshold)
-	if strings.Contains(r.opts.EnvoyYAML, "envoy-observer") {
+	if r.observer() {
 		// The observer profile (#28): fusebox must know the deployment.
 		doc = "envoy: {observer: true}\n" + doc
 	}
@@ -418,6 +418,13 @@ func memory() int64 {
 	return rss * int64(os.Getpagesize())
 }
 
+// observer says whether the run drives the observer profile
+// (envoy/envoy-observer.yaml), where fusebox only watches: its config
+// must say so, and a decision Envoy never placed waits past the run.
+func (r *rig) observer() bool {
+	return strings.Contains(r.opts.EnvoyYAML, "envoy-observer")
+}
+
 // settle closes idle keep-alive connections (pools are not fusebox's
 // state), collects garbage and returns goroutines (all, and fusebox's own),
 // RSS and the live heap.
@@ -496,8 +503,7 @@ func (r *rig) settle() point {
 		}
 		return n
 	}
-	observer := strings.Contains(r.opts.EnvoyYAML, "envoy-observer")
-	waiting := func() int { return waitingPastTheRun(r.proxy.Timeouts(), observer) }
+	waiting := func() int { return waitingPastTheRun(r.proxy.Timeouts(), r.observer()) }
 	for deadline := time.Now().Add(75 * time.Second); (r.proxy.ObserversOpen() > 0 || notes() > 0 || decisions() > waiting()) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}

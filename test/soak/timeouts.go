@@ -46,7 +46,7 @@ func timeoutOutcomes(events []envoysim.TimeoutEvent, observer bool) (map[string]
 			}
 			continue
 		}
-		if ev.Phase == "request_headers" && !ev.EndOfStream || observer {
+		if !decided(ev) || observer {
 			// The body (the model) never reached fusebox: it decided
 			// nothing, and counts nothing. In the observer profile the
 			// decision waits decision_wait_sec (300 s: R-DL3) for an
@@ -101,10 +101,16 @@ func waitingPastTheRun(events []envoysim.TimeoutEvent, observer bool) int {
 	}
 	n := 0
 	for _, ev := range events {
-		if _, ok := routeOf[ev.Cluster]; ok || ev.Phase == "request_headers" && !ev.EndOfStream {
-			continue
+		if _, ok := routeOf[ev.Cluster]; !ok && decided(ev) {
+			n++
 		}
-		n++
 	}
 	return n
+}
+
+// decided says whether fusebox had decided the request a message timeout
+// hit: it decides on the body's model, so a request whose headers' reply
+// timed out with its body still to come was never decided.
+func decided(ev envoysim.TimeoutEvent) bool {
+	return ev.Phase != "request_headers" || ev.EndOfStream
 }
