@@ -68,10 +68,7 @@ func TestEvictedKeysHeal(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ { // the views' sequences grow past a fresh key's
 		trip()
-		eventually(t, "open in Redis", func() bool {
-			s, err := rs[1].st.Status(ctx, rs[1].key, clk.Now().UnixNano())
-			return err == nil && s.State == "open"
-		})
+		eventuallyOpen(t, "open in Redis", rs[1], clk)
 		if err := rs[0].st.Reset(ctx, rs[0].key, clk.Now().UnixNano()); err != nil {
 			t.Fatal(err)
 		}
@@ -189,10 +186,7 @@ func TestARecordAdmittedBeforeAFlushStillTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rs {
-		eventually(t, "the failure admitted before FLUSHALL opens the breaker", func() bool {
-			s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
-			return err == nil && s.State == "open"
-		})
+		eventuallyOpen(t, "the failure admitted before FLUSHALL opens the breaker", r, clk)
 	}
 }
 
@@ -234,9 +228,6 @@ func TestALaterGenerationCountsWhileClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rs {
-		eventually(t, "the failure admitted under the later generation opens the breaker", func() bool {
-			s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
-			return err == nil && s.State == "open"
-		})
+		eventuallyOpen(t, "the failure admitted under the later generation opens the breaker", r, clk)
 	}
 }

@@ -110,10 +110,7 @@ func TestStallLosesNoFailure(t *testing.T) {
 			r.st.Refresh(ctx) // the resync (the refresh loop's, run now)
 			eventually(t, "reachable again", func() bool { return !r.st.Degraded() })
 			recordFail(t, r, clk)
-			eventually(t, "all five failures in Redis: open", func() bool {
-				s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
-				return err == nil && s.State == "open"
-			})
+			eventuallyOpen(t, "all five failures in Redis: open", r, clk)
 		})
 	}
 }

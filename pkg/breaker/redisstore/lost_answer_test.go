@@ -33,10 +33,7 @@ func openOnTwo(t *testing.T, prefix string) (px *redistest.Proxy, a, b *replica,
 		o.ReplicaID = "b"
 	})[0]
 	recordFail(t, a, clk)
-	eventually(t, "open in Redis", func() bool {
-		s, err := b.st.Status(context.Background(), b.key, clk.Now().UnixNano())
-		return err == nil && s.State == "open"
-	})
+	eventuallyOpen(t, "open in Redis", b, clk)
 	return px, a, b, clk
 }
 

@@ -108,8 +108,8 @@ func replicasWith(t testing.TB, client redis.UniversalClient, prefix string, clk
 }
 
 // eventually polls cond (propagation is asynchronous by design); it never
-// waits for a cooldown, which the fake clock skips.
-// eventually waits for cond. Its bound ends a hang; it judges no speed:
+// waits for a cooldown, which the fake clock skips. Its bound ends a
+// hang; it judges no speed:
 // a replica's way back after a Redis restart (refresh, write-back, read
 // back) took longer than 5 s under -race beside a loaded CI run (#54),
 // and no test here promises a time through it.
@@ -122,6 +122,15 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// eventuallyOpen waits until the store's Status says r's breaker is open.
+func eventuallyOpen(t testing.TB, what string, r *replica, clk breaker.Clock) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		s, err := r.st.Status(context.Background(), r.key, clk.Now().UnixNano())
+		return err == nil && s.State == "open"
+	})
 }
 
 func replicaPolicy(mod func(*breaker.Policy)) *breaker.Policy {

@@ -184,10 +184,7 @@ func TestUnreadableStateIsThatBreakersProblem(t *testing.T) {
 		}
 		// In Redis, not only on the local view (own evidence opens that at
 		// once): the records are queued.
-		eventually(t, "the breaker opens on the rewritten state", func() bool {
-			s, err := r.st.Status(ctx, r.key, clk.Now().UnixNano())
-			return err == nil && s.State == "open"
-		})
+		eventuallyOpen(t, "the breaker opens on the rewritten state", r, clk)
 		if r.st.Degraded() {
 			t.Fatal("one bad key turned the store degraded")
 		}
