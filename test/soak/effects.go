@@ -90,6 +90,34 @@ func tookEffect(step string, before, after evidence) (bool, string) {
 	return true, ""
 }
 
+// faultTarget is which of primaryProviders the schedule's step i faults.
+// A fault goes to a model's first route, which takes its traffic; the two
+// alternate from step to step, and each cycle starts on the other one, so
+// every fault meets both whatever the schedule's length. (i + cycle) did
+// not: with an odd number of steps (the Redis soak's nine) every cycle
+// began on the first provider, and each fault met one provider only.
+func faultTarget(i, steps int) int {
+	return (i%steps + i/steps) % len(primaryProviders)
+}
+
+// tally records one step's verdict. A provider fault the load's end cut
+// short before any request met it had no traffic left to bite: it is
+// listed as cut short, not judged. One that bit is judged either way, and
+// one whose whole window passed without a request is a fault that never
+// took effect.
+func (rep *Report) tally(step, provider string, ok, cut bool, missing string) {
+	if cut && !ok {
+		rep.CutShort = append(rep.CutShort, step+" on "+provider)
+		return
+	}
+	rep.Faults[step]++
+	if ok {
+		rep.FaultEffects[step]++
+	} else {
+		rep.NoEffect = append(rep.NoEffect, fmt.Sprintf("%s on %s: %s", step, provider, missing))
+	}
+}
+
 // checkEffects: every injected fault was seen to take effect.
 func (r *rig) checkEffects(rep *Report, fams map[string][]*dto.MetricFamily, add func(string, bool, string, ...any)) {
 	for _, f := range fams["aig_config_reloads_total"] {
@@ -106,6 +134,10 @@ func (r *rig) checkEffects(rep *Report, fams map[string][]*dto.MetricFamily, add
 	n := 0
 	for _, c := range rep.Faults {
 		n += c
+	}
+	// Only the schedule's last step can be cut short by the load's end.
+	if len(rep.CutShort) > 1 {
+		missing = append(missing, fmt.Sprintf("%d steps cut short, only the last can be: %v", len(rep.CutShort), rep.CutShort))
 	}
 	add("every injected fault took effect", len(missing) == 0, "%d injected; %s", n, firstFew(missing))
 }

@@ -48,7 +48,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "client-visible transport errors: %v\n", r.Errors)
 	}
 	fmt.Fprintf(w, "outcomes by class: %v\n", r.Outcomes)
-	fmt.Fprintf(w, "transitions: %d; faults injected: %v, seen to take effect: %v\n", r.Transitions, r.Faults, r.FaultEffects)
+	fmt.Fprintf(w, "transitions: %d; faults injected: %v, seen to take effect: %v; cut short by the load's end before a request met them: %v\n", r.Transitions, r.Faults, r.FaultEffects, r.CutShort)
 	fmt.Fprintf(w, "decision latency (request_body message): p50 %v, p99 %v, p99.9 %v\n", r.DecisionP50, r.DecisionP99, r.DecisionP999)
 	fmt.Fprintf(w, "Envoy's longest wait for a request-path reply %v; ext_proc message timeouts (Envoy went on without fusebox) %d\n", r.LongestWait, r.EnvoyGaveUp)
 	fmt.Fprintf(w, "peak RSS %.1f MiB, peak goroutines %d; before/after load: goroutines %d/%d, live heap %.2f/%.2f MiB, RSS %.1f/%.1f MiB\n",

@@ -35,6 +35,11 @@ type Report struct {
 	// NoEffect says what each of the others lacked.
 	FaultEffects map[string]int
 	NoEffect     []string
+	// CutShort lists the provider faults the load's end cut short before
+	// any request met them (at most the schedule's last step): with no
+	// traffic left they could not bite, so they are neither injected nor
+	// judged (tally).
+	CutShort []string
 	// ReloadsApplied counts fusebox's successful reloads over the run.
 	ReloadsApplied                         float64
 	DecisionP50, DecisionP99, DecisionP999 time.Duration
@@ -242,8 +247,9 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 		// A fault goes to a model's first route, which takes its traffic
 		// (the others see only what fails over): a 429 on a second route
 		// met no request, and the soak counted it survived. The two
-		// alternate by cycle, so each fault meets both.
-		p := r.providers[primaryProviders[(i+i/len(steps))%len(primaryProviders)]]
+		// alternate by step and by cycle, so each fault meets both
+		// (faultTarget).
+		p := r.providers[primaryProviders[faultTarget(i, len(steps))]]
 		before := r.evidence(p)
 		var after evidence
 		redisFault := strings.HasPrefix(step, "redis_")
@@ -332,9 +338,12 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			time.AfterFunc(time.Second, func() { r.proxy.Stats().MarkWindow(false) })
 		}
 		held := !strings.HasPrefix(step, "redis_") && step != "reload" && step != "force_open" && step != "fusebox_restart"
+		// cut: the load ended within the fault's window.
+		cut := false
 		if held { // the provider's fault lasts a pause
 			select {
 			case <-stop:
+				cut = true
 			case <-time.After(every):
 			}
 			// ...and longer, up to five pauses more, while no request met
@@ -348,7 +357,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 				}
 				select {
 				case <-stop:
-					extra = time.Time{}
+					extra, cut = time.Time{}, true
 				case <-time.After(every / 4):
 				}
 			}
@@ -361,12 +370,7 @@ func (r *rig) faults(stop <-chan struct{}, every time.Duration, rep *Report, mu 
 			_ = p.Up()
 		}
 		mu.Lock()
-		rep.Faults[step]++
-		if ok {
-			rep.FaultEffects[step]++
-		} else {
-			rep.NoEffect = append(rep.NoEffect, fmt.Sprintf("%s on %s: %s", step, p.Name, missing))
-		}
+		rep.tally(step, p.Name, ok, cut, missing)
 		mu.Unlock()
 	}
 }
