@@ -36,8 +36,10 @@ func TestOutageOpensAndTrafficMoves(t *testing.T) {
 			}
 			tc.fault(w.providers["openai_us"])
 			failed := 0
+			var last reply
 			for i := 0; i < 10; i++ {
 				r := chat(t, p, gpt, i%2 == 0)
+				last = r
 				if r.status != 200 {
 					failed++
 					continue
@@ -63,8 +65,7 @@ func TestOutageOpensAndTrafficMoves(t *testing.T) {
 					t.Fatalf("fusebox header %s reached the provider", k)
 				}
 			}
-			last := p.Log()[len(p.Log())-1]
-			if st := last.FuseboxStage(); st["action"] != "skipped" || st["routes"] != "openai:us-east:gpt-4o-mini" {
+			if st := last.entry(t, p).FuseboxStage(); st["action"] != "skipped" || st["routes"] != "openai:us-east:gpt-4o-mini" {
 				t.Fatalf("access log stage %v", st)
 			}
 			m := w.scrape()
@@ -138,16 +139,16 @@ func TestShadowModeChangesNothing(t *testing.T) {
 	w := newWorld(t)
 	p := w.proxy("shadow", nil)
 	w.providers["openai_us"].SetFault(fakeprovider.Fault{Status: 503})
+	var last reply
 	for i := 0; i < 8; i++ {
-		if r := chat(t, p, gpt, false); r.status != 503 || r.route() != "openai:us-east:gpt-4o-mini" {
-			t.Fatalf("shadow changed routing: %d %q", r.status, r.route())
+		if last = chat(t, p, gpt, false); last.status != 503 || last.route() != "openai:us-east:gpt-4o-mini" {
+			t.Fatalf("shadow changed routing: %d %q", last.status, last.route())
 		}
 	}
 	if b := w.breaker("shadow", "openai:us-east:gpt-4o-mini"); b["state"] != "open" {
 		t.Fatalf("shadow must track health: %v", b)
 	}
-	last := p.Log()[len(p.Log())-1]
-	if st := last.FuseboxStage(); st["action"] != "would_skip" || st["routes"] != "openai:us-east:gpt-4o-mini" {
+	if st := last.entry(t, p).FuseboxStage(); st["action"] != "would_skip" || st["routes"] != "openai:us-east:gpt-4o-mini" {
 		t.Fatalf("stage %v", st)
 	}
 }
@@ -182,7 +183,7 @@ func TestFailFastAndTryAll(t *testing.T) {
 	if r.route() != "anthropic:us:claude" || w.providers["anthropic_us"].Served() != before+1 {
 		t.Fatalf("try_all must dispatch to the first route: %q", r.route())
 	}
-	if st := d.Log()[len(d.Log())-1].FuseboxStage(); st["action"] != "try_all" {
+	if st := r.entry(t, d).FuseboxStage(); st["action"] != "try_all" {
 		t.Fatalf("stage %v", st)
 	}
 }
@@ -219,13 +220,14 @@ func TestResidency(t *testing.T) {
 	}
 	w.providers["azure_eu"].SetFault(fakeprovider.Fault{Status: 500})
 	w.providers["openai_eu"].SetFault(fakeprovider.Fault{Status: 500})
+	var last reply
 	for i := 0; i < 10; i++ {
-		chat(t, eu, gpt, false)
+		last = chat(t, eu, gpt, false)
 	}
 	if n := w.providers["openai_us"].Served(); n != 0 {
 		t.Fatalf("an EU request reached the US route %d times", n)
 	}
-	if st := eu.Log()[len(eu.Log())-1].FuseboxStage(); st["action"] != "try_all" {
+	if st := last.entry(t, eu).FuseboxStage(); st["action"] != "try_all" {
 		t.Fatalf("stage %v", st)
 	}
 }

@@ -280,6 +280,17 @@ type reply struct {
 	body   string
 }
 
+// entry is r's access log entry: found by the request id r carries, not
+// by its place in the log (envoysim/logwait.go). do waited for it.
+func (r reply) entry(t *testing.T, p *envoysim.Proxy) envoysim.Entry {
+	t.Helper()
+	e, ok := p.Logged(r.header.Get(envoysim.RequestHeader))
+	if !ok {
+		t.Fatalf("no access log entry for request %q", r.header.Get(envoysim.RequestHeader))
+	}
+	return e
+}
+
 func (r reply) route() string { return r.header.Get("x-fusebox-route") }
 
 // servedBy reads which fake provider answered.
@@ -305,8 +316,14 @@ func do(t *testing.T, p *envoysim.Proxy, method, path, body string, hdr ...strin
 	b, _ := io.ReadAll(resp.Body)
 	// The observer profile records a response after the client has it:
 	// wait for it, so that what a test reads next follows the response, as
-	// in the synchronous profile.
-	p.WaitObserver(resp.Header.Get(envoysim.ObserverHeader), 3*time.Second)
+	// in the synchronous profile. Envoy writes the access log entry after
+	// the response's last byte too: wait for it, so that the log a test
+	// reads next holds this request.
+	id := resp.Header.Get(envoysim.RequestHeader)
+	p.WaitObserver(id, 3*time.Second)
+	if _, ok := p.WaitLogged(id, 10*time.Second); !ok {
+		t.Fatalf("%s %s: request %q was never logged", method, path, id)
+	}
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 

@@ -88,7 +88,7 @@ func TestObservabilityModeSendsAndIgnores(t *testing.T) {
 	if got := resp.Header.Get("x-fusebox-route"); got != "r:1" {
 		t.Fatalf("x-fusebox-route %q, want the route role's fusebox.route", got)
 	}
-	if !r.proxy.WaitObserver(resp.Header.Get(ObserverHeader), 2*time.Second) {
+	if !r.proxy.WaitObserver(resp.Header.Get(RequestHeader), 2*time.Second) {
 		t.Fatal("the observer stream never ended")
 	}
 	obs := r.proc.byRoleSeen("observe")
@@ -197,7 +197,7 @@ func TestObservabilityModeLocalReplies(t *testing.T) {
 		if resp.StatusCode != 503 {
 			t.Fatalf("%s: %d", v.name, resp.StatusCode)
 		}
-		r.proxy.WaitObserver(resp.Header.Get(ObserverHeader), 2*time.Second)
+		r.proxy.WaitObserver(resp.Header.Get(RequestHeader), 2*time.Second)
 		if got := len(r.proc.byRoleSeen("observe")) > 0; got != v.sees {
 			t.Fatalf("%s: the observer saw the local reply: %v, want %v", v.name, got, v.sees)
 		}

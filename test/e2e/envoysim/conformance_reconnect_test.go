@@ -86,7 +86,7 @@ func TestObserverDownIsOverAtOnce(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d", resp.StatusCode)
 	}
-	if !r.proxy.WaitObserver(resp.Header.Get(ObserverHeader), 30*time.Second) {
+	if !r.proxy.WaitObserver(resp.Header.Get(RequestHeader), 30*time.Second) {
 		t.Fatal("the failed observer stream did not end: it waited for its deferred close")
 	}
 	if r.proxy.Stats().Get("observer_send_errors") == 0 {

@@ -81,8 +81,8 @@ func TestJSONLogIsTheShippedFormat(t *testing.T) {
 		// it: the client can have its response first (a loaded machine
 		// showed it), so the next request waits for this one's entry, or
 		// the two lines may come in the other order (CI once read them so).
-		for deadline := time.Now().Add(5 * time.Second); len(r.proxy.Log()) < i+1 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+		if _, ok := r.proxy.WaitLogged(resp.Header.Get(RequestHeader), 5*time.Second); !ok {
+			t.Fatalf("request %d was never logged", i)
 		}
 	}
 	var buf bytes.Buffer

@@ -90,12 +90,13 @@ func (o *obsStream) end() {
 	})
 }
 
-// ObserverHeader is the response header (envoysim's own, not Envoy's)
-// naming the request, so that a test can wait for its observer.
-const ObserverHeader = "x-envoysim-request"
+// RequestHeader is the response header (envoysim's own, not Envoy's)
+// naming the request (its Entry.RequestID) on every response, so that a
+// test can wait for its observer and find its access log entry.
+const RequestHeader = "x-envoysim-request"
 
 // WaitObserver waits until the observer stream of request id (the
-// ObserverHeader of its response) is over: the server ended it after
+// RequestHeader of its response) is over: the server ended it after
 // recording, or it was closed; at most d. The observer records a response
 // after the client has it, so a test that reads fusebox's state right after
 // a response waits here first. It reports false on the timeout.

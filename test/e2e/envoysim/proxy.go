@@ -40,6 +40,9 @@ type Proxy struct {
 
 	mu  sync.Mutex
 	log []Entry
+	// logged is closed, and replaced, as each entry is recorded
+	// (WaitLogged).
+	logged chan struct{}
 	// timeouts: every message timeout (timeouts.go), never reset.
 	timeouts []*TimeoutEvent
 	active   map[string]*atomic.Int64
@@ -202,6 +205,10 @@ func (p *Proxy) record(e *Entry) {
 	}
 	p.mu.Lock()
 	p.log = append(p.log, *e)
+	if p.logged != nil {
+		close(p.logged)
+		p.logged = nil
+	}
 	p.mu.Unlock()
 	if p.accessLog != nil {
 		p.accessLog.log(e, e.Attempts)
@@ -282,6 +289,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	entry.RequestID = fmt.Sprintf("req-%d", p.reqSeq.Add(1))
 	h.set("x-request-id", entry.RequestID)
+	w.Header().Set(RequestHeader, entry.RequestID)
 	h.set("x-forwarded-proto", "http")
 
 	// The connection manager strips the retry headers a client may not

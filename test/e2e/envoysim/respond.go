@@ -60,7 +60,6 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, e *Entry, ep *ep
 	downstream := func() {
 		p.finalizeResponse(e, up, &h)
 		if obs != nil {
-			w.Header().Set(ObserverHeader, e.RequestID)
 			oh := append(headers(nil), h...)
 			if p.cfg.Observer.ResponseBodyMode == filterv3.ProcessingMode_STREAMED {
 				oh.del("content-length")
