@@ -122,26 +122,50 @@ func fleetRedis(url, dir string) (string, func(), error) {
 	if err != nil {
 		return "", nil, errors.New("the egress scenario runs two replicas that share a Redis: pass -redis redis://HOST:PORT/0, or put redis-server on PATH")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
+	// A port found free can be taken before redis-server binds it (the
+	// listener that found it is closed first); redis-server then exits at
+	// once, and is started again on another port.
+	var last error
+	for range 5 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", nil, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		url, stop, exited, err := startRedis(bin, dir, port)
+		if !exited {
+			return url, stop, err
+		}
+		last = err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	return "", nil, last
+}
+
+// startRedis runs redis-server on port and waits until it answers PING,
+// or exits (exited: try another port), or 30 s pass.
+func startRedis(bin, dir string, port int) (url string, stop func(), exited bool, err error) {
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return "", nil, err
+		return "", nil, false, err
 	}
-	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop = func() { _ = cmd.Process.Kill(); <-done }
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-done:
+			return "", nil, true, fmt.Errorf("redis-server exited on %s before answering", addr)
+		default:
+		}
 		if ping(addr) {
-			return "redis://" + addr + "/0", stop, nil
+			return "redis://" + addr + "/0", stop, false, nil
 		}
 	}
 	stop()
-	return "", nil, fmt.Errorf("redis-server did not answer on %s", addr)
+	return "", nil, false, fmt.Errorf("redis-server did not answer on %s", addr)
 }
 
 // ping reports whether a Redis answers PING at addr.

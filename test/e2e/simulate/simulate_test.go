@@ -1,12 +1,14 @@
 package simulate
 
 import (
+	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/fusebox-llm/fusebox/pkg/breaker/redisstore/redistest"
 )
 
 // extproc simulate on an operator's own config: the outage of the model's
@@ -166,12 +168,7 @@ func TestSimulatePoison(t *testing.T) {
 // elsewhere; the fleet's breaker never opens, and pod B keeps using the
 // route.
 func TestSimulateEgress(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not on PATH (CI=true: the egress scenario must run)")
-		}
-		t.Skip("redis-server is not on PATH")
-	}
+	redistest.Need(t, "redis-server")
 	var out strings.Builder
 	if err := Run(&out, Options{Config: scenarioFile(t, "600"), Scenario: "egress", OutageAt: 2, RecoverAt: 8, Duration: 10, PerSecond: 3}); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -188,5 +185,30 @@ func TestSimulateEgress(t *testing.T) {
 	// After pod A's open, pod B still sends to openai_us, pod A to azure_eu.
 	if !strings.Contains(s, "-                3 ok             3 ok") {
 		t.Fatalf("after pod A's open, pod A should be served by azure_eu and pod B by openai_us:\n%s", s)
+	}
+}
+
+// A redis-server whose port was taken between the pick and its bind exits
+// at once: startRedis says so (the fleet's Redis is tried on another
+// port), rather than pinging a dead process for 10 s and failing the
+// scenario, as the Redis tests' launcher did in a loaded CI run (#54).
+func TestFleetRedisMovesOffATakenPort(t *testing.T) {
+	bin := redistest.Need(t, "redis-server")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, _, exited, err := startRedis(bin, t.TempDir(), ln.Addr().(*net.TCPAddr).Port)
+	if !exited || err == nil {
+		t.Fatalf("a taken port: exited %v, %v", exited, err)
+	}
+	url, stop, err := fleetRedis("", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if !strings.HasPrefix(url, "redis://127.0.0.1:") {
+		t.Fatalf("url %q", url)
 	}
 }

@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,15 +80,7 @@ func MasterID(ctx context.Context, cl *redis.Client, slot int64) (string, error)
 
 func startCluster(t testing.TB, replicas int) *Cluster {
 	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed; with CI=true the Redis Cluster tests must run (.ci/run installs it)", bin)
-			}
-			t.Skipf("%s is not installed", bin)
-		}
-	}
-	bin, _ := exec.LookPath("redis-server")
+	bin := Need(t, "redis-server", "redis-cli")
 	c := &Cluster{}
 	// The nodes' files live under one directory made before the stop is
 	// registered: cleanups run last-first, so the nodes are stopped before
@@ -102,20 +93,16 @@ func startCluster(t testing.TB, replicas int) *Cluster {
 	})
 	var addrs []string
 	for i := range 3 * (1 + replicas) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
 		dir := filepath.Join(base, fmt.Sprint(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
-			args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
-				"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000"}}
-		if err := s.run(); err != nil {
+		s, err := launch(clusterPort(pickPort), func(port int) (*Server, error) {
+			return &Server{Addr: loopback(port), bin: bin, out: filepath.Join(dir, "redis-server.out"),
+				args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
+					"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000"}}, nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		c.Nodes = append(c.Nodes, s)

@@ -3,9 +3,10 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,25 +18,45 @@ type Server struct {
 	Addr string
 	bin  string
 	args []string
-	cmd  *exec.Cmd
+	// out is the file redis-server's own output goes to, read when it
+	// exits before answering.
+	out string
+	cmd *exec.Cmd
+	// exited is closed when the process is gone (waitErr is its end).
+	exited  chan struct{}
+	waitErr error
+}
+
+// Need returns the path of the first of bins, after looking each up on
+// PATH. Without one the test is skipped, unless CI=true, where it fails:
+// .ci/run installs them, and a Redis test that skips there proves nothing.
+func Need(t testing.TB, bins ...string) string {
+	t.Helper()
+	var first string
+	for i, bin := range bins {
+		path, err := exec.LookPath(bin)
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed; with CI=true the tests that need it must run (.ci/run installs it)", bin)
+			}
+			t.Skipf("%s is not installed", bin)
+		}
+		if i == 0 {
+			first = path
+		}
+	}
+	return first
 }
 
 // Start runs redis-server for t.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed; with CI=true the Redis tests must run (.ci/run installs it)")
-		}
-		t.Skip("redis-server is not installed")
-	}
+	Need(t, "redis-server")
 	s, err := Launch(t.TempDir())
-	if s != nil {
-		t.Cleanup(s.Stop)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Stop)
 	return s
 }
 
@@ -46,34 +67,77 @@ func Launch(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
-		args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir,
-			"--save", "", "--appendonly", "no", "--protected-mode", "yes"}}
-	return s, s.run()
+	return launch(pickPort, func(port int) (*Server, error) {
+		return &Server{Addr: loopback(port), bin: bin, out: filepath.Join(dir, "redis-server.out"),
+			args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir,
+				"--save", "", "--appendonly", "no", "--protected-mode", "yes"}}, nil
+	})
 }
 
-// run starts redis-server and waits until it answers.
+// run starts redis-server and waits until it answers. A process that
+// exits first is reported at once, with what it said (ExitError); one
+// that neither answers nor exits within startBound is killed.
 func (s *Server) run() error {
 	s.cmd = exec.Command(s.bin, s.args...)
+	if s.out != "" {
+		f, err := os.Create(s.out)
+		if err != nil {
+			return err
+		}
+		defer f.Close() // the child holds its own descriptor
+		s.cmd.Stdout, s.cmd.Stderr = f, f
+	}
 	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
 		return err
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server did not start on %s", s.Addr)
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		s.waitErr = cmd.Wait()
+		close(exited)
+	}(s.cmd, s.exited)
+	ctx, cancel := context.WithTimeout(context.Background(), startBound)
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() { answered <- s.waitAnswer(ctx) }()
+	select {
+	case err := <-answered:
+		if err != nil {
+			s.Stop()
+			return fmt.Errorf("redis-server neither answered nor exited on %s in %v: %w", s.Addr, startBound, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	case <-s.exited:
+		cancel()
+		<-answered
+		s.cmd = nil
+		return &ExitError{Addr: s.Addr, Err: s.waitErr, Said: tail(s.out)}
 	}
-	return nil
+}
+
+// waitAnswer waits until this process answers on s.Addr: its INFO names
+// its pid. Whatever else holds the port (a listener that never answers,
+// another test's Redis) is not taken for it, and the wait goes on while
+// run watches the process exit.
+func (s *Server) waitAnswer(ctx context.Context) error {
+	// Short bounds per try, no retries inside one: a port held by a
+	// listener that never answers must not hold the wait past the
+	// process's exit (run waits for this to return).
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: probeBound, ReadTimeout: probeBound,
+		WriteTimeout: probeBound, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	want := fmt.Sprintf("process_id:%d\r\n", s.cmd.Process.Pid)
+	for {
+		info, err := c.Info(ctx, "server").Result()
+		if err == nil && strings.Contains(info, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Restart starts the server again on the same address after Stop (its data
@@ -83,11 +147,11 @@ func (s *Server) Restart() error {
 	return s.run()
 }
 
-// Stop kills the server.
+// Stop kills the server and waits for it to be gone.
 func (s *Server) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 		s.cmd = nil
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,26 +19,11 @@ type Sentinel struct {
 	Master, Replica, Sentinel *Server
 }
 
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // StartSentinel runs the three processes for t (skipped without
 // redis-server, unless CI=true).
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed; with CI=true the Sentinel tests must run")
-		}
-		t.Skip("redis-server is not installed")
-	}
+	bin := Need(t, "redis-server")
 	s := &Sentinel{}
 	// The processes' files live under one directory made before their
 	// stop is registered: cleanups run last-first, so they are stopped
@@ -53,37 +37,35 @@ func StartSentinel(t testing.TB) *Sentinel {
 			}
 		}
 	})
-	node := func(name string, extra ...string) *Server {
-		port := freePort(t)
+	node := func(name string, args func(port int, dir string) ([]string, error)) *Server {
 		dir := filepath.Join(base, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		n := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
-			args: append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no"}, extra...)}
-		if err := n.run(); err != nil {
+		n, err := launch(pickPort, func(port int) (*Server, error) {
+			a, err := args(port, dir)
+			return &Server{Addr: loopback(port), bin: bin, out: filepath.Join(dir, "redis-server.out"), args: a}, err
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	s.Master = node("master")
+	data := func(extra ...string) func(int, string) ([]string, error) {
+		return func(port int, dir string) ([]string, error) {
+			return append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no"}, extra...), nil
+		}
+	}
+	s.Master = node("master", data())
 	host, port, _ := net.SplitHostPort(s.Master.Addr)
-	s.Replica = node("replica", "--replicaof", host, port)
-	// The sentinel's config file must be writable (it rewrites it).
-	sport := freePort(t)
-	dir := filepath.Join(base, "sentinel")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor fusebox %s %s 1\nsentinel down-after-milliseconds fusebox 1000\nsentinel failover-timeout fusebox 5000\n", sport, host, port)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.Sentinel = &Server{Addr: fmt.Sprintf("127.0.0.1:%d", sport), bin: bin, args: []string{conf, "--sentinel"}}
-	if err := s.Sentinel.run(); err != nil {
-		t.Fatal(err)
-	}
+	s.Replica = node("replica", data("--replicaof", host, port))
+	// The sentinel's config file must be writable (it rewrites it), and
+	// names its port: it is written for each port tried.
+	s.Sentinel = node("sentinel", func(sport int, dir string) ([]string, error) {
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor fusebox %s %s 1\nsentinel down-after-milliseconds fusebox 1000\nsentinel failover-timeout fusebox 5000\n", sport, host, port)
+		return []string{conf, "--sentinel"}, os.WriteFile(conf, []byte(body), 0o600)
+	})
 	// Wait until the replica is in sync and the sentinel knows the master.
 	deadline := time.Now().Add(15 * time.Second)
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
