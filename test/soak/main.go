@@ -61,6 +61,12 @@ func (r *Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  [%s] %s — %s\n", mark, c.Name, c.Detail)
 	}
+	if len(r.BrokenChain) > 0 {
+		fmt.Fprintf(w, "the first broken chain's log (its breaker's and the store's lines):\n")
+		for _, l := range r.BrokenChain {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
 }
 
 func sortedInts(m map[int]int) string {

@@ -40,6 +40,9 @@ type Report struct {
 	// traffic left they could not bite, so they are neither injected nor
 	// judged (tally).
 	CutShort []string
+	// BrokenChain is the log around the first broken transition chain
+	// (checkTransitions), printed with the report.
+	BrokenChain []string
 	// ReloadsApplied counts fusebox's successful reloads over the run.
 	ReloadsApplied                         float64
 	DecisionP50, DecisionP99, DecisionP999 time.Duration
@@ -488,7 +491,8 @@ func (r *rig) check(rep *Report) {
 	r.checkEffects(rep, fams, add)
 
 	// Transitions: legal, in order, per breaker, each chain on its own.
-	wrong := checkTransitions(r.logs.String(), r.redis != nil, &rep.Transitions)
+	wrong, excerpt := checkTransitions(r.logs.String(), r.redis != nil, &rep.Transitions)
+	rep.BrokenChain = excerpt
 	if dir := os.Getenv("SOAK_PROFILE_DIR"); dir != "" {
 		_ = os.WriteFile(filepath.Join(dir, "fusebox.log"), []byte(r.logs.String()), 0o644) // the chains as logged
 	}

@@ -37,16 +37,26 @@ type loggedTransition struct {
 //
 // The replica is the "[rN] " prefix the rig writes before each replica's
 // lines.
-func checkTransitions(logs string, onRedis bool, n *int) []string {
-	var wrong []string
+//
+// excerpt is the log around the first broken chain, from its first
+// transition to the broken one: that breaker's lines and the store's, of
+// its replica (every replica's for the shared chain), the last
+// excerptLines of them. CI keeps only the test's output, and a chain
+// broken on a loaded machine may not break again (#54, loaded run F4:
+// "open->half_open after half_open" on a local chain, with no log kept).
+func checkTransitions(logs string, onRedis bool, n *int) (wrong, excerpt []string) {
+	lines := strings.Split(logs, "\n")
 	check := func(chain []loggedTransition, prev string) {
-		for _, t := range chain {
+		for i, t := range chain {
 			from, to, _ := strings.Cut(t.tr, "->")
 			if prev == "" {
 				prev = from
 			}
 			if !legalTransition[t.tr] || from != prev {
 				wrong = append(wrong, fmt.Sprintf("%s (%s, %s, generation %d): %s after %s", t.route, t.replica, t.by, t.gen, t.tr, prev))
+				if excerpt == nil {
+					excerpt = chainExcerpt(lines, chain[0].seq, chain[i])
+				}
 			}
 			prev = to
 		}
@@ -82,13 +92,8 @@ func checkTransitions(logs string, onRedis bool, n *int) []string {
 			delete(shared, k)
 		}
 	}
-	for seq, line := range strings.Split(logs, "\n") {
-		replica, rest := "r0", line
-		if strings.HasPrefix(line, "[r") {
-			if i := strings.Index(line, "] "); i > 0 {
-				replica, rest = line[1:i], line[i+2:]
-			}
-		}
+	for seq, line := range lines {
+		replica, rest := splitReplica(line)
 		switch {
 		case rest == "=== fusebox started":
 			flushMemory(replica)
@@ -122,5 +127,38 @@ func checkTransitions(logs string, onRedis bool, n *int) []string {
 	flushMemory("")
 	flushLocal("")
 	flushShared()
-	return wrong
+	return wrong, excerpt
+}
+
+// excerptLines bounds a broken chain's excerpt.
+const excerptLines = 40
+
+// chainExcerpt is the log from line from to broken's: broken's breaker's
+// lines and the store's, of broken's replica (every replica's for a
+// shared chain), the last excerptLines of them.
+func chainExcerpt(lines []string, from int, broken loggedTransition) []string {
+	var out []string
+	for _, line := range lines[from : broken.seq+1] {
+		if replica, _ := splitReplica(line); broken.by != "redis" && replica != broken.replica {
+			continue
+		}
+		if field(line, "route") == broken.route || strings.Contains(line, "[store]") || strings.Contains(line, "=== ") {
+			out = append(out, line)
+		}
+	}
+	if len(out) > excerptLines {
+		out = out[len(out)-excerptLines:]
+	}
+	return out
+}
+
+// splitReplica parts a line into its replica (the "[rN] " prefix the rig
+// writes; r0 without one) and the rest.
+func splitReplica(line string) (replica, rest string) {
+	if strings.HasPrefix(line, "[r") {
+		if i := strings.Index(line, "] "); i > 0 {
+			return line[1:i], line[i+2:]
+		}
+	}
+	return "r0", line
 }

@@ -6,14 +6,16 @@ import (
 	"testing"
 )
 
-func TestCheckTransitions(t *testing.T) {
-	line := func(replica, tr, by string, gen int) string {
-		l := fmt.Sprintf(`time=x level=INFO msg="[circuit_breaker] %s" transition=%s route=openai:us:m generation=%d decided_by=%s`, tr, tr, gen, by)
-		if replica != "" {
-			l = "[" + replica + "] " + l
-		}
-		return l
+// line is a transition's log line, replica's ("" for a lone fusebox).
+func line(replica, tr, by string, gen int) string {
+	l := fmt.Sprintf(`time=x level=INFO msg="[circuit_breaker] %s" transition=%s route=openai:us:m generation=%d decided_by=%s`, tr, tr, gen, by)
+	if replica != "" {
+		l = "[" + replica + "] " + l
 	}
+	return l
+}
+
+func TestCheckTransitions(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		onRedis bool
@@ -68,10 +70,36 @@ func TestCheckTransitions(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := 0
-			wrong := checkTransitions(strings.Join(c.lines, "\n"), c.onRedis, &n)
+			wrong, excerpt := checkTransitions(strings.Join(c.lines, "\n"), c.onRedis, &n)
 			if len(wrong) != c.wrong {
 				t.Fatalf("%d wrong, want %d: %v", len(wrong), c.wrong, wrong)
 			}
+			// A broken chain ("… after …") comes with its log; a line on the
+			// wrong store is no chain.
+			if broken := len(wrong) > 0 && strings.Contains(wrong[0], " after "); broken != (len(excerpt) > 0) {
+				t.Fatalf("%v, and an excerpt of %d lines", wrong, len(excerpt))
+			}
 		})
+	}
+}
+
+// A broken chain comes with its log: the broken replica's lines for that
+// breaker and its store's, from the chain's first transition to the
+// broken one, and nothing of another replica's or another breaker's.
+func TestBrokenChainComesWithItsLog(t *testing.T) {
+	lines := []string{
+		line("r1", "closed->open", "local", 2),
+		"[r1] time=x level=ERROR msg=\"[store] Redis is unreachable\"",
+		line("r0", "closed->open", "local", 2),
+		"[r1] time=x level=INFO msg=\"[circuit_breaker] x\" transition=closed->open route=anthropic:us:m generation=1 decided_by=local",
+		line("r1", "open->half_open", "local", 3),
+		line("r1", "open->half_open", "local", 4),
+		line("r1", "half_open->closed", "local", 5),
+	}
+	n := 0
+	wrong, excerpt := checkTransitions(strings.Join(lines, "\n"), true, &n)
+	want := []string{lines[0], lines[1], lines[4], lines[5]}
+	if len(wrong) != 1 || strings.Join(excerpt, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("wrong %v\nexcerpt:\n%s\nwant:\n%s", wrong, strings.Join(excerpt, "\n"), strings.Join(want, "\n"))
 	}
 }
