@@ -31,7 +31,10 @@ type loggedTransition struct {
 //     for legality only).
 //   - local: one replica's local view while Redis was unreachable, from
 //     the state it last learned (legality only for the first) until that
-//     replica's "Redis is reachable again".
+//     replica's "Redis is reachable again"; or one breaker's alone, while
+//     Redis answered its state with an error (keyerror.go), until that
+//     breaker's "a breaker's state in Redis reads again". Either way the
+//     view then takes Redis's state without a line of its own.
 //   - replica: one replica's own view of its egress (scope=replica,
 //     R-FD3), in log order; a lifetime begins closed.
 //
@@ -104,6 +107,11 @@ func checkTransitions(logs string, onRedis bool, n *int) (wrong, excerpt []strin
 			continue
 		case strings.Contains(rest, "Redis is reachable again"):
 			flushLocal(replica)
+			continue
+		case strings.Contains(rest, "a breaker's state in Redis reads again"):
+			k := replica + "|" + field(rest, "route")
+			check(local[k], "")
+			delete(local, k)
 			continue
 		case !strings.Contains(rest, "[circuit_breaker]"):
 			continue

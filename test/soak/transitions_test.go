@@ -55,6 +55,20 @@ func TestCheckTransitions(t *testing.T) {
 		{"redis: a local chain that skips", true, []string{
 			line("r1", "closed->open", "local", 2), line("r1", "half_open->closed", "local", 4),
 		}, 1},
+		// One breaker on its local view alone (a key error), until that
+		// breaker reads again: its view then takes Redis's state without
+		// a line, and a later local chain begins from it. Another
+		// breaker's reading again ends nothing of this one's.
+		{"redis: one breaker's local chain ends as it reads again", true, []string{
+			line("r1", "open->half_open", "local", 3),
+			`[r1] time=x level=INFO msg="[store] a breaker's state in Redis reads again" gateway=default route=openai:us:m`,
+			line("r1", "open->half_open", "local", 5),
+		}, 0},
+		{"redis: another breaker's reading again ends nothing", true, []string{
+			line("r1", "open->half_open", "local", 3),
+			`[r1] time=x level=INFO msg="[store] a breaker's state in Redis reads again" gateway=default route=anthropic:us:m`,
+			line("r1", "open->half_open", "local", 5),
+		}, 1},
 		{"redis: a memory store's line", true, []string{line("", "closed->open", "memory", 2)}, 1},
 		{"memory: an illegal edge", false, []string{line("", "closed->half_open", "memory", 2)}, 1},
 		// R-FD3: a replica's own open is a chain of its own, beside its
