@@ -99,8 +99,7 @@ func startCluster(t testing.TB, replicas int) *Cluster {
 		}
 		s, err := launch(clusterPort(pickPort), func(port int) (*Server, error) {
 			return &Server{Addr: loopback(port), bin: bin, out: filepath.Join(dir, "redis-server.out"),
-				args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
-					"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000"}}, nil
+				args: serverArgs(port, dir, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")}, nil
 		})
 		if err != nil {
 			t.Fatal(err)

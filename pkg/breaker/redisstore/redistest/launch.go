@@ -100,6 +100,12 @@ func clusterPort(pick func() (int, error)) func() (int, error) {
 
 func loopback(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
+// serverArgs is a data server's command line on port with its files in
+// dir, nothing kept on disk, then extra.
+func serverArgs(port int, dir string, extra ...string) []string {
+	return append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no"}, extra...)
+}
+
 // tail is the end of a file redis-server wrote ("" when unreadable).
 func tail(path string) string {
 	b, err := os.ReadFile(path)

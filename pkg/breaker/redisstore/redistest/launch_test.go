@@ -22,7 +22,7 @@ func holdPort(t *testing.T) int {
 
 func plainServer(bin, dir string, port int, extra ...string) *Server {
 	return &Server{Addr: loopback(port), bin: bin, out: filepath.Join(dir, "redis-server.out"),
-		args: append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no"}, extra...)}
+		args: serverArgs(port, dir, extra...)}
 }
 
 // A redis-server that cannot start is reported as it exits, with its own

@@ -69,8 +69,7 @@ func Launch(dir string) (*Server, error) {
 	}
 	return launch(pickPort, func(port int) (*Server, error) {
 		return &Server{Addr: loopback(port), bin: bin, out: filepath.Join(dir, "redis-server.out"),
-			args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir,
-				"--save", "", "--appendonly", "no", "--protected-mode", "yes"}}, nil
+			args: serverArgs(port, dir, "--protected-mode", "yes")}, nil
 	})
 }
 

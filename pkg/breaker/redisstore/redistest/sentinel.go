@@ -53,7 +53,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	}
 	data := func(extra ...string) func(int, string) ([]string, error) {
 		return func(port int, dir string) ([]string, error) {
-			return append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no"}, extra...), nil
+			return serverArgs(port, dir, extra...), nil
 		}
 	}
 	s.Master = node("master", data())
