@@ -85,7 +85,7 @@ func (s *Store) egressActs(e *entry) bool {
 // again on the fallback view: a pod with a broken egress sent threshold +
 // held attempts to it.
 func (s *Store) quorumPolicy(e *entry) bool {
-	return e.policy.Active() && e.policy.LocalOriginQuorum > 1 && s.alive.Load() > 1
+	return e.policy().Active() && e.policy().LocalOriginQuorum > 1 && s.alive.Load() > 1
 }
 
 // Peek implements breaker.Store: the shared state's verdict (the local
@@ -99,7 +99,7 @@ func (s *Store) Peek(ctx context.Context, k breaker.Key, now int64) breaker.Verd
 	if err != nil {
 		return v
 	}
-	if ev := s.eg.mem.Peek(ctx, e.egk, now); !ev.Allowed || ev.ProbesFull {
+	if ev := s.eg.mem.Peek(ctx, e.egk(), now); !ev.Allowed || ev.ProbesFull {
 		ev.ReplicaScoped = true
 		ev.Saturated, ev.SaturatedUntil = v.Saturated, v.SaturatedUntil
 		return ev
@@ -116,10 +116,10 @@ func (s *Store) acquireEgress(ctx context.Context, k breaker.Key, now int64, for
 	if err != nil {
 		return s.acquireShared(ctx, k, now, force)
 	}
-	if _, healthy := breaker.AcquireHealthy(s.eg.mem, e.egk); healthy {
+	if _, healthy := breaker.AcquireHealthy(s.eg.mem, e.egk()); healthy {
 		return s.acquireShared(ctx, k, now, force)
 	}
-	eadm, ok, _ := s.eg.mem.Acquire(ctx, e.egk, now, force)
+	eadm, ok, _ := s.eg.mem.Acquire(ctx, e.egk(), now, force)
 	if !ok {
 		return breaker.Admission{}, false, nil
 	}
@@ -128,7 +128,7 @@ func (s *Store) acquireEgress(ctx context.Context, k breaker.Key, now int64, for
 		return adm, ok, err
 	}
 	if !ok || adm.Lease != 0 || eadm.Lease >= egressLease {
-		_ = s.eg.mem.Release(ctx, e.egk, eadm)
+		_ = s.eg.mem.Release(ctx, e.egk(), eadm)
 		return adm, ok, err
 	}
 	lease := eadm.Lease | egressLease | localLease | s.leaseTag
@@ -162,11 +162,11 @@ func (s *Store) recordEgress(ctx context.Context, e *entry, now int64, eadm brea
 	switch {
 	case localFail && s.quorumPolicy(e), o.Class == breaker.Success && (probe || s.eg.notClosed.Load() != 0 || s.quorumPolicy(e)):
 		if !probe {
-			eadm = breaker.Admission{Gen: breaker.CurrentGen(s.eg.mem, e.egk)}
+			eadm = breaker.Admission{Gen: breaker.CurrentGen(s.eg.mem, e.egk())}
 		}
-		_, _ = s.eg.mem.Record(ctx, e.egk, now, eadm, r)
+		_, _ = s.eg.mem.Record(ctx, e.egk(), now, eadm, r)
 	case probe:
-		_ = s.eg.mem.Release(ctx, e.egk, eadm)
+		_ = s.eg.mem.Release(ctx, e.egk(), eadm)
 	}
 }
 
@@ -175,7 +175,7 @@ func (s *Store) egressStatus(ctx context.Context, e *entry, now int64) *breaker.
 	if s.eg.notClosed.Load() == 0 {
 		return nil
 	}
-	st, err := s.eg.mem.Status(ctx, e.egk, now)
+	st, err := s.eg.mem.Status(ctx, e.egk(), now)
 	if err != nil {
 		return nil
 	}

@@ -79,7 +79,7 @@ const (
 func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.Admission, r breaker.Result, failure bool) (uint64, breaker.Recorded) {
 	e.viewMu.Lock()
 	defer e.viewMu.Unlock()
-	rec, _ := s.local.Record(ctx, e.lk, now, adm, r)
+	rec, _ := s.local.Record(ctx, e.lk(), now, adm, r)
 	if rec.AlreadyApplied {
 		// A key this replica recorded before (R-DL11): no new evidence.
 		return 0, rec
@@ -95,7 +95,7 @@ func (s *Store) recordOwn(ctx context.Context, e *entry, now int64, adm breaker.
 // evidence, since the windows the evidence filled restart when the view
 // closes.
 func (s *Store) wouldReadmit(e *entry, snap breaker.Snapshot) bool {
-	cur, err := breaker.SnapshotOf(s.local, e.lk, e.lastNow.Load())
+	cur, err := breaker.SnapshotOf(s.local, e.lk(), e.lastNow.Load())
 	if err != nil {
 		return false
 	}

@@ -115,9 +115,57 @@ func TestAnOverrideAnsweredWhileDegradedIsTheViewsOwnTransition(t *testing.T) {
 			if strings.Join(lines, "; ") != c.want {
 				t.Fatalf("lines %q, want %q", lines, c.want)
 			}
-			if snap, _ := breaker.SnapshotOf(s.local, e.lk, now); snap.State != c.snap.State {
+			if snap, _ := breaker.SnapshotOf(s.local, e.lk(), now); snap.State != c.snap.State {
 				t.Fatalf("the view is %v, want %v", snap.State, c.snap.State)
 			}
 		})
+	}
+}
+
+// A reload while an outcome is in flight (#54): the record job and the
+// answer matched by its token hold the entry they were queued on. The
+// installed breaker must be that entry, so that the answer reaches the
+// view the decisions read, and the unanswered failure keeps guarding it
+// meanwhile. Before, Install built a new entry: it held no pending
+// failure (an older answer could re-admit the route under it) and the
+// answer went to an entry no longer installed.
+func TestAReloadKeepsTheOutcomesInFlight(t *testing.T) {
+	clk := breaker.NewFakeClock(time.Unix(1_700_000_000, 0))
+	s := New(Options{Clock: clk})
+	id := breaker.ID{Gateway: "default", Route: "openai:us-east:gpt-4o-mini"}
+	pol := breaker.DefaultPolicy()
+	install := func() breaker.Key {
+		t.Helper()
+		keys, _, err := s.Install(context.Background(), clk.Now().UnixNano(), []breaker.Spec{{ID: id, Policy: pol.Finish()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys[0]
+	}
+	k := install()
+	queued, err := s.get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now().UnixNano()
+	tok, _ := s.recordOwn(context.Background(), queued, now, breaker.Admission{Gen: 1}, breaker.Result{Kind: breaker.KindStatus, Status: 503}, true)
+	s.owe(queued, recJob{e: queued, op: "rec", now: now, res: breaker.Result{Kind: breaker.KindStatus, Status: 503}})
+
+	installed, err := s.get(install())
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed.viewMu.Lock()
+	pending, unsent := installed.failurePending(), len(installed.fl.unsent)
+	installed.viewMu.Unlock()
+	if !pending || unsent != 1 {
+		t.Fatalf("after the reload the breaker holds pending failure %v, %d unsent outcomes; want true, 1", pending, unsent)
+	}
+	s.apply(queued, "inc", 1, breaker.Snapshot{State: breaker.Closed, Generation: 1}, answer{kind: answerRecord, tok: tok})
+	installed.viewMu.Lock()
+	pending = installed.failurePending()
+	installed.viewMu.Unlock()
+	if pending {
+		t.Fatal("the answer to the outcome in flight did not reach the installed breaker")
 	}
 }

@@ -21,7 +21,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	if err != nil {
 		return breaker.Recorded{}, err
 	}
-	p := e.policy
+	p := e.policy()
 	if eadm, rest, probe := s.egressAdmission(adm); probe || s.eg.notClosed.Load() != 0 || s.quorumPolicy(e) {
 		adm = rest
 		s.recordEgress(ctx, e, now, eadm, probe, r, p.Judge(r))
@@ -39,7 +39,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		adm.Lease = 0
 	}
 	if !s.remote(e) {
-		rec, err := s.local.Record(ctx, e.lk, now, ladm, r)
+		rec, err := s.local.Record(ctx, e.lk(), now, ladm, r)
 		if p.Active() && !rec.AlreadyApplied {
 			// Redis does not take it now: it is written before the resync
 			// reads the breaker back (R-ST14).
@@ -49,7 +49,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 	}
 	if !p.Active() {
 		if ladm.Lease != 0 {
-			_ = s.local.Release(ctx, e.lk, ladm)
+			_ = s.local.Release(ctx, e.lk(), ladm)
 		}
 		if adm.Lease != 0 {
 			s.enqueue(ctx, e, recJob{op: "rel", now: now, args: args{{"lease", adm.Lease}}})
@@ -90,7 +90,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 		return breaker.Recorded{Outcome: o, Applied: true}, nil
 	}
 	if ladm.Lease != 0 {
-		_, _ = s.local.Record(ctx, e.lk, now, ladm, r)
+		_, _ = s.local.Record(ctx, e.lk(), now, ladm, r)
 		job.local = true
 	}
 	res, err := s.runJob(ctx, e, job)
@@ -107,7 +107,7 @@ func (s *Store) Record(ctx context.Context, k breaker.Key, now int64, adm breake
 // policy judges it, and the script's arguments. local: it is on the local
 // view already.
 func (s *Store) recordJob(e *entry, now int64, adm breaker.Admission, r breaker.Result, local bool) recJob {
-	p := e.policy
+	p := e.policy()
 	o := p.Judge(r)
 	class := 0
 	switch o.Class {
@@ -191,7 +191,7 @@ func (s *Store) jobLocal(ctx context.Context, e *entry, j recJob) {
 	if !j.local {
 		adm := j.adm
 		adm.Lease = 0 // a Redis lease: nothing to free locally
-		_, _ = s.local.Record(ctx, e.lk, j.now, adm, j.res)
+		_, _ = s.local.Record(ctx, e.lk(), j.now, adm, j.res)
 	}
 	// Redis did not take it: it goes back before the resync (R-ST14),
 	// with its lease, which Redis then frees (lease ids are random, so an

@@ -111,5 +111,5 @@ func (s *Store) scriptArgs(e *entry, op string, now int64, a args) []any {
 	} else {
 		call = append(call, arg{"age", max(0, s.opts.Clock.Now().UnixNano()-now) / ms})
 	}
-	return []any{e.policyArg, string(msgpackMap(append(call, a...)))}
+	return []any{e.conf.Load().policyArg, string(msgpackMap(append(call, a...)))}
 }

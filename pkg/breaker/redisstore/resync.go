@@ -12,7 +12,7 @@ import (
 // when the queue carried an operator's override: that override wrote
 // what the operator said (the view's force is the override's own).
 func (s *Store) settleLocal(ctx context.Context, e *entry, now int64) error {
-	snap, err := breaker.SnapshotOf(s.local, e.lk, now)
+	snap, err := breaker.SnapshotOf(s.local, e.lk(), now)
 	if err != nil {
 		return nil
 	}

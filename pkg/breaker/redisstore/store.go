@@ -142,16 +142,18 @@ type table struct {
 	list  []*entry
 }
 
-// entry is one installed breaker: its policy, its Redis key and its key in
-// the local view.
+// entry is one installed breaker: its Redis key, what the configuration
+// sets on it (conf), and this replica's state of it. A reload that keeps
+// the breaker keeps its entry and swaps only conf: record jobs in flight
+// and answers matched by token hold the entry, and its unanswered and
+// unsent outcomes live in it (#54: a reload while Redis was unreachable
+// built a new entry, and the failures the old one held were never
+// written back).
 type entry struct {
-	id        breaker.ID
-	key       string
-	lk        breaker.Key
-	egk       breaker.Key // the breaker on the egress view
-	policy    *breaker.Policy
-	policyArg string // the policy as the script reads it (policyArgs)
-	pbID      *replicav1.BreakerId
+	id   breaker.ID
+	key  string
+	pbID *replicav1.BreakerId
+	conf atomic.Pointer[entryConf]
 
 	// view is this replica's view of the breaker (view.go).
 	view
@@ -174,6 +176,23 @@ type entry struct {
 	// override (settleLocal).
 	overrideSent atomic.Bool
 }
+
+// entryConf is what one configuration sets on an installed breaker.
+type entryConf struct {
+	lk        breaker.Key
+	egk       breaker.Key // the breaker on the egress view
+	policy    *breaker.Policy
+	policyArg string // the policy as the script reads it (policyArgs)
+}
+
+// lk is the breaker's key in the local view.
+func (e *entry) lk() breaker.Key { return e.conf.Load().lk }
+
+// egk is the breaker's key in the egress view.
+func (e *entry) egk() breaker.Key { return e.conf.Load().egk }
+
+// policy is the breaker's policy in the configuration installed last.
+func (e *entry) policy() *breaker.Policy { return e.conf.Load().policy }
 
 // localLease marks a probe slot taken on the local view while Redis was
 // unreachable, so that it is never confused with a Redis lease number.
@@ -280,17 +299,13 @@ func (s *Store) Install(ctx context.Context, now int64, specs []breaker.Spec) ([
 		if _, ok := nt.byID[sp.ID]; ok {
 			continue
 		}
-		e := &entry{id: sp.ID, key: s.Key(sp.ID), lk: keys[i], egk: egks[i], policy: sp.Policy, policyArg: policyArgs(sp.Policy),
-			pbID: &replicav1.BreakerId{Gateway: sp.ID.Gateway, Route: sp.ID.Route, Scope: scopeOf(sp.ID.Scope)}}
-		if prev, kept := old.byID[sp.ID]; kept {
-			prev.viewMu.Lock()
-			e.seq, e.inc = prev.seq, prev.inc
-			prev.viewMu.Unlock()
-			e.last.Store(prev.last.Load())
-			e.lastNow.Store(prev.lastNow.Load())
-		} else {
+		e, kept := old.byID[sp.ID]
+		if !kept {
+			e = &entry{id: sp.ID, key: s.Key(sp.ID),
+				pbID: &replicav1.BreakerId{Gateway: sp.ID.Gateway, Route: sp.ID.Route, Scope: scopeOf(sp.ID.Scope)}}
 			fresh = true
 		}
+		e.conf.Store(&entryConf{lk: keys[i], egk: egks[i], policy: sp.Policy, policyArg: policyArgs(sp.Policy)})
 		nt.byID[sp.ID] = e
 		nt.byKey[e.key] = e
 		nt.list = append(nt.list, e)
@@ -350,7 +365,7 @@ func (s *Store) acquireShared(ctx context.Context, k breaker.Key, now int64, for
 	if err != nil {
 		return breaker.Admission{}, true, err
 	}
-	if !s.remote(e) || e.policy.Mode == breaker.ModeShadow {
+	if !s.remote(e) || e.policy().Mode == breaker.ModeShadow {
 		return s.acquireLocal(ctx, k, now, force)
 	}
 	if force {
@@ -398,7 +413,7 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 		return err
 	}
 	if eadm, _, ok := s.egressAdmission(adm); ok {
-		return s.eg.mem.Release(ctx, e.egk, eadm)
+		return s.eg.mem.Release(ctx, e.egk(), eadm)
 	}
 	if adm.Lease&localLease != 0 {
 		n, mine := s.localSlot(adm.Lease)
@@ -406,7 +421,7 @@ func (s *Store) Release(ctx context.Context, k breaker.Key, adm breaker.Admissio
 			return nil // another replica's local slot: nothing here to free
 		}
 		adm.Lease = n
-		return s.local.Release(ctx, e.lk, adm)
+		return s.local.Release(ctx, e.lk(), adm)
 	}
 	now := e.lastNow.Load()
 	if now == 0 {
@@ -442,25 +457,25 @@ func (s *Store) Stalled(ctx context.Context, k breaker.Key, now int64) error {
 			return nil
 		}
 	}
-	_ = s.local.Stalled(ctx, e.lk, now)
+	_ = s.local.Stalled(ctx, e.lk(), now)
 	return err
 }
 
 // ForceOpen implements breaker.Store. While Redis is unreachable the
 // override applies to the local view and is written back on return.
 func (s *Store) ForceOpen(ctx context.Context, k breaker.Key, now int64, d time.Duration) error {
-	return s.override(ctx, k, now, "fo", func(e *entry) error { return s.local.ForceOpen(ctx, e.lk, now, d) },
+	return s.override(ctx, k, now, "fo", func(e *entry) error { return s.local.ForceOpen(ctx, e.lk(), now, d) },
 		args{{"duration_ms", int64(d) / ms}})
 }
 
 // ForceClose implements breaker.Store.
 func (s *Store) ForceClose(ctx context.Context, k breaker.Key, now int64) error {
-	return s.override(ctx, k, now, "fc", func(e *entry) error { return s.local.ForceClose(ctx, e.lk, now) }, nil)
+	return s.override(ctx, k, now, "fc", func(e *entry) error { return s.local.ForceClose(ctx, e.lk(), now) }, nil)
 }
 
 // Reset implements breaker.Store.
 func (s *Store) Reset(ctx context.Context, k breaker.Key, now int64) error {
-	return s.override(ctx, k, now, "rst", func(e *entry) error { return s.local.Reset(ctx, e.lk, now) }, nil)
+	return s.override(ctx, k, now, "rst", func(e *entry) error { return s.local.Reset(ctx, e.lk(), now) }, nil)
 }
 
 func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op string, local func(*entry) error, a args) error {
@@ -470,7 +485,7 @@ func (s *Store) override(ctx context.Context, k breaker.Key, now int64, op strin
 	}
 	if op != "fo" {
 		// An operator's close or reset ends this replica's own open too.
-		_ = s.eg.mem.Reset(ctx, e.egk, now)
+		_ = s.eg.mem.Reset(ctx, e.egk(), now)
 	}
 	// The override's id (R-DL11's rule for outcomes, kept for overrides
 	// too): Redis applies it once, however often it is sent.
@@ -520,7 +535,7 @@ func (s *Store) Status(ctx context.Context, k breaker.Key, now int64) (breaker.S
 		}
 	}
 	if st.State == "" {
-		if st, err = s.local.Status(ctx, e.lk, now); err != nil {
+		if st, err = s.local.Status(ctx, e.lk(), now); err != nil {
 			return st, err
 		}
 	}
@@ -542,7 +557,7 @@ func (s *Store) Sweep(ctx context.Context, now int64) error {
 	}
 	var errs []error
 	for _, e := range s.tab.Load().list {
-		v := s.local.Peek(ctx, e.lk, now)
+		v := s.local.Peek(ctx, e.lk(), now)
 		if (v.Allowed && v.State == breaker.Closed) || e.bad.Load() {
 			continue
 		}

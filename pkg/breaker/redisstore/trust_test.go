@@ -203,6 +203,26 @@ func (redisErr) RedisError()     {}
 
 var _ redis.Error = redisErr("")
 
+// keyErrorStore starts a store on client with specs installed, and a hook
+// that makes replicaID's key answer an error reply while it is on.
+func keyErrorStore(t *testing.T, client *redis.Client, prefix string, clk breaker.Clock, specs []breaker.Spec) (*redisstore.Store, []breaker.Key, *failKey) {
+	t.Helper()
+	ctx := context.Background()
+	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: prefix, OpTimeout: time.Second, Clock: clk,
+		RefreshInterval: 100 * time.Millisecond})
+	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &failKey{key: st.Key(replicaID)}
+	client.AddHook(hook)
+	runCtx, cancel := context.WithCancel(ctx)
+	wg := st.Start(runCtx)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	eventually(t, "ready", st.Ready)
+	return st, keys, hook
+}
+
 // failKey makes every script call on one key answer an error reply.
 type failKey struct {
 	key string
@@ -237,18 +257,7 @@ func TestKeyErrorDegradesOnlyThatBreaker(t *testing.T) {
 	ctx := context.Background()
 	good := breaker.RouteID("gw", "azure:eu:m")
 	p := replicaPolicy(func(p *breaker.Policy) { p.FailureThreshold = 2 })
-	st := redisstore.New(redisstore.Options{TestClock: true, Client: client, KeyPrefix: "kerr:", OpTimeout: time.Second, Clock: clk,
-		RefreshInterval: 100 * time.Millisecond})
-	keys, _, err := st.Install(ctx, clk.Now().UnixNano(), []breaker.Spec{{ID: replicaID, Policy: p}, {ID: good, Policy: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook := &failKey{key: st.Key(replicaID)}
-	client.AddHook(hook)
-	runCtx, cancel := context.WithCancel(ctx)
-	wg := st.Start(runCtx)
-	defer func() { cancel(); wg.Wait() }()
-	eventually(t, "ready", st.Ready)
+	st, keys, hook := keyErrorStore(t, client, "kerr:", clk, []breaker.Spec{{ID: replicaID, Policy: p}, {ID: good, Policy: p}})
 	hook.on.Store(true)
 	fail := func(k breaker.Key) {
 		adm, _, _ := st.Acquire(ctx, k, clk.Now().UnixNano(), false)

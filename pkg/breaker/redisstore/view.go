@@ -80,9 +80,9 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 	if a.kind == answerOverride && s.sync.localIsTheStore() {
 		// The view is the store: the override moves its chain, and the
 		// chain says so (decided_by=local), as the view's own force would.
-		_ = breaker.RestoreAsOwn(s.local, e.lk, snap, s.opts.Clock.Now().UnixNano(), a.reason)
+		_ = breaker.RestoreAsOwn(s.local, e.lk(), snap, s.opts.Clock.Now().UnixNano(), a.reason)
 	} else {
-		_ = breaker.Restore(s.local, e.lk, snap)
+		_ = breaker.Restore(s.local, e.lk(), snap)
 	}
 	if s.opts.OnView != nil {
 		s.opts.OnView(e.id, snap.State)
@@ -92,7 +92,7 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 	out := breaker.Event{
 		ID: e.id, Provider: e.id.Provider(), From: breaker.State(ev.From), To: breaker.State(ev.To), Reason: ev.Reason,
-		At: now, Failures: ev.Failures, Threshold: e.policy.FailureThreshold, PolicyVersion: e.policy.Version,
+		At: now, Failures: ev.Failures, Threshold: e.policy().FailureThreshold, PolicyVersion: e.policy().Version,
 		OpenUntil: ev.OpenUntil * ms, OpenedAt: ev.OpenedAt * ms, Reopens: ev.Reopens, WindowCalls: ev.Calls, WindowFailures: ev.Fails,
 		Generation: ev.Gen, DecidedBy: breaker.DecidedByRedis,
 	}
@@ -126,13 +126,13 @@ func statusOf(e *entry, r *result, now int64) breaker.Status {
 	st := breaker.Status{
 		State: breaker.State(r.State).String(), Failures: r.Failures, OpenedAt: sec(r.OpenedAt), ReopenedAt: sec(r.ReopenedAt),
 		Reopens: r.Reopens, Reason: r.Reason, Scope: e.id.Scope, BlockedUntil: sec(r.BlockedUntil), ProbesInFlight: r.Leases,
-		Forced: r.Forced == 1, PolicyVersion: e.policy.Version, WindowCalls: r.Calls, WindowFailures: r.Fails,
+		Forced: r.Forced == 1, PolicyVersion: e.policy().Version, WindowCalls: r.Calls, WindowFailures: r.Fails,
 		WindowSlowCalls: r.Slow, ConsecutiveFailures: r.Consecutive, Generation: r.Gen,
 	}
 	if r.State == int(breaker.Open) && !(r.Forced == 1 && r.ForcedUntil == 0) {
 		st.OpenUntil = sec(r.OpenUntil)
 	}
-	if share := breaker.RampShare(e.policy, r.ClosedAt*ms, now); share > 0 && r.State == int(breaker.Closed) {
+	if share := breaker.RampShare(e.policy(), r.ClosedAt*ms, now); share > 0 && r.State == int(breaker.Closed) {
 		v := float64(share) / 10
 		st.RampPercent = &v
 	}
