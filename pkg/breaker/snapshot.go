@@ -99,26 +99,49 @@ func (m *machine) restoreLocked(s Snapshot) {
 	m.publish()
 }
 
-// RestoreAsOwn is Restore for a state the view must report as its own
-// transition: an operator's override that Redis answered while the view
-// was the store (a shared store's degraded mode, R-ST4). The view's chain
-// of transitions is then the store's, and one that jumped with no line (a
-// silent open, then "open->closed" when the force ran out) explained
-// nothing (#54, the fleet soak under load). reason names the override.
-func RestoreAsOwn(s *Memory, k Key, snap Snapshot, now int64, reason string) error {
+// RestoreMode is how RestoreBy takes a state: not at all, silently (as
+// Restore), or as the view's own transition (one event).
+type RestoreMode int
+
+const (
+	// RestoreNone leaves the view as it is.
+	RestoreNone RestoreMode = iota
+	// RestoreSilently is Restore: another replica's transition, reported
+	// by that replica.
+	RestoreSilently
+	// RestoreAsOwn reports the change as the view's own transition: an
+	// operator's override that Redis answered while the view was the store
+	// (a shared store's degraded mode, R-ST4). The view's chain of
+	// transitions is then the store's, and one that jumped with no line (a
+	// silent open, then "open->closed" when the force ran out) explained
+	// nothing (#54, the fleet soak under load).
+	RestoreAsOwn
+)
+
+// RestoreBy restores snap as how says, asked under the breaker's lock: no
+// transition of the view's own comes between the choice and the restore.
+// A shared store chooses by whether its view is the store at that moment;
+// before, it chose first and restored after, and a store that turned
+// degraded in between (its view's own transition logged meanwhile) had
+// Redis's state put silently under that transition (#54). reason names an
+// override taken as the view's own. It reports the mode taken.
+func RestoreBy(s *Memory, k Key, snap Snapshot, now int64, reason string, how func() RestoreMode) (RestoreMode, error) {
 	m, err := s.get(k)
 	if err != nil {
-		return err
+		return RestoreNone, err
 	}
 	var evs events
 	m.mu.Lock()
-	from := m.state
-	m.restoreLocked(snap)
-	if from != m.state {
-		evs.add(m.event(now, m.policy, from, reason))
+	mode := how()
+	if mode != RestoreNone {
+		from := m.state
+		m.restoreLocked(snap)
+		if mode == RestoreAsOwn && from != m.state {
+			evs.add(m.event(now, m.policy, from, reason))
+		}
 	}
 	m.unlock(&evs)
-	return nil
+	return mode, nil
 }
 
 // AcquireHealthy admits a request on the lock-free path when the local

@@ -26,9 +26,15 @@ func (s *Store) failed(op string, err error) {
 		// up to a minute. The reload is asynchronous and coalesced.
 		cc.ReloadState(context.Background())
 	}
-	if from, _ := s.sync.step(callFailed); from != degraded && from != writingBack {
+	s.lines.Lock()
+	from, _ := s.sync.step(callFailed)
+	began := from != degraded && from != writingBack
+	if began {
 		s.log.Error("[store] Redis is unreachable: deciding and recording on this replica's local state until it returns",
 			"op", op, "error", err.Error())
+	}
+	s.lines.Unlock()
+	if began {
 		s.health()
 	}
 }

@@ -77,16 +77,7 @@ func TestAnOverrideAnsweredWhileDegradedIsTheViewsOwnTransition(t *testing.T) {
 	clk := breaker.NewFakeClock(time.Unix(1_700_000_000, 0))
 	var got []breaker.Event
 	s := New(Options{Clock: clk, OnEvent: func(ev breaker.Event) { got = append(got, ev) }})
-	id := breaker.ID{Gateway: "default", Route: "openai:us-east:gpt-4o-mini"}
-	pol := breaker.DefaultPolicy()
-	keys, _, err := s.Install(context.Background(), clk.Now().UnixNano(), []breaker.Spec{{ID: id, Policy: &pol}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := s.get(keys[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := installOne(t, s, clk)
 	now := clk.Now().UnixNano()
 	for _, c := range []struct {
 		name     string
@@ -168,4 +159,53 @@ func TestAReloadKeepsTheOutcomesInFlight(t *testing.T) {
 	if pending {
 		t.Fatal("the answer to the outcome in flight did not reach the installed breaker")
 	}
+}
+
+// An answer whose apply was decided while Redis was the store, and whose
+// restore comes after the store turned degraded and the view made (and
+// logged) a transition of its own, must not put Redis's state silently
+// under that transition (#54, the fleet soak under load, loaded run F4: a
+// local "open->half_open after half_open"). Before, apply chose to
+// restore, then restored: the view was closed again with no line while its
+// chain's last line said open. The choice is now made under the breaker's
+// lock, in one step with the restore.
+func TestAnAnswerNeverLandsUnderTheViewsOwnTransition(t *testing.T) {
+	clk := breaker.NewFakeClock(time.Unix(1_700_000_000, 0))
+	var got []breaker.Event
+	s := New(Options{Clock: clk, OnEvent: func(ev breaker.Event) { got = append(got, ev) }})
+	e := installOne(t, s, clk)
+	now := clk.Now().UnixNano()
+	applyHook = func() {
+		// Meanwhile: a call fails, and the view, now the store, opens.
+		s.sync.step(callFailed)
+		if err := s.local.ForceOpen(context.Background(), e.lk(), now, time.Minute); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { applyHook = nil })
+	s.apply(e, "inc", 5, breaker.Snapshot{State: breaker.Closed, Generation: 5}, answer{kind: answerRead})
+	if len(got) != 1 || got[0].DecidedBy != breaker.DecidedByLocal {
+		t.Fatalf("local lines %v, want the view's own open", got)
+	}
+	snap, _ := breaker.SnapshotOf(s.local, e.lk(), now)
+	if snap.State != got[0].To {
+		t.Fatalf("the view is %v, and its chain's last line says %v", snap.State, got[0].To)
+	}
+}
+
+// installOne installs one breaker with the default policy on s and
+// returns its entry.
+func installOne(t *testing.T, s *Store, clk breaker.Clock) *entry {
+	t.Helper()
+	pol := breaker.DefaultPolicy()
+	id := breaker.ID{Gateway: "default", Route: "openai:us-east:gpt-4o-mini"}
+	keys, _, err := s.Install(context.Background(), clk.Now().UnixNano(), []breaker.Spec{{ID: id, Policy: pol.Finish()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.get(keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

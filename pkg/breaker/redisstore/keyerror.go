@@ -44,6 +44,8 @@ func keyError(err error) bool {
 // keyFailed puts e on the local view alone.
 func (s *Store) keyFailed(e *entry, op string, err error) {
 	s.count("key")
+	s.lines.Lock()
+	defer s.lines.Unlock()
 	if !e.bad.Swap(true) {
 		s.log.Error("[store] Redis answered one breaker's state with an error: that breaker decides and records on this replica's local state until it reads again; the others are not affected",
 			"gateway", e.id.Gateway, "route", e.id.Route, "op", op, "error", err.Error())
@@ -54,8 +56,12 @@ func (s *Store) keyFailed(e *entry, op string, err error) {
 // is back, and a state the script rewrote is logged (it is a new
 // incarnation of the key, so apply takes it whatever the view held).
 func (s *Store) keyAnswered(e *entry, r *result) {
-	if e.bad.Swap(false) {
-		s.log.Info("[store] a breaker's state in Redis reads again", "gateway", e.id.Gateway, "route", e.id.Route)
+	if e.bad.Load() {
+		s.lines.Lock()
+		if e.bad.Swap(false) {
+			s.log.Info("[store] a breaker's state in Redis reads again", "gateway", e.id.Gateway, "route", e.id.Route)
+		}
+		s.lines.Unlock()
 	}
 	if r.Rewritten {
 		s.count("key_rewritten")

@@ -115,6 +115,7 @@ func (s *Store) planRefresh(ctx context.Context, now int64, wasDegraded bool) (r
 		// the view); a failure below turns it degraded once more. A call
 		// that failed since the write-back left the store degraded, and
 		// this changes nothing.
+		s.lines.Lock()
 		if _, moved := s.sync.step(writtenBack); moved {
 			// Logged here, where this replica's local decisions end, not
 			// after the read back: the soak reads a replica's local chain
@@ -123,6 +124,7 @@ func (s *Store) planRefresh(ctx context.Context, now int64, wasDegraded bool) (r
 			// after closed" in the fleet soak).
 			s.log.Info("[store] Redis is reachable again: local outcomes and opens written back; the state is read back next", "breakers", len(tab.list))
 		}
+		s.lines.Unlock()
 	}
 	plan.read = tab.list
 	if !plan.full {

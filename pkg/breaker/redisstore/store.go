@@ -132,6 +132,15 @@ type Store struct {
 	lastHealth atomic.Int32
 	healthMu   sync.Mutex
 
+	// lines orders the local view's transition lines with the lines that
+	// begin and end the stretches in which the view is the store ("Redis
+	// is unreachable", "reachable again", one breaker's "answered with an
+	// error" and "reads again"): a line is written with the phase or flag
+	// that admitted it, so a transition the view made as the store is
+	// never logged after the line that ends its stretch (#54, the fleet
+	// soak reads each stretch as one chain).
+	lines sync.RWMutex
+
 	mu  sync.Mutex
 	tab atomic.Pointer[table]
 }
@@ -257,6 +266,8 @@ func New(opts Options) *Store {
 			return
 		}
 		ev.DecidedBy = breaker.DecidedByLocal
+		s.lines.RLock()
+		defer s.lines.RUnlock()
 		if s.sync.localIsTheStore() {
 			s.opts.OnEvent(ev)
 		} else if e, ok := s.tab.Load().byID[ev.ID]; ok && e.bad.Load() {

@@ -77,17 +77,33 @@ func (s *Store) apply(e *entry, inc string, seq uint64, snap breaker.Snapshot, a
 		return
 	}
 	e.seq = seq
-	if a.kind == answerOverride && s.sync.localIsTheStore() {
-		// The view is the store: the override moves its chain, and the
-		// chain says so (decided_by=local), as the view's own force would.
-		_ = breaker.RestoreAsOwn(s.local, e.lk(), snap, s.opts.Clock.Now().UnixNano(), a.reason)
-	} else {
-		_ = breaker.Restore(s.local, e.lk(), snap)
+	if h := applyHook; h != nil {
+		h()
 	}
-	if s.opts.OnView != nil {
+	// Whether the view is the store is asked again under the breaker's
+	// lock (RestoreBy): the store may have turned degraded since the
+	// check above, and the view's own transitions are its chain from
+	// then on.
+	mode, _ := breaker.RestoreBy(s.local, e.lk(), snap, s.opts.Clock.Now().UnixNano(), a.reason, func() breaker.RestoreMode {
+		switch {
+		case !s.sync.localIsTheStore():
+			return breaker.RestoreSilently
+		case a.kind == answerOverride:
+			// The view is the store: the override moves its chain, and
+			// the chain says so (decided_by=local), as the view's own
+			// force would.
+			return breaker.RestoreAsOwn
+		}
+		return breaker.RestoreNone
+	})
+	if mode != breaker.RestoreNone && s.opts.OnView != nil {
 		s.opts.OnView(e.id, snap.State)
 	}
 }
+
+// applyHook, when a test sets it, runs in apply between its checks and the
+// restore: where another goroutine can turn the store degraded.
+var applyHook func()
 
 func (s *Store) event(e *entry, ev event, now int64) breaker.Event {
 	out := breaker.Event{
