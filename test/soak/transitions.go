@@ -35,6 +35,13 @@ type loggedTransition struct {
 //     Redis answered its state with an error (keyerror.go), until that
 //     breaker's "a breaker's state in Redis reads again". Either way the
 //     view then takes Redis's state without a line of its own.
+//     A local line outside such a stretch (after its replica's "Redis is
+//     unreachable" and before "reachable again", or after its breaker's
+//     "answered one breaker's state with an error" and before "reads
+//     again") was admitted while Redis was the store, and is wrong by
+//     itself: the store writes each line with the phase that admitted it
+//     (#54; before, a line admitted while writing back could follow
+//     "reachable again", and fell into the next stretch's chain).
 //   - replica: one replica's own view of its egress (scope=replica,
 //     R-FD3), in log order; a lifetime begins closed.
 //
@@ -88,6 +95,10 @@ func checkTransitions(logs string, onRedis bool, n *int) (wrong, excerpt []strin
 			}
 		}
 	}
+	// Where each replica's local view is the store: the whole store (by
+	// replica) or one breaker (by replica|route).
+	away := map[string]bool{}
+	keyAway := map[string]bool{}
 	flushShared := func() {
 		for k, c := range shared {
 			sort.SliceStable(c, func(i, j int) bool { return c[i].gen < c[j].gen })
@@ -105,11 +116,19 @@ func checkTransitions(logs string, onRedis bool, n *int) (wrong, excerpt []strin
 		case rest == "=== redis flushed" || rest == "=== redis restarted":
 			flushShared()
 			continue
+		case strings.Contains(rest, "[store] Redis is unreachable"):
+			away[replica] = true
+			continue
 		case strings.Contains(rest, "Redis is reachable again"):
+			away[replica] = false
 			flushLocal(replica)
+			continue
+		case strings.Contains(rest, "[store] Redis answered one breaker's state with an error"):
+			keyAway[replica+"|"+field(rest, "route")] = true
 			continue
 		case strings.Contains(rest, "a breaker's state in Redis reads again"):
 			k := replica + "|" + field(rest, "route")
+			keyAway[k] = false
 			check(local[k], "")
 			delete(local, k)
 			continue
@@ -125,7 +144,14 @@ func checkTransitions(logs string, onRedis bool, n *int) (wrong, excerpt []strin
 		case t.by == "redis" && onRedis:
 			shared[t.route] = append(shared[t.route], t)
 		case t.by == "local" && onRedis:
-			local[replica+"|"+t.route] = append(local[replica+"|"+t.route], t)
+			k := replica + "|" + t.route
+			if !away[replica] && !keyAway[k] {
+				wrong = append(wrong, fmt.Sprintf("%s (%s, local, generation %d): %s logged while Redis was the store", t.route, replica, t.gen, t.tr))
+				if excerpt == nil {
+					excerpt = chainExcerpt(lines, 0, t)
+				}
+			}
+			local[k] = append(local[k], t)
 		case t.by == "memory" && !onRedis:
 			memory[replica+"|"+t.route] = append(memory[replica+"|"+t.route], t)
 		default:
