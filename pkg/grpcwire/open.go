@@ -137,7 +137,20 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if f.StreamEnded() {
 		st.halfDone, st.recvErr = true, io.EOF
 	}
+	if h := openingHook; h != nil {
+		h(c)
+	}
 	c.mu.Lock()
+	if c.closed {
+		// The connection closed while the stream was read (Stop, from
+		// another goroutine): its close aborted the streams it knew, and
+		// a handler started now would wait for a wake nobody sends, and
+		// hold Stop, which waits for the handlers (TestStress under load:
+		// the poison step hung for its ten minutes).
+		c.mu.Unlock()
+		cancel()
+		return nil
+	}
 	st.sendWindow = int64(c.peerWindow)
 	c.streams[id] = st
 	c.mu.Unlock()
@@ -149,6 +162,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.woke = true
 	return nil
 }
+
+// openingHook, when a test sets it, runs between a stream's admission and
+// its entry in the connection's table: where another goroutine can close
+// the connection.
+var openingHook func(*conn)
 
 func isGRPCContentType(ct string) bool {
 	const p = "application/grpc"

@@ -1,6 +1,8 @@
 package grpcwire
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,5 +48,51 @@ func TestStopsWaitForHandlers(t *testing.T) {
 			close(release)
 			<-stopped
 		})
+	}
+}
+
+// A stream whose connection closes while its HEADERS are being read (Stop
+// from another goroutine, between the stream's admission and its entry in
+// the connection's table) must not leave a handler waiting for a wake
+// that never comes: Stop waits for the handlers. Before, the stream was
+// entered after the close had aborted the streams it knew, its handler
+// waited in Recv for good, and Stop never returned (TestStress in a loaded
+// CI run's poison step: ten minutes, then the binary's timeout).
+func TestAStreamOpenedAsItsConnectionClosesHoldsNothing(t *testing.T) {
+	ran := make(chan struct{}, 1)
+	ts := serve(t, Options{}, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+		ran <- struct{}{}
+		_, err := s.Recv()
+		return err
+	})
+	var closed atomic.Pointer[conn]
+	openingHook = func(c *conn) { closed.Store(c); c.close(errors.New("the server stopped")) }
+	t.Cleanup(func() { openingHook = nil })
+	r := dialRaw(t, ts.addr)
+	r.headers(1, false, envoyHeaders(processPath)...)
+	for conns := 1; conns > 0; time.Sleep(time.Millisecond) { // the close took the connection
+		ts.Server.mu.Lock()
+		conns = len(ts.Server.conns)
+		ts.Server.mu.Unlock()
+	}
+	stopped := make(chan struct{})
+	go func() { ts.Server.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second): // a hang's bound
+		// Let the stray handler go, so that the test ends (and its
+		// server's cleanup with it) instead of hanging.
+		c := closed.Load()
+		c.mu.Lock()
+		for _, st := range c.streams {
+			defer st.abort(errors.New("the test gave up"), false, 0)
+		}
+		c.mu.Unlock()
+		t.Fatal("Stop did not return: a handler waits on a stream its closed connection never ended")
+	}
+	select {
+	case <-ran:
+		t.Fatal("a handler ran for a stream opened on a closed connection")
+	default:
 	}
 }
