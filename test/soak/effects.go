@@ -148,12 +148,12 @@ func (r *rig) checkEffects(rep *Report, fams map[string][]*dto.MetricFamily, add
 // rejection; a transport error only from a stream the provider broke.
 func (r *rig) checkClients(rep *Report, fams map[string][]*dto.MetricFamily, add func(string, bool, string, ...any)) {
 	tally := map[string]int64{}
-	var connectFails int
+	var lost int
 	for name, p := range r.providers {
 		for k, v := range p.Tally() {
 			tally[k] += v
 		}
-		connectFails += r.proxy.Stats().Get("cluster." + name + ".upstream_rq_pending_failure_eject")
+		lost += lostBeforeHeaders(r.proxy.Stats(), name)
 	}
 	var rejected float64
 	for _, f := range fams["aig_circuit_breaker_decisions_total"] {
@@ -176,10 +176,10 @@ func (r *rig) checkClients(rep *Report, fams map[string][]*dto.MetricFamily, add
 	}
 	add("the clients' 429s are the providers' 429s, never more", int64(rep.ByStatus[429]) <= tally["status_429"],
 		"%d answered the clients, %d by the providers", rep.ByStatus[429], tally["status_429"])
-	explained := float64(tally["status_503"]+tally["cut_before_headers"]+int64(connectFails)) + rejected
+	explained := float64(tally["status_503"]+int64(lost)) + rejected
 	add("the clients' 5xx answers are what the faults explain, never more", float64(client5xx) <= explained,
-		"%d 5xx; the providers answered %d 503s and lost %d connections before the headers, %d attempts were refused, fusebox rejected %v",
-		client5xx, tally["status_503"], tally["cut_before_headers"], connectFails, rejected)
+		"%d 5xx; the providers answered %d 503s, %d attempts were refused or lost their connection before the headers, fusebox rejected %v",
+		client5xx, tally["status_503"], lost, rejected)
 	add("the clients' transport errors are streams the providers broke, never more", int64(transport) <= tally["reset_mid"]+tally["cut"]+tally["cut_before_headers"],
 		"%d transport errors; the providers reset %d streams and lost %d connections", transport, tally["reset_mid"], tally["cut"]+tally["cut_before_headers"])
 }

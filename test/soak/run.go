@@ -422,7 +422,7 @@ func (r *rig) check(rep *Report) {
 	gaveUp := r.proxy.Stats().Get("message_timeouts")
 	rep.EnvoyGaveUp = gaveUp
 	expected, unplaced := timeoutOutcomes(r.proxy.Timeouts(), r.observer())
-	var bad, connOver []string
+	var bad, connOver, connAll []string
 	stats := r.proxy.Stats()
 	off := 0.0
 	diff := func(counted, tally float64) {
@@ -465,21 +465,27 @@ func (r *rig) check(rep *Report) {
 			diff(s, c)
 			bad = append(bad, fmt.Sprintf("%s: %v connection errors counted, provider lost %v connections before its headers", route, s, c))
 		}
-		// And never more than the attempts that lost their connection
-		// before the headers or never had one (Envoy's per-cluster
-		// upstream_rq_pending_failure_eject: the requests a failed
-		// connection failed, docs/envoy.md "Connection failures"; a
-		// refused connection leaves the provider no tally): an error
-		// fusebox made up would pass the bound below.
-		if s, c := got[route+"|failure|connection_error"], float64(t["cut_before_headers"])+float64(stats.Get("cluster."+prov+".upstream_rq_pending_failure_eject")); s > c {
+		// And never more than the attempts that never had a connection or
+		// lost it before the headers, as Envoy's counters give them
+		// (lostBeforeHeaders): a refused connection, or one Linux reset
+		// from the backlog of a listener the refused fault closed, leaves
+		// the provider no tally. An error fusebox made up would pass
+		// the bound.
+		if s, c := got[route+"|failure|connection_error"], float64(lostBeforeHeaders(stats, prov)); s > c {
 			connOver = append(connOver, fmt.Sprintf("%s: %v connection errors counted, %v attempts lost or refused their connection", route, s, c))
+		} else if c > 0 {
+			connAll = append(connAll, fmt.Sprintf("%s %v of %v", route, s, c))
 		}
 	}
 	if excess > float64(unplaced) {
 		diff(excess, float64(unplaced))
 		bad = append(bad, fmt.Sprintf("%v neithers past the tallies, and only %d message timeouts whose route Envoy never heard of", excess, unplaced))
 	}
-	add("no route counts more connection errors than its attempts lost or were refused", len(connOver) == 0, "%s", strings.Join(connOver, "; "))
+	connDetail := strings.Join(connOver, "; ")
+	if len(connOver) == 0 {
+		connDetail = "counted of lost or refused: " + strings.Join(connAll, ", ")
+	}
+	add("no route counts more connection errors than its attempts lost or were refused", len(connOver) == 0, "%s", connDetail)
 	detail := ""
 	if off != 0 {
 		detail = "; " + explainOutcomes(r.proxy.Timeouts(), got)

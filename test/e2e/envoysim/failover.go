@@ -298,6 +298,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		if err != nil {
 			done()
+			p.lostBeforeHeaders(actx, cluster, err)
 			perTryOver := timedOut.Load() && ctx.Err() == nil
 			if perTryOver {
 				p.stats.add("upstream_rq_per_try_timeout")
@@ -309,7 +310,7 @@ func (p *Proxy) failover(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		idle.touch()
 		hdr := upstreamHeaders(resp)
-		up := &response{status: resp.StatusCode, hdr: hdr, body: &idleBody{ReadCloser: resp.Body, ctx: ictx, w: idle}, details: "via_upstream", flags: flags,
+		up := &response{status: resp.StatusCode, hdr: hdr, body: &idleBody{ReadCloser: &cxBody{ReadCloser: resp.Body, ctx: actx, p: p, cluster: cluster}, ctx: ictx, w: idle}, details: "via_upstream", flags: flags,
 			trailer: func() http.Header { return resp.Trailer }}
 		p.logAttempt(AttemptLog{N: n, Cluster: cluster, Status: resp.StatusCode})
 		retry := false

@@ -703,7 +703,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 		if err == nil {
 			idle.touch()
 			done := func() { idle.done(); release() }
-			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: &idleBody{ReadCloser: resp.Body, ctx: ictx, w: idle}, release: done}, details: "via_upstream",
+			return &response{status: resp.StatusCode, hdr: upstreamHeaders(resp), body: &releaseBody{ReadCloser: &idleBody{ReadCloser: &cxBody{ReadCloser: resp.Body, ctx: ictx, p: p, cluster: cluster}, ctx: ictx, w: idle}, release: done}, details: "via_upstream",
 				trailer: func() http.Header { return resp.Trailer }}
 		}
 		idle.done()
@@ -722,6 +722,7 @@ func (p *Proxy) dispatch(ctx context.Context, cluster string, h headers, body []
 			kind = "connect-failure"
 			p.connectFailed(cluster)
 		}
+		p.lostBeforeHeaders(ctx, cluster, err)
 		if !p.retries(kind) {
 			break
 		}
