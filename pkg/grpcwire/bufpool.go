@@ -31,7 +31,13 @@ func getBuf(n int) []byte {
 
 func putBuf(b []byte) {
 	if poisonBuffers {
+		// Poisoned and never handed out again: a buffer the pool gave
+		// to the next message would fill a kept alias with that
+		// message's bytes, which a test can read as right (and the
+		// poison written when that message's buffer is given back
+		// races the alias's read instead of failing it).
 		poison(b[:cap(b)])
+		return
 	}
 	for i, c := range bufClasses {
 		if cap(b) == c {

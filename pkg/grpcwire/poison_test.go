@@ -5,6 +5,7 @@ package grpcwire
 import (
 	"bytes"
 	"testing"
+	"unsafe"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
@@ -40,5 +41,25 @@ func TestThePoisonBuildCatchesAKeptMessage(t *testing.T) {
 	b := <-kept
 	if !bytes.Equal(b, bytes.Repeat([]byte{0xdb}, len(b))) {
 		t.Fatalf("a message kept past the next receive still reads as it was: the poison build would miss the bug")
+	}
+}
+
+// A buffer given back in the poison build stays poison: the pool never
+// hands it out again, so a kept alias can only read poison, whatever
+// arrives after it (under load, the next message could be read into the
+// very buffer a handler kept, and the kept message read as that one).
+func TestThePoisonBuildNeverReusesABuffer(t *testing.T) {
+	given := map[*byte]bool{}
+	for range 200 {
+		b := getBuf(600)
+		if given[unsafe.SliceData(b)] {
+			t.Fatal("a buffer given back was handed out again: a kept alias would read the next message")
+		}
+		b[0] = 'x'
+		putBuf(b)
+		given[unsafe.SliceData(b)] = true
+		if b[0] != 0xdb {
+			t.Fatal("a buffer given back was not poisoned")
+		}
 	}
 }
